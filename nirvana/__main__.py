@@ -1,0 +1,7 @@
+"""`python -m nirvana ...`: see `nirvana.cli`."""
+
+import sys
+
+from nirvana.cli import main
+
+sys.exit(main())

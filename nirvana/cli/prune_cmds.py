@@ -1,0 +1,142 @@
+"""`score` and `prune`."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from nirvana.cli.common import add_model_args, load_from_args, print_json, stderr_progress
+
+
+def add_calibration_args(p) -> None:
+    p.add_argument("--criterion", default="nirvana", help="nirvana, taylor, magnitude, wanda, random")
+    p.add_argument("--calib", default="wikitext2-valid", help="dataset name, .txt/.jsonl file, or .npy of ids [N, T]")
+    p.add_argument("--samples", type=int, default=32, help="calibration sequences N")
+    p.add_argument("--seq-len", type=int, default=128, help="tokens per calibration sequence T")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--micro-batch", type=int, default=0, help="sequences per forward/backward (0 = all at once)")
+    p.add_argument("--no-cache", action="store_true", help="recompute scores even if cached")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("score", help="compute unit scores and write them (safetensors + JSON)")
+    add_model_args(p)
+    add_calibration_args(p)
+    p.add_argument("--out", required=True, help="output path (FILE.safetensors and FILE.json are written)")
+    p.set_defaults(func=cmd_score)
+
+    p = sub.add_parser("prune", help="score, allocate, slice and save a pruned model")
+    add_model_args(p)
+    add_calibration_args(p)
+    p.add_argument("--sparsity", type=float, required=True, help="fraction of decoder-block weights to remove")
+    p.add_argument("--gamma", type=float, default=None, help="MLP/attention pruning ratio (default: analytic gamma*)")
+    p.add_argument("--align", type=int, default=8, help="round kept MLP neurons up to a multiple of this")
+    p.add_argument("--allocation", choices=["global", "uniform"], default="global")
+    p.add_argument("--scores", default=None, help="use a score file from `score --out` instead of computing")
+    p.add_argument("--plan", default=None, help="apply an existing plan.json instead of allocating")
+    p.add_argument("--out", required=True, help="output folder: plan.json, model/, report.json")
+    p.set_defaults(func=cmd_prune)
+
+
+def _scores_for(args, lm):
+    from nirvana.calibration import calibration_batch
+    from nirvana.scorers import SCORERS, compute_scores
+    from nirvana.scores import Scores
+
+    if getattr(args, "scores", None):
+        return Scores.load(args.scores)
+    needs_data = SCORERS.get(args.criterion, (None, True))[1]
+    batch = None
+    if needs_data:
+        batch = calibration_batch(
+            lm.tokenizer,
+            args.calib,
+            samples=args.samples,
+            seq_len=args.seq_len,
+            seed=args.seed,
+            fallback=args.calib == "wikitext2-valid",
+        )
+        if batch.fallback_reason:
+            stderr_progress(0.0, f"NOTE: calibrating on the embedded Python docs: {batch.fallback_reason}")
+    return compute_scores(
+        lm.model,
+        args.criterion,
+        batch,
+        seed=args.seed,
+        micro_batch=args.micro_batch,
+        use_cache=not args.no_cache,
+        progress=stderr_progress,
+    )
+
+
+def cmd_score(args) -> int:
+    lm = load_from_args(args)
+    scores = _scores_for(args, lm)
+    path = scores.save(args.out)
+    print_json({"scores": str(path), **scores.metadata()})
+    return 0
+
+
+def cmd_prune(args) -> int:
+    from nirvana.allocation import allocate
+    from nirvana.checkpoint import save_pruned
+    from nirvana.plan import PruningPlan
+    from nirvana.shapes import count_block_parameters, count_parameters, model_shape
+    from nirvana.slicing import apply_plan
+
+    out = Path(args.out)
+    timings = {}
+    t = time.perf_counter()
+    lm = load_from_args(args)
+    timings["load"] = time.perf_counter() - t
+    shape = model_shape(lm.model)
+    t = time.perf_counter()
+    if args.plan:
+        plan, scores_meta = PruningPlan.load(args.plan), None
+        timings["score"] = 0.0
+    else:
+        scores = _scores_for(args, lm)
+        scores_meta = scores.metadata()
+        timings["score"] = time.perf_counter() - t
+        t = time.perf_counter()
+        plan = allocate(scores, shape, args.sparsity, args.gamma, args.align, args.allocation)
+    timings["plan"] = time.perf_counter() - t
+    t = time.perf_counter()
+    pruned = apply_plan(lm.model, plan, inplace=True)
+    timings["slice"] = time.perf_counter() - t
+    t = time.perf_counter()
+    out.mkdir(parents=True, exist_ok=True)
+    save_pruned(pruned, lm.tokenizer, plan, out / "model")
+    plan.save(out / "plan.json")
+    timings["save"] = time.perf_counter() - t
+    report = {
+        "model": args.model,
+        "params_before": shape.total_params,
+        "params_after": count_parameters(pruned),
+        "block_params_before": plan.stats["block_weights_before"] + _block_biases(shape),
+        "block_params_after": count_block_parameters(pruned),
+        "target_sparsity": plan.settings["sparsity"],
+        "achieved_block_sparsity": plan.stats["achieved_block_sparsity"],
+        "total_param_reduction": 1 - count_parameters(pruned) / shape.total_params,
+        "gamma": plan.settings["gamma"],
+        "gamma_default": plan.settings["gamma_default"],
+        "align": plan.settings["align"],
+        "allocation": plan.settings["allocation"],
+        "criterion": plan.settings["criterion"],
+        "calibration": plan.settings["calibration"],
+        "kept_kv_groups": plan.kept_kv_groups,
+        "kept_neurons": plan.kept_neurons,
+        "notes": plan.stats.get("notes", []),
+        "scores": scores_meta and {k: scores_meta[k] for k in ("criterion", "fingerprint", "meta")},
+        "timings": {k: round(v, 3) for k, v in timings.items()},
+    }
+    (out / "report.json").write_text(json.dumps(report, indent=2))
+    print_json({k: v for k, v in report.items() if k not in ("kept_neurons",)})
+    return 0
+
+
+def _block_biases(shape) -> int:
+    return shape.num_layers * (
+        shape.num_kv_heads[0] * shape.attn_unit_bias + shape.intermediate[0] * shape.mlp_unit_bias
+    )

@@ -1,0 +1,86 @@
+"""Shared fixtures: tiny random models for fast tests, the real SmolLM2 for integration tests.
+
+Every test gets its own empty NIRVANA_CACHE_DIR (so score/eval caches never leak between
+tests), except that the converted SmolLM2 safetensors come from the persistent model cache.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA_DIR = Path(os.environ.get("NIRVANA_DATA_DIR", ROOT.parent / "shared" / "data")).resolve()
+os.environ.setdefault("NIRVANA_DATA_DIR", str(DATA_DIR))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+PERSISTENT_CACHE = os.environ.get("NIRVANA_CACHE_DIR")
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("NIRVANA_CACHE_DIR", str(tmp_path / "cache"))
+    yield
+
+
+def _with_persistent_cache(fn):
+    """Run `fn` with the real (persistent) cache dir so the SmolLM2 conversion happens once."""
+    old = os.environ.get("NIRVANA_CACHE_DIR")
+    if PERSISTENT_CACHE:
+        os.environ["NIRVANA_CACHE_DIR"] = PERSISTENT_CACHE
+    else:
+        os.environ.pop("NIRVANA_CACHE_DIR", None)
+    try:
+        return fn()
+    finally:
+        if old is None:
+            os.environ.pop("NIRVANA_CACHE_DIR", None)
+        else:
+            os.environ["NIRVANA_CACHE_DIR"] = old
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """The real SmolLM2-135M (fp32, CPU), loaded once per session. Never mutate it: copy or apply_plan."""
+    from nirvana.models import load_model
+
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    return _with_persistent_cache(lambda: load_model("smollm2-135m", dtype="float32", device="cpu"))
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir(smollm2):
+    """Path of the converted SmolLM2 safetensors folder."""
+    from nirvana.models import embedded_model_dir
+
+    return _with_persistent_cache(lambda: embedded_model_dir("smollm2-135m"))
+
+
+@pytest.fixture
+def tiny_llama():
+    from nirvana.tiny import tiny_model
+
+    return tiny_model("llama")
+
+
+@pytest.fixture(scope="session")
+def tiny_with_tokenizer_dir(tmp_path_factory, smollm2):
+    """A tiny random Llama saved with SmolLM2's tokenizer (vocab 49152): a real model folder for CLI tests."""
+    from nirvana.tiny import tiny_model
+
+    path = tmp_path_factory.mktemp("tiny-llama-tok")
+    model = tiny_model("llama", vocab_size=len(smollm2.tokenizer))
+    model.save_pretrained(path)
+    smollm2.tokenizer.save_pretrained(path)
+    return path
+
+
+def random_batch(vocab: int = 64, n: int = 4, t: int = 16, seed: int = 0):
+    from nirvana.calibration import CalibrationBatch
+
+    ids = torch.randint(0, vocab, (n, t), generator=torch.Generator().manual_seed(seed))
+    return CalibrationBatch(ids, "random-ids", seed)
