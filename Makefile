@@ -15,7 +15,6 @@ export NIRVANA_DATA_DIR ?= $(abspath ../shared/data)
 $(STAMP): requirements.txt requirements-dev.txt constraints.txt
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; install Python 3.11 or run make PYTHON=/path/to/python3.11"; exit 2; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
 	# torch first and alone, pinned: an unpinned resolver run pulls a multi-GB CUDA build on CPU-only hosts.
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet -r requirements-dev.txt -c constraints.txt

@@ -11,14 +11,16 @@ best KV group if the ranking took them all, and kept neurons are rounded *up* to
 of `align` by sparing the layer's best pruned neurons. Ties: exactly n units go, in stable
 (score, layer, index) order.
 
-This is pure tensor work on cached scores (no model, no gradients): it is what a slider calls.
+This is pure array work on cached scores (no model, no gradients): it is what a slider calls.
+It runs in numpy: single-threaded small-array code avoids torch's thread-pool start-up, which
+dominated (100+ ms) when other work was keeping the CPU busy.
 """
 
 from __future__ import annotations
 
 import math
 
-import torch
+import numpy as np
 
 from nirvana.errors import InvalidInput
 from nirvana.plan import LayerPlan, PruningPlan, finite
@@ -76,32 +78,32 @@ def budget_fractions(shape: ModelShape, sparsity: float, gamma: float) -> tuple[
     return pa, pm, notes
 
 
-def _lowest(flat: torch.Tensor, n: int) -> torch.Tensor:
+def _lowest(flat: np.ndarray, n: int) -> np.ndarray:
     """Boolean mask of the n lowest entries; ties broken by position (stable sort)."""
-    mask = torch.zeros(flat.numel(), dtype=torch.bool)
+    mask = np.zeros(flat.size, dtype=bool)
     if n > 0:
-        mask[torch.sort(flat, stable=True).indices[:n]] = True
+        mask[np.argsort(flat, kind="stable")[:n]] = True
     return mask
 
 
-def _spare_best(pruned_row: torch.Tensor, score_row: torch.Tensor, count: int) -> None:
+def _spare_best(pruned_row: np.ndarray, score_row: np.ndarray, count: int) -> None:
     """Un-prune the `count` best-scoring pruned units of one layer (in place)."""
     if count <= 0:
         return
-    idx = pruned_row.nonzero().squeeze(1)
-    best = torch.sort(-score_row[idx], stable=True).indices[:count]
+    idx = np.flatnonzero(pruned_row)
+    best = np.argsort(-score_row[idx], kind="stable")[:count]
     pruned_row[idx[best]] = False
 
 
-def _apply_minimums(attn_pruned, mlp_pruned, scores: Scores, align: int) -> None:
+def _apply_minimums(attn_pruned, mlp_pruned, attn_scores, mlp_scores, align: int) -> None:
     """At least one KV group per layer (the best-scoring); kept neurons rounded up to `align`."""
     for layer in range(attn_pruned.shape[0]):
         if attn_pruned[layer].all():
-            attn_pruned[layer, torch.argmax(scores.attn[layer])] = False
+            attn_pruned[layer, int(np.argmax(attn_scores[layer]))] = False
         width = mlp_pruned.shape[1]
         kept = width - int(mlp_pruned[layer].sum())
         target = min(width, max(align, math.ceil(kept / align) * align))
-        _spare_best(mlp_pruned[layer], scores.mlp[layer], target - kept)
+        _spare_best(mlp_pruned[layer], mlp_scores[layer], target - kept)
 
 
 def allocate(
@@ -128,18 +130,20 @@ def allocate(
             f"scores have shapes attn {tuple(scores.attn.shape)}, mlp {tuple(scores.mlp.shape)} "
             f"but the model needs ({L}, {hkv}) and ({L}, {inter}); were they computed for another model?"
         )
-    if not (torch.isfinite(scores.attn).all() and torch.isfinite(scores.mlp).all()):
+    attn_scores = scores.attn.detach().cpu().numpy().astype(np.float64)  # (L, Hkv)
+    mlp_scores = scores.mlp.detach().cpu().numpy().astype(np.float64)  # (L, I)
+    if not (np.isfinite(attn_scores).all() and np.isfinite(mlp_scores).all()):
         raise InvalidInput("scores contain NaN or inf (the forward pass overflowed?); recompute them in float32.")
     pa, pm, notes = budget_fractions(shape, sparsity, gamma)
     if allocation == "global":
         n_attn, n_mlp = math.floor(pa * L * hkv + _EPS), math.floor(pm * L * inter + _EPS)
-        attn_pruned = _lowest(scores.attn.reshape(-1), n_attn).reshape(L, hkv)
-        mlp_pruned = _lowest(scores.mlp.reshape(-1), n_mlp).reshape(L, inter)
+        attn_pruned = _lowest(attn_scores.reshape(-1), n_attn).reshape(L, hkv)
+        mlp_pruned = _lowest(mlp_scores.reshape(-1), n_mlp).reshape(L, inter)
     else:
-        n_attn, n_mlp, attn_pruned, mlp_pruned = _uniform(scores, shape, sparsity, pa)
-    _apply_minimums(attn_pruned, mlp_pruned, scores, align)
+        n_attn, n_mlp, attn_pruned, mlp_pruned = _uniform(attn_scores, mlp_scores, shape, sparsity, pa)
+    _apply_minimums(attn_pruned, mlp_pruned, attn_scores, mlp_scores, align)
     layers = [
-        LayerPlan(i, (~attn_pruned[i]).nonzero().squeeze(1).tolist(), (~mlp_pruned[i]).nonzero().squeeze(1).tolist())
+        LayerPlan(i, np.flatnonzero(~attn_pruned[i]).tolist(), np.flatnonzero(~mlp_pruned[i]).tolist())
         for i in range(L)
     ]
     settings = {
@@ -164,7 +168,7 @@ def allocate(
     return PruningPlan(scores.fingerprint, shape.to_dict(), settings, layers, stats)
 
 
-def _uniform(scores: Scores, shape: ModelShape, sparsity: float, pa: float):
+def _uniform(attn_scores: np.ndarray, mlp_scores: np.ndarray, shape: ModelShape, sparsity: float, pa: float):
     """The same block sparsity in every layer: round(pa Hkv) KV groups per layer, the rest of the
     layer's budget from its lowest-scoring neurons. (Attention is too coarse to match pa exactly in
     small models: with Hkv = 3 a layer drops 0, 1 or 2 groups, so the MLP makes up the difference.)"""
@@ -173,8 +177,8 @@ def _uniform(scores: Scores, shape: ModelShape, sparsity: float, pa: float):
     na = min(hkv - 1, round(pa * hkv))
     layer_budget = sparsity * shape.layer_block_weights(0)
     nm = max(0, min(inter, math.floor((layer_budget - na * ca * D) / (cm * D) + _EPS)))
-    attn_pruned = torch.stack([_lowest(scores.attn[i], na) for i in range(L)])
-    mlp_pruned = torch.stack([_lowest(scores.mlp[i], nm) for i in range(L)])
+    attn_pruned = np.stack([_lowest(attn_scores[i], na) for i in range(L)])
+    mlp_pruned = np.stack([_lowest(mlp_scores[i], nm) for i in range(L)])
     return na * L, nm * L, attn_pruned, mlp_pruned
 
 

@@ -9,7 +9,7 @@ A user-supplied `.npy` of token ids `[N, T]` bypasses all of this for exact repr
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +29,10 @@ class CalibrationBatch:
     source: str
     seed: int | None
     fallback_reason: str | None = None
+    # Indices of the source documents (lines of the text) that the drawn windows came from,
+    # counting every document merged into a drawn window's document; pass them as `exclude`
+    # to draw another batch that shares no document with this one (the KL anchor set does).
+    documents_used: tuple[int, ...] = field(default=(), repr=False)
 
     @property
     def hash(self) -> str:
@@ -42,6 +46,15 @@ class CalibrationBatch:
         n, t = self.shape
         return {"source": self.source, "seed": self.seed, "samples": n, "seq_len": t, "hash": self.hash}
 
+    def check_vocab(self, vocab_size: int) -> None:
+        """Raise `InvalidInput` unless every token id is in [0, vocab_size) (a .npy made for another tokenizer?)."""
+        lo, hi = int(self.input_ids.min()), int(self.input_ids.max())
+        if lo < 0 or hi >= vocab_size:
+            raise InvalidInput(
+                f"calibration batch {self.source} holds token ids in [{lo}, {hi}] but the model's vocabulary has "
+                f"{vocab_size} ids [0, {vocab_size}); was it tokenized for another model?"
+            )
+
 
 def tensor_hash(ids: torch.Tensor) -> str:
     arr = np.ascontiguousarray(ids.detach().cpu().numpy().astype(np.int64))
@@ -54,17 +67,20 @@ def validate_size(samples: int, seq_len: int) -> None:
             raise InvalidInput(f"{label} must be an integer in [1, {hi}], got {value!r}.")
 
 
-def _token_documents(tokenizer, documents: list[str], min_len: int) -> list[list[int]]:
-    """Tokenize documents, merging consecutive short ones until each has >= min_len tokens."""
-    out, buffer = [], []
-    for doc in documents:
+def _token_documents(tokenizer, documents: list[str], min_len: int) -> list[tuple[list[int], range]]:
+    """Tokenize documents, merging consecutive short ones until each has >= min_len tokens.
+
+    Returns (token ids, range of source-document indices merged into it) per merged document.
+    """
+    out, first, buffer = [], 0, []
+    for i, doc in enumerate(documents):
         buffer.append(doc)
         if sum(len(d) for d in buffer) < min_len:  # characters >= tokens for BPE text: cheap pre-check
             continue
         ids = tokenizer("\n\n".join(buffer), add_special_tokens=False)["input_ids"]
         if len(ids) >= min_len:
-            out.append(ids)
-            buffer = []
+            out.append((ids, range(first, i + 1)))
+            first, buffer = i + 1, []
     return out
 
 
@@ -80,8 +96,10 @@ def calibration_batch(
 ) -> CalibrationBatch:
     """Draw `samples` windows of `seq_len` tokens from `source` (dataset name, text file or .npy).
 
-    `exclude` holds indices of merged documents never to draw (used to keep the KL anchor set
-    disjoint from calibration candidates). Example:
+    `exclude` holds indices of source documents (`Text.documents`) never to draw from: a merged
+    document that contains any of them is skipped, so a batch drawn with
+    `exclude=set(other.documents_used)` shares no text with `other`, whatever either's T (used to
+    keep the KL anchor set disjoint from calibration candidates). Example:
         >>> batch = calibration_batch(tok, "pydoc", samples=4, seq_len=32, seed=0)
         >>> batch.input_ids.shape
         torch.Size([4, 32])
@@ -91,29 +109,42 @@ def calibration_batch(
     validate_size(samples, seq_len)
     text = load_text(source, fallback=fallback)
     pool = _token_documents(tokenizer, text.documents, seq_len)
-    candidates = [i for i in range(len(pool)) if not exclude or i not in exclude]
+    exclude = set(exclude) if exclude else None
+    candidates = [i for i, (_, docs) in enumerate(pool) if not exclude or exclude.isdisjoint(docs)]
     if not candidates:
         raise InvalidInput(
             f"{text.label} has no document of at least {seq_len} tokens"
             f"{' outside the excluded set' if exclude else ''}; use a smaller seq_len T or a larger text."
+        )
+    available = sum(len(pool[i][0]) for i in candidates)
+    if samples * seq_len > available:
+        raise InvalidInput(
+            f"asked for N x T = {samples} x {seq_len} = {samples * seq_len} tokens but {text.label} has only "
+            f"{available} tokens in documents of at least {seq_len} tokens; use fewer samples N, a shorter "
+            "seq_len T or a larger text."
         )
     rng = np.random.default_rng(seed)
     replace = len(candidates) < samples
     picks = rng.choice(len(candidates), size=samples, replace=replace)
     rows = []
     for p in picks:
-        ids = pool[candidates[p]]
+        ids = pool[candidates[p]][0]
         start = int(rng.integers(0, len(ids) - seq_len + 1))
         rows.append(ids[start : start + seq_len])
-    batch = CalibrationBatch(torch.tensor(rows, dtype=torch.long), f"{text.label}", seed, text.fallback_reason)
-    batch.documents_used = sorted({candidates[p] for p in picks})  # type: ignore[attr-defined]
-    return batch
+    used = sorted({doc for p in picks for doc in pool[candidates[p]][1]})
+    return CalibrationBatch(
+        torch.tensor(rows, dtype=torch.long), f"{text.label}", seed, text.fallback_reason, tuple(used)
+    )
 
 
 def load_npy(path: str | Path) -> CalibrationBatch:
+    from nirvana.safety import TEXT_ROOTS_ENV, check_file_size, check_local_path
+
     path = Path(path)
+    check_local_path(path, TEXT_ROOTS_ENV, "calibration file")
     if not path.exists():
         raise InvalidInput(f"calibration file {str(path)!r} does not exist; pass a .npy of int token ids [N, T].")
+    check_file_size(path, "npy")
     try:
         arr = np.load(path, allow_pickle=False)  # never unpickle user files
     except ValueError as exc:

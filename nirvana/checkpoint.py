@@ -18,8 +18,9 @@ import torch
 import torch.nn as nn
 
 from nirvana.architectures import get_architecture, layer_projections, text_config
-from nirvana.errors import CorruptCheckpoint
+from nirvana.errors import CorruptCheckpoint, PlanMismatch
 from nirvana.plan import PruningPlan
+from nirvana.safety import check_local_path
 from nirvana.shapes import head_dim_of
 
 PLAN_FILE = "plan.json"
@@ -124,7 +125,7 @@ def load_pruned(directory: str | Path, *, dtype: torch.dtype | None = None, devi
     from nirvana.models import LoadedModel
 
     start = time.perf_counter()
-    directory = Path(directory)
+    directory = check_local_path(directory)  # under NIRVANA_MODEL_ROOTS when it is set
     if (directory / "model").is_dir() and not (directory / "config.json").exists():
         directory = directory / "model"
     if not (directory / "config.json").exists():
@@ -143,8 +144,12 @@ def load_pruned(directory: str | Path, *, dtype: torch.dtype | None = None, devi
     try:
         result = model.load_state_dict(state, strict=False, assign=True)
     except RuntimeError as exc:
+        mismatches = [line.strip() for line in str(exc).splitlines() if "size mismatch" in line]
+        detail = (mismatches[0] if mismatches else str(exc)[:300]).rstrip(".")
+        more = f" (and {len(mismatches) - 1} more)" if len(mismatches) > 1 else ""
         raise CorruptCheckpoint(
-            f"weights in {str(directory)!r} do not match the stored shapes: {str(exc)[:300]}"
+            f"weights in {str(directory)!r} do not match the shapes in its config.json: {detail}{more}; "
+            "the config or the weights were edited or mixed up: re-save the pruned model."
         ) from exc
     if result.unexpected_keys:
         raise CorruptCheckpoint(f"unexpected tensors in {str(directory)!r}: {result.unexpected_keys[:5]}")
@@ -163,7 +168,10 @@ def load_pruned(directory: str | Path, *, dtype: torch.dtype | None = None, devi
     update_config(model)
     plan = None
     if (directory / PLAN_FILE).exists():
-        plan = PruningPlan.load(directory / PLAN_FILE).to_dict()
+        try:
+            plan = PruningPlan.load(directory / PLAN_FILE).to_dict()
+        except PlanMismatch as exc:
+            raise CorruptCheckpoint(f"{str(directory / PLAN_FILE)!r} is damaged: {exc}") from exc
     tokenizer = AutoTokenizer.from_pretrained(directory)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token

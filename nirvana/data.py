@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nirvana.errors import DatasetNotFound
+from nirvana.safety import TEXT_ROOTS_ENV, check_file_size, check_local_path
 
 EMBEDDED = "pydoc"
 
@@ -120,6 +121,7 @@ def load_text(name: str, *, fallback: bool = False) -> Text:
     name = str(name).strip()
     path = Path(name).expanduser()
     if path.suffix in {".txt", ".jsonl", ".raw", ".tokens"} or path.exists():
+        check_local_path(path, TEXT_ROOTS_ENV, "text file")  # under NIRVANA_TEXT_ROOTS when it is set
         return _from_file(path, name)
     base, split = parse_name(name)
     if base == EMBEDDED:
@@ -174,6 +176,7 @@ def _from_file(path: Path, name: str) -> Text:
     if path.is_dir():
         raise DatasetNotFound(f"{str(path)!r} is a directory; pass a .txt or .jsonl file.")
     try:
+        check_file_size(path, "text")
         raw = path.read_bytes()
     except OSError as exc:
         raise DatasetNotFound(f"cannot read {str(path)!r}: {exc.strerror}.") from exc

@@ -20,7 +20,10 @@ from pathlib import Path
 
 import torch
 
+from nirvana import memory
+from nirvana.architectures import get_architecture
 from nirvana.errors import InvalidInput, ModelNotFound
+from nirvana.safety import check_model_name
 
 DEFAULT_MODEL = "smollm2-135m"
 
@@ -167,6 +170,7 @@ def load_model(
     dtype="auto",
     device: str = "auto",
     device_map=None,
+    max_memory: dict | None = None,
     quantization: str | None = None,
     trust_remote_code: bool = False,
     progress=None,
@@ -179,7 +183,10 @@ def load_model(
         30
 
     `quantization` is None, "8bit" or "4bit" (bitsandbytes). `device_map` is passed to
-    `from_pretrained` (e.g. "auto" with accelerate to spread a large model over GPUs).
+    `from_pretrained` (e.g. "auto" with accelerate to spread a large model over GPUs);
+    `max_memory` (e.g. `{0: "70GiB", 1: "70GiB", "cpu": "200GiB"}`) caps each device and implies
+    `device_map="auto"`. Without a device map the weights' size is checked against the device's
+    free memory first (`nirvana.memory`): a model that cannot fit raises `OutOfMemory`.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -191,6 +198,8 @@ def load_model(
     if not name:
         raise InvalidInput(f"empty model name; use a registry name ({', '.join(REGISTRY)}), a hub id or a directory.")
     path = Path(name).expanduser()
+    if name not in REGISTRY:
+        check_model_name(name)  # local paths stay under NIRVANA_MODEL_ROOTS when it is set
     if name in REGISTRY:
         src, source = embedded_model_dir(name, progress), f"registry:{name}"
     elif path.is_dir():
@@ -210,6 +219,8 @@ def load_model(
             raise ModelNotFound(f"{name!r} does not exist. {_model_help()}")
         src, source = name, "hub"
     kwargs: dict = {"dtype": torch_dtype, "trust_remote_code": trust_remote_code}
+    if source != "gguf":
+        kwargs["use_safetensors"] = True  # never unpickle: pickled .bin weights are refused, not loaded
     if source == "hub" and not hub_reachable():
         # Without this, huggingface_hub retries for ~25 s before failing on an offline machine.
         kwargs["local_files_only"] = True
@@ -219,18 +230,32 @@ def load_model(
         kwargs.setdefault("device_map", device_map or ("auto" if device.startswith("cuda") else "cpu"))
     elif device_map is not None:
         kwargs["device_map"] = device_map
+    if max_memory:
+        kwargs["max_memory"] = max_memory
+        kwargs.setdefault("device_map", "auto")
     try:
         if source == "gguf":
             model = AutoModelForCausalLM.from_pretrained(src.parent, gguf_file=src.name, **kwargs)
             tokenizer = AutoTokenizer.from_pretrained(src.parent, gguf_file=src.name)
         else:
-            model = AutoModelForCausalLM.from_pretrained(src, **kwargs)
-            tokenizer = AutoTokenizer.from_pretrained(
+            from transformers import AutoConfig
+
+            config = AutoConfig.from_pretrained(
                 src, trust_remote_code=trust_remote_code, local_files_only=kwargs.get("local_files_only", False)
             )
+            get_architecture(config)  # encoder-only or unknown layouts fail here, before any weight is read
+            if kwargs.get("device_map") in (None, "cpu"):  # one device: would the weights fit at all?
+                est = memory.estimate_load(config, dtype=torch_dtype, quantization=quantization)
+                est.device = "cpu" if kwargs.get("device_map") == "cpu" else device
+                memory.check_fits(est)
+            with memory.oom_guard(f"loading {name}"):
+                model = AutoModelForCausalLM.from_pretrained(src, **kwargs)
+            tokenizer = _load_tokenizer(src, name, trust_remote_code, kwargs.get("local_files_only", False))
     except OSError as exc:  # hub ids that do not exist, offline machines, missing files
         where = "; the hub is not reachable from here and it is not in the local HF cache" if notes else ""
-        raise ModelNotFound(f"could not load {name!r}: {_first_line(exc)}{where}. {_model_help()}") from exc
+        if source == "local" and any(Path(src).glob("*.bin")):
+            where += " (pickled .bin weights are never loaded; convert them to safetensors with save_pretrained)"
+        raise ModelNotFound(f"could not load {name!r}: {_first_line(exc).rstrip('.')}{where}. {_model_help()}") from exc
     except ValueError as exc:
         if "trust_remote_code" in str(exc):
             raise InvalidInput(
@@ -243,12 +268,27 @@ def load_model(
     if "device_map" not in kwargs and device != "cpu":
         model.to(device)
     model.eval()
-    from nirvana.architectures import get_architecture
-
-    get_architecture(model)  # fail early, with the list of supported families
+    get_architecture(model)  # gguf files have no separate config to check first
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return LoadedModel(model, tokenizer, name, source, time.perf_counter() - start, notes)
+
+
+def _load_tokenizer(src, name: str, trust_remote_code: bool, local_files_only: bool):
+    """The tokenizer of a model folder or hub id; a folder without one is a clear error, not a crash."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(
+            src, trust_remote_code=trust_remote_code, local_files_only=local_files_only
+        )
+    except (OSError, ValueError, TypeError) as exc:
+        if "trust_remote_code" in str(exc):
+            raise
+        raise ModelNotFound(
+            f"{name!r} has model weights but no usable tokenizer ({_first_line(exc).rstrip(': ')}); copy the "
+            "tokenizer files (tokenizer.json, tokenizer_config.json) of the model it was trained with into the folder."
+        ) from exc
 
 
 _HUB_REACHABLE: bool | None = None

@@ -101,11 +101,16 @@ class PruningPlan:
 
     @classmethod
     def load(cls, path: str | Path) -> PruningPlan:
+        from nirvana.safety import check_file_size
+
         path = Path(path)
         try:
+            check_file_size(path, "plan")
             text = path.read_text()
         except OSError as exc:
             raise PlanMismatch(f"cannot read plan {str(path)!r}: {exc.strerror}.") from exc
+        except UnicodeDecodeError as exc:
+            raise PlanMismatch(f"plan {str(path)!r} is not text (a binary file?); pass a plan.json.") from exc
         return cls.from_json(text)
 
     def validate(self) -> None:

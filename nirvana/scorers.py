@@ -22,6 +22,8 @@ from nirvana.architectures import layer_projections
 from nirvana.calibration import CalibrationBatch
 from nirvana.errors import InvalidInput
 from nirvana.fingerprint import model_fingerprint
+from nirvana.hook_saliency import dense_weight, hook_saliency, resolve_method
+from nirvana.memory import check_scoring_memory, oom_guard
 from nirvana.scores import Scores, score_cache_path
 from nirvana.shapes import model_shape
 from nirvana.units import group_units, reduce_to_axis
@@ -70,7 +72,6 @@ def gradient_saliency(model, input_ids: torch.Tensor, objective, micro_batch: in
     n = input_ids.shape[0]
     micro_batch = micro_batch or n
     device = _model_device(model)
-    projections = layer_projections(model)
     with _only_block_weights_require_grad(model):
         model.zero_grad(set_to_none=True)
         for start in range(0, n, micro_batch):
@@ -82,24 +83,29 @@ def gradient_saliency(model, input_ids: torch.Tensor, objective, micro_batch: in
                 progress(
                     min(1.0, (start + micro_batch) / n) * 0.9, f"forward+backward {min(start + micro_batch, n)}/{n}"
                 )
-        layers = []
-        for proj in projections:
-            vectors = {}
-            for name, lin in proj.named_linears().items():
-                sal = (lin.weight.grad.float() * lin.weight.detach().float()).abs()
-                vec = reduce_to_axis(name, sal)
-                if lin.bias is not None and name not in ("o_proj", "down_proj"):
-                    vec = vec + (lin.bias.grad.float() * lin.bias.detach().float()).abs()
-                vectors[name] = vec.cpu()
-            layers.append(vectors)
+        layers = axis_vectors(
+            model,
+            lambda name, lin, _: (lin.weight.grad.float() * lin.weight.detach().float()).abs(),
+            lambda name, lin, _: (lin.bias.grad.float() * lin.bias.detach().float()).abs(),
+        )
     return layers
 
 
-def weight_saliency(model, fn) -> list[dict[str, torch.Tensor]]:
-    """Per-layer axis vectors of a data-free elementwise saliency `fn(name, W) -> [out, in]`."""
+def axis_vectors(model, weight_fn, bias_fn=None) -> list[dict[str, torch.Tensor]]:
+    """Per-layer axis vectors of an elementwise saliency: `weight_fn(name, lin) -> [out, in]`.
+
+    Biases of q/k/v/gate/up belong to their unit (METHOD.md section 2): `bias_fn(name, lin) -> [out]`
+    is added to the row sums. o/down biases live on the hidden axis, which is never pruned.
+    """
     layers = []
-    for proj in layer_projections(model):
-        layers.append({name: reduce_to_axis(name, fn(name, lin)).cpu() for name, lin in proj.named_linears().items()})
+    for layer_idx, proj in enumerate(layer_projections(model)):
+        vectors = {}
+        for name, lin in proj.named_linears().items():
+            vec = reduce_to_axis(name, weight_fn(name, lin, layer_idx))
+            if bias_fn is not None and lin.bias is not None and name not in ("o_proj", "down_proj"):
+                vec = vec + bias_fn(name, lin, layer_idx)
+            vectors[name] = vec.cpu()
+        layers.append(vectors)
     return layers
 
 
@@ -133,32 +139,42 @@ def _stack(model, layers: list[dict[str, torch.Tensor]]) -> tuple[torch.Tensor, 
 
 
 def _weight(lin) -> torch.Tensor:
-    return lin.weight.detach().float()
+    return dense_weight(lin)  # fp32; de-quantizes bitsandbytes layers, reads accelerate-offloaded ones
 
 
-def _scores_nirvana(model, batch, seed, micro_batch, progress):
-    return _stack(model, gradient_saliency(model, batch.input_ids, nirvana_objective, micro_batch, progress))
+def _gradient_scores(model, batch, objective, micro_batch, progress, method):
+    """`method` "autograd": `.grad` buffers; "hooks": dW from layer hooks (nirvana.hook_saliency), same result."""
+    saliency = hook_saliency if method == "hooks" else gradient_saliency
+    return _stack(model, saliency(model, batch.input_ids, objective, micro_batch, progress))
 
 
-def _scores_taylor(model, batch, seed, micro_batch, progress):
-    return _stack(model, gradient_saliency(model, batch.input_ids, lm_loss_objective, micro_batch, progress))
+def _scores_nirvana(model, batch, seed, micro_batch, progress, method="autograd"):
+    return _gradient_scores(model, batch, nirvana_objective, micro_batch, progress, method)
+
+
+def _scores_taylor(model, batch, seed, micro_batch, progress, method="autograd"):
+    return _gradient_scores(model, batch, lm_loss_objective, micro_batch, progress, method)
 
 
 def _scores_magnitude(model, batch, seed, micro_batch, progress):
-    return _stack(model, weight_saliency(model, lambda name, lin: _weight(lin).abs()))
+    return _stack(
+        model,
+        axis_vectors(model, lambda n, lin, _: _weight(lin).abs(), lambda n, lin, _: lin.bias.detach().float().abs()),
+    )
 
 
 def _scores_wanda(model, batch, seed, micro_batch, progress):
+    """|W_ij| ||X_j||_2; a bias is a weight on a constant-1 input, so its norm is sqrt(#tokens)."""
     norms = input_norms(model, batch.input_ids, micro_batch)
-    layers = []
-    for proj, layer_norms in zip(layer_projections(model), norms):
-        layers.append(
-            {
-                name: reduce_to_axis(name, _weight(lin).abs() * layer_norms[name].to(lin.weight.device)[None, :]).cpu()
-                for name, lin in proj.named_linears().items()
-            }
-        )
-    return _stack(model, layers)
+    tokens = batch.input_ids.numel()
+    return _stack(
+        model,
+        axis_vectors(
+            model,
+            lambda n, lin, i: _weight(lin).abs() * norms[i][n].to(lin.weight.device)[None, :],
+            lambda n, lin, i: lin.bias.detach().float().abs() * tokens**0.5,
+        ),
+    )
 
 
 def _scores_random(model, batch, seed, micro_batch, progress):
@@ -177,6 +193,7 @@ SCORERS: dict[str, tuple[Callable, bool, str]] = {
     "wanda": (_scores_wanda, True, "|W| * ||X||_2 of the layer input (Wanda-style)"),
     "random": (_scores_random, False, "uniform random, seeded"),
 }
+GRADIENT_CRITERIA = ("nirvana", "taylor")  # take `method=` (autograd | hooks)
 
 
 def compute_scores(
@@ -188,8 +205,14 @@ def compute_scores(
     micro_batch: int = 0,
     use_cache: bool = True,
     progress: Progress = None,
+    method: str = "auto",
 ) -> Scores:
     """Score every KV group and neuron of `model` with `criterion`, using the disk cache.
+
+    `method` (gradient criteria only): "autograd" (weight `.grad`), "hooks" (dW from layer hooks:
+    no gradient buffers, works on 8-/4-bit and offloaded models), "auto" (hooks only where
+    autograd cannot work). Before running, the peak memory is estimated and `OutOfMemory` raised
+    if it cannot fit (nirvana.memory); an OOM while running is reported the same way.
 
     Example:
         >>> scores = compute_scores(model, "nirvana", calibration_batch(tok, "wikitext2-valid"))
@@ -203,9 +226,14 @@ def compute_scores(
         raise InvalidInput("this model is already pruned (layers differ in width); score the dense model instead.")
     if needs_data and batch is None:
         raise InvalidInput(f"criterion {criterion!r} needs a calibration batch.")
+    if needs_data:
+        batch.check_vocab(model.get_input_embeddings().num_embeddings)
     fingerprint = model_fingerprint(model)
     calib = batch.describe() if (batch is not None and needs_data) else None
     extra = {"seed": seed} if criterion == "random" else {}
+    kwargs = {}
+    if criterion in GRADIENT_CRITERIA:
+        kwargs["method"] = extra["method"] = resolve_method(model, method)
     path = score_cache_path(fingerprint, criterion, calib["hash"] if calib else None, extra)
     if use_cache and path.with_suffix(".json").exists():
         cached = Scores.load(path)
@@ -213,14 +241,26 @@ def compute_scores(
         if progress:
             progress(1.0, "scores loaded from cache")
         return cached
+    if needs_data:
+        n, t = batch.input_ids.shape
+        check_scoring_memory(
+            model, n, t, micro_batch=micro_batch, method=kwargs.get("method", "autograd"), backward=bool(kwargs)
+        )
     start = time.perf_counter()
     was_training = model.training
     model.eval()
     try:
-        attn, mlp = fn(model, batch, seed, micro_batch, progress)
+        with oom_guard(f"scoring ({criterion})"):
+            attn, mlp = fn(model, batch, seed, micro_batch, progress, **kwargs)
     finally:
         model.train(was_training)
-    meta = {"seconds": round(time.perf_counter() - start, 3), "cache_hit": False, "seed": seed if extra else None}
+    meta = {
+        "seconds": round(time.perf_counter() - start, 3),
+        "cache_hit": False,
+        "seed": seed if criterion == "random" else None,
+    }
+    if kwargs:
+        meta["method"] = kwargs["method"]
     scores = Scores(attn.float().cpu(), mlp.float().cpu(), criterion, fingerprint, calib, meta)
     if use_cache:
         scores.save(path)

@@ -15,6 +15,7 @@ import torch.nn as nn
 from nirvana.architectures import get_architecture, layer_projections
 from nirvana.errors import InvalidInput
 from nirvana.fingerprint import model_fingerprint
+from nirvana.hook_saliency import real_parameter
 from nirvana.plan import PruningPlan
 from nirvana.shapes import model_shape
 
@@ -25,7 +26,7 @@ def _slice_linear(lin: nn.Linear, rows: torch.Tensor | None = None, cols: torch.
             f"cannot slice a {type(lin).__name__}: pruning needs plain nn.Linear weights. Score a quantized model "
             "if you like, but apply the plan to the same model loaded in fp32/bf16."
         )
-    weight = lin.weight.detach()
+    weight = real_parameter(lin, "weight")  # accelerate-offloaded weights are read from their store
     if rows is not None:
         weight = weight.index_select(0, rows.to(weight.device))
     if cols is not None:
@@ -36,7 +37,7 @@ def _slice_linear(lin: nn.Linear, rows: torch.Tensor | None = None, cols: torch.
     with torch.no_grad():
         new.weight.copy_(weight)
         if lin.bias is not None:
-            bias = lin.bias.detach()
+            bias = real_parameter(lin, "bias")
             new.bias.copy_(bias.index_select(0, rows.to(bias.device)) if rows is not None else bias)
     new.weight.requires_grad_(lin.weight.requires_grad)
     return new

@@ -43,6 +43,15 @@ def _with_persistent_cache(fn):
             os.environ["NIRVANA_CACHE_DIR"] = old
 
 
+@pytest.fixture
+def persistent_cache(monkeypatch):
+    """Use the persistent cache in this test (e.g. a CLI call that loads smollm2-135m by name)."""
+    if PERSISTENT_CACHE:
+        monkeypatch.setenv("NIRVANA_CACHE_DIR", PERSISTENT_CACHE)
+    else:
+        monkeypatch.delenv("NIRVANA_CACHE_DIR", raising=False)
+
+
 @pytest.fixture(scope="session")
 def smollm2():
     """The real SmolLM2-135M (fp32, CPU), loaded once per session. Never mutate it: copy or apply_plan."""

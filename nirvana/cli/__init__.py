@@ -16,7 +16,7 @@ import textwrap
 from nirvana.errors import NirvanaError
 
 # Modules under nirvana.cli that each register one or more subcommands.
-COMMAND_MODULES = ("model_cmds", "prune_cmds")
+COMMAND_MODULES = ("model_cmds", "prune_cmds", "calib_cmds", "eval_cmds", "bench_cmds")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,15 +31,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def fail(message: str, code: int = 2) -> int:
-    print(textwrap.fill(f"error: {message}", width=100), file=sys.stderr)
+    # Never break inside a word: "--trust-remote-code" or a path must survive wrapping intact.
+    text = textwrap.fill(f"error: {message}", width=100, break_on_hyphens=False, break_long_words=False)
+    print(text, file=sys.stderr)
     return code
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    from nirvana.memory import oom_guard
+
     try:
-        return int(args.func(args) or 0)
+        with oom_guard(f"`{args.command}`"):  # an OOM anywhere becomes the same numbers-and-options message
+            return int(args.func(args) or 0)
     except NirvanaError as exc:
         return fail(f"{type(exc).__name__}: {exc}")
     except KeyboardInterrupt:

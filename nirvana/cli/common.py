@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 from nirvana.models import DEFAULT_MODEL
@@ -21,6 +22,12 @@ def add_model_args(p, default: str | None = DEFAULT_MODEL, flag: str = "--model"
         )
         p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
         p.add_argument("--device-map", default=None, help='passed to from_pretrained, e.g. "auto" for several GPUs')
+        p.add_argument(
+            "--max-memory",
+            default=None,
+            type=parse_max_memory,
+            help='per-device caps for device_map="auto", e.g. "0=70GiB,1=70GiB,cpu=200GiB"',
+        )
         p.add_argument("--quantization", choices=["8bit", "4bit"], default=None, help="bitsandbytes loading")
         p.add_argument("--trust-remote-code", action="store_true", help="run code from the model's repository")
 
@@ -39,6 +46,25 @@ def load_from_args(args, name: str | None = None):
     )
 
 
+def heavy(args, what: str, model: str | None = None):
+    """Hold the device for this command; while another job holds it, say so on stderr."""
+    from nirvana.locks import heavy_work
+
+    return heavy_work(
+        getattr(args, "device", "auto"),
+        on_wait=lambda message: stderr_progress(0.0, message),
+        who=f"`{what}` of {model or getattr(args, 'model', '?')} (pid {os.getpid()})",
+    )
+
+
+def record(kind: str, args, metrics: dict, summary: dict) -> str:
+    """Write this command's settings and results under the runs folder; return the run id."""
+    from nirvana.runs import record_run
+
+    settings = {k: v for k, v in vars(args).items() if k != "func"}
+    return record_run(kind, settings=settings, metrics=metrics, summary=summary)
+
+
 def stderr_progress(fraction: float, message: str) -> None:
     print(f"[{fraction:4.0%}] {message}", file=sys.stderr, flush=True)
 
@@ -53,3 +79,16 @@ def parse_float_list(text: str) -> list[float]:
 
 def parse_int_list(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip()]
+
+
+def parse_max_memory(text: str) -> dict:
+    """ "0=70GiB,cpu=200GiB" -> {0: "70GiB", "cpu": "200GiB"} (accelerate's max_memory)."""
+    import argparse
+
+    out: dict = {}
+    for part in filter(None, (x.strip() for x in text.split(","))):
+        key, sep, value = part.partition("=")
+        if not sep or not value:
+            raise argparse.ArgumentTypeError(f"{part!r} is not DEVICE=SIZE; use e.g. 0=70GiB,cpu=200GiB")
+        out[int(key) if key.isdigit() else key] = value
+    return out

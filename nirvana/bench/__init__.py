@@ -1,0 +1,1 @@
+"""Benchmarks behind `python -m nirvana bench ...`; each writes a table (markdown + CSV) and a plot."""

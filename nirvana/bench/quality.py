@@ -1,0 +1,679 @@
+"""Quality benchmark: perplexity and KL to dense for every criterion, allocation and sparsity.
+
+    python -m nirvana bench quality --model smollm2-135m [--tokens 16384] [--candidates 4]
+
+Grid: criteria (nirvana, magnitude, random, taylor, wanda) x sparsities (0.1, 0.2, 0.3, 0.5)
+with global + gamma allocation; uniform allocation for `--uniform-criteria` (default nirvana,
+magnitude); KL-guided calibration (K = `--candidates`) for `--select-criteria` (default
+nirvana). Every row: achieved sparsity, KL(P_dense || P_pruned) on the anchor set, perplexity
+on WikiText-2 test and PTB validation (first `--tokens` tokens of each, 512-token windows).
+
+Cost decisions (the whole grid must fit a 2-core CPU):
+- Scores do not depend on sparsity or allocation: each (criterion, calibration seed) is scored
+  once (disk cache) and re-allocated for every row.
+- Every data-driven criterion calibrates on candidate seed 0, drawn away from the KL anchor's
+  documents, so the plain NIRVANA row *is* candidate 0 of the KL selection: the selection adds
+  K - 1 scorings and their rows, and "KL-selected" is the candidate with the lowest anchor KL.
+- Dense log-probs on the anchor are computed once (`DenseReference`), dense perplexities once.
+- Rows are appended to the CSV as they finish; a rerun skips rows already present (resumable).
+The markdown report, plots and ablations are rebuilt from the CSV at the end (`--report-only`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime as dt
+import os
+import platform
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nirvana.calib_select import AnchorSpec
+
+CRITERIA = ("nirvana", "magnitude", "random", "taylor", "wanda")
+SPARSITIES = (0.1, 0.2, 0.3, 0.5)
+DATASETS = ("wikitext2", "ptb")
+DEFAULT_OUT = Path(__file__).resolve().parents[2] / "benchmarks" / "quality"
+COLUMNS = (
+    "model",
+    "criterion",
+    "allocation",
+    "calib_seed",
+    "sparsity",
+    "gamma",
+    "achieved_block_sparsity",
+    "total_param_reduction",
+    "params_after",
+    "kl",
+    "ppl_wikitext2",
+    "ppl_ptb",
+    "tokens_wikitext2",
+    "tokens_ptb",
+    "token_budget",
+    "window",
+    "anchor",
+    "seconds",
+    "finished_utc",
+    "machine",
+)
+KEY = ("model", "criterion", "allocation", "calib_seed", "sparsity", "token_budget", "anchor")
+
+
+@dataclass
+class QualityConfig:
+    model: str = "smollm2-135m"
+    criteria: tuple[str, ...] = CRITERIA
+    sparsities: tuple[float, ...] = SPARSITIES
+    uniform_criteria: tuple[str, ...] = ("nirvana", "magnitude")
+    select_criteria: tuple[str, ...] = ("nirvana",)
+    candidates: int = 4
+    tokens: int = 16384  # per dataset
+    window: int = 512
+    samples: int = 32
+    seq_len: int = 128
+    pool: str = "wikitext2-valid"
+    anchor: AnchorSpec = field(default_factory=AnchorSpec)
+    # KL on the first `kl_sequences` anchor sequences only (None: all). The anchor is still drawn
+    # in full, so candidate batches (and their cached scores) are those of `select-calib`.
+    kl_sequences: int | None = None
+    gamma: float | None = None  # None: the analytic gamma*
+    align: int = 8
+    datasets: tuple[str, ...] = DATASETS
+    out_dir: Path = DEFAULT_OUT
+
+    @property
+    def anchor_label(self) -> str:
+        a = self.anchor
+        used = f":first{self.kl_sequences}" if self.kl_sequences and self.kl_sequences < a.samples else ""
+        return f"{a.source}:{a.samples}x{a.seq_len}:seed{a.seed}{used}"
+
+    @property
+    def csv_path(self) -> Path:
+        return Path(self.out_dir) / f"quality-{self.model.replace('/', '_')}.csv"
+
+
+@dataclass(frozen=True)
+class Job:
+    criterion: str  # or "dense"
+    allocation: str  # "global" | "uniform" | "-" (dense)
+    calib_seed: int | None  # None for data-free criteria and dense
+    sparsity: float
+
+
+def plan_jobs(config: QualityConfig) -> list[Job]:
+    """Rows in priority order, so that a run cut short still answers the main questions.
+
+    Dense first; then, for the two "headline" sparsities (the first half of the list sorted by
+    interest: 0.2 and 0.5 by default), every criterion with global allocation, the uniform rows
+    and the extra KL-selection candidates; then the same for the remaining sparsities.
+    """
+    from nirvana.scorers import SCORERS
+
+    def seed0(c):
+        return 0 if SCORERS[c][1] else None
+
+    order = sorted(config.sparsities, key=lambda s: (s not in (0.2, 0.5), s))
+    half = max(1, len(order) // 2)
+    jobs = [Job("dense", "-", None, 0.0)]
+    for group in (order[:half], order[half:]):
+        jobs += [Job(c, "global", seed0(c), s) for s in group for c in config.criteria]
+        jobs += [Job(c, "uniform", seed0(c), s) for s in group for c in config.uniform_criteria]
+        for c in config.select_criteria:
+            if SCORERS[c][1]:
+                jobs += [Job(c, "global", k, s) for s in group for k in range(1, config.candidates)]
+    return jobs
+
+
+def machine_label() -> str:
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    if torch.cuda.is_available():
+        cpu += f" + {torch.cuda.get_device_name(0)}"
+    return f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__} ({torch.get_num_threads()} threads)"
+
+
+def _row_key(row: dict) -> tuple:
+    return tuple(str(row[k]) for k in KEY)
+
+
+def read_rows(path: Path) -> list[dict]:
+    if not Path(path).exists():
+        return []
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def append_row(path: Path, row: dict) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    new = not path.exists()
+    with open(path, "a", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        if new:
+            writer.writeheader()
+        writer.writerow({k: row.get(k, "") for k in COLUMNS})
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _fmt_key(config: QualityConfig, job: Job) -> dict:
+    return {
+        "model": config.model,
+        "criterion": job.criterion,
+        "allocation": job.allocation,
+        "calib_seed": "" if job.calib_seed is None else job.calib_seed,
+        "sparsity": job.sparsity,
+        "token_budget": config.tokens,
+        "anchor": config.anchor_label,
+    }
+
+
+class _Runner:
+    """Holds the model, anchor, dense reference and per-(criterion, seed) scores across rows."""
+
+    def __init__(self, config: QualityConfig, log):
+        from nirvana.calib_select import anchor_batch
+        from nirvana.data import load_text
+        from nirvana.models import load_model
+        from nirvana.shapes import model_shape
+
+        self.config, self.log = config, log
+        self.lm = load_model(config.model, dtype="float32")
+        self.shape = model_shape(self.lm.model)
+        self.anchor = anchor_batch(self.lm.tokenizer, config.anchor)
+        self._reference = None
+        self._scores: dict[tuple, object] = {}
+        # Tokenizing all of WikiText-2 test takes ~2 s; each row needs only the first `tokens` tokens.
+        self.texts = {name: text_prefix(load_text(name), self.lm.tokenizer, config.tokens) for name in config.datasets}
+        self.machine = machine_label()
+
+    @property
+    def reference(self):
+        from nirvana.kl import DenseReference
+
+        if self._reference is None:
+            t = time.perf_counter()
+            ids = self.anchor.input_ids[: self.config.kl_sequences or None]  # [M, T]
+            self._reference = DenseReference(self.lm.model, ids)
+            self.log(f"dense anchor log-probs: {time.perf_counter() - t:.0f} s")
+        return self._reference
+
+    def scores(self, criterion: str, seed: int | None):
+        from nirvana.calib_select import candidate_batch
+        from nirvana.scorers import compute_scores
+
+        key = (criterion, seed)
+        if key not in self._scores:
+            batch = None
+            if seed is not None:
+                c = self.config
+                batch = candidate_batch(
+                    self.lm.tokenizer, self.anchor, source=c.pool, samples=c.samples, seq_len=c.seq_len, seed=seed
+                )
+            t = time.perf_counter()
+            self._scores[key] = compute_scores(self.lm.model, criterion, batch, seed=seed or 0)
+            hit = self._scores[key].meta.get("cache_hit")
+            self.log(f"{criterion} scores (seed {seed}): {'cache' if hit else f'{time.perf_counter() - t:.0f} s'}")
+        return self._scores[key]
+
+    def perplexities(self, model) -> dict:
+        out = {}
+        for name in self.config.datasets:
+            result = evaluate_ppl(model, self.lm.tokenizer, self.texts[name], self.config.tokens, self.config.window)
+            out[f"ppl_{name}"], out[f"tokens_{name}"] = result
+        return out
+
+    def run(self, job: Job) -> dict:
+        from nirvana.allocation import allocate, default_gamma
+        from nirvana.kl import kl_to_dense
+        from nirvana.shapes import count_parameters
+        from nirvana.slicing import apply_plan
+
+        t = time.perf_counter()
+        c = self.config
+        row = {**_fmt_key(c, job), "window": c.window, "machine": self.machine}
+        if job.criterion == "dense":
+            row.update(self.perplexities(self.lm.model))
+            row.update(
+                kl=0.0,
+                achieved_block_sparsity=0.0,
+                total_param_reduction=0.0,
+                params_after=count_parameters(self.lm.model),
+                gamma="",
+            )
+        else:
+            scores = self.scores(job.criterion, job.calib_seed)
+            gamma = default_gamma(self.shape) if c.gamma is None else c.gamma
+            plan = allocate(scores, self.shape, job.sparsity, gamma, c.align, job.allocation)
+            pruned = apply_plan(self.lm.model, plan)
+            row.update(kl=kl_to_dense(pruned, self.reference), **self.perplexities(pruned))
+            row.update(
+                gamma=round(gamma, 4),
+                achieved_block_sparsity=round(plan.stats["achieved_block_sparsity"], 4),
+                total_param_reduction=round(1 - count_parameters(pruned) / self.shape.total_params, 4),
+                params_after=count_parameters(pruned),
+            )
+            del pruned
+        row["seconds"] = round(time.perf_counter() - t, 1)
+        row["finished_utc"] = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+        return row
+
+
+def text_prefix(text, tokenizer, tokens: int, margin: int = 64):
+    """The shortest prefix of `text.documents` with at least `tokens + margin` tokens, as a `Text`.
+
+    Its first `tokens` tokens equal those of the whole text: BPE only differs near the cut, and
+    the margin keeps the cut past every window `perplexity(max_tokens=tokens)` takes.
+    """
+    from dataclasses import replace
+
+    docs, chars = [], 0
+    for i, doc in enumerate(text.documents):
+        docs.append(doc)
+        chars += len(doc) + 2
+        if chars >= 3 * (tokens + margin) or i == len(text.documents) - 1:
+            n = len(tokenizer("\n\n".join(docs), add_special_tokens=False)["input_ids"])
+            if n >= tokens + margin:
+                break
+            chars = n  # grow again from the measured count (about 3+ characters per token)
+    return replace(text, documents=docs)
+
+
+def evaluate_ppl(model, tokenizer, dataset, tokens: int, window: int) -> tuple[float, int]:
+    """(perplexity, tokens evaluated) on the first `tokens` tokens of `dataset`, `window`-token windows."""
+    from nirvana.perplexity import perplexity
+
+    result = perplexity(model, tokenizer, dataset, seq_len=window, max_tokens=tokens)
+    return float(result.ppl), int(result.tokens)
+
+
+def run_quality(config: QualityConfig, log=print, progress=None) -> list[dict]:
+    """Run (or resume) the grid, appending each finished row to the CSV; return all rows of this config."""
+    jobs = plan_jobs(config)
+    done = {_row_key(r) for r in read_rows(config.csv_path)}
+    todo = [j for j in jobs if tuple(str(v) for v in _fmt_key(config, j).values()) not in done]
+    log(f"{len(jobs)} rows in the grid, {len(jobs) - len(todo)} already in {config.csv_path}, {len(todo)} to run")
+    if todo:
+        runner = _Runner(config, log)
+        start = time.perf_counter()
+        for i, job in enumerate(todo):
+            row = runner.run(job)
+            append_row(config.csv_path, row)
+            elapsed = time.perf_counter() - start
+            log(
+                f"[{i + 1}/{len(todo)}] {job.criterion} {job.allocation} seed={job.calib_seed} s={job.sparsity}: "
+                f"KL {float(row['kl']):.4f}, ppl wt2 {float(row['ppl_wikitext2']):.2f} "
+                f"ptb {float(row['ppl_ptb']):.2f} ({row['seconds']} s; {elapsed / 60:.1f} min so far)"
+            )
+            if progress:
+                progress((i + 1) / len(todo), f"{job.criterion} {job.allocation} {job.sparsity}")
+    keys = {tuple(str(v) for v in _fmt_key(config, j).values()) for j in jobs}
+    return [r for r in read_rows(config.csv_path) if _row_key(r) in keys]
+
+
+# ---------------------------------------------------------------- report: tables, ablations, plots
+
+
+def _f(row: dict, col: str) -> float:
+    return float(row[col])
+
+
+def _pick(rows, criterion, allocation, sparsity, seed="0") -> dict | None:
+    for r in rows:
+        if (
+            r["criterion"] == criterion
+            and r["allocation"] == allocation
+            and float(r["sparsity"]) == sparsity
+            and r["calib_seed"] in (seed, "")
+        ):
+            return r
+    return None
+
+
+def candidate_rows(rows, criterion: str, sparsity: float) -> list[dict]:
+    """The KL-selection candidates (global allocation, any calibration seed) of one sparsity."""
+    return [
+        r
+        for r in rows
+        if r["criterion"] == criterion
+        and r["allocation"] == "global"
+        and r["calib_seed"] != ""
+        and float(r["sparsity"]) == sparsity
+    ]
+
+
+def summarize(rows: list[dict], config: QualityConfig) -> dict:
+    """Winners per sparsity (global allocation, calibration seed 0) and the three ablations."""
+    sparsities = sorted({float(r["sparsity"]) for r in rows if r["criterion"] != "dense"})
+    dense = next((r for r in rows if r["criterion"] == "dense"), None)
+    winners, ablations = [], {"nirvana_vs_magnitude": [], "global_vs_uniform": [], "kl_selected_vs_random": []}
+    for s in sparsities:
+        ranked = sorted(
+            (r for c in config.criteria if (r := _pick(rows, c, "global", s))), key=lambda r: _f(r, "ppl_wikitext2")
+        )
+        if ranked:
+            best = ranked[0]
+            second = ranked[1] if len(ranked) > 1 else None
+            nirvana = next((r for r in ranked if r["criterion"] == "nirvana"), None)
+            winners.append(
+                {
+                    "sparsity": s,
+                    "winner": best["criterion"],
+                    "ppl": _f(best, "ppl_wikitext2"),
+                    "runner_up": second and second["criterion"],
+                    "runner_up_ppl": second and _f(second, "ppl_wikitext2"),
+                    "margin_pct": second and 100 * (_f(second, "ppl_wikitext2") / _f(best, "ppl_wikitext2") - 1),
+                    "nirvana_rank": nirvana and ranked.index(nirvana) + 1,
+                    "nirvana_ppl": nirvana and _f(nirvana, "ppl_wikitext2"),
+                    "ranking": [(r["criterion"], _f(r, "ppl_wikitext2")) for r in ranked],
+                }
+            )
+        n, m = _pick(rows, "nirvana", "global", s), _pick(rows, "magnitude", "global", s)
+        if n and m:
+            ablations["nirvana_vs_magnitude"].append({"sparsity": s, "nirvana": n, "magnitude": m})
+        for c in config.uniform_criteria:
+            g, u = _pick(rows, c, "global", s), _pick(rows, c, "uniform", s)
+            if g and u:
+                ablations["global_vs_uniform"].append({"sparsity": s, "criterion": c, "global": g, "uniform": u})
+        for c in config.select_criteria:
+            cands = candidate_rows(rows, c, s)
+            if len(cands) >= 2:
+                chosen = min(cands, key=lambda r: (_f(r, "kl"), int(r["calib_seed"])))
+                ablations["kl_selected_vs_random"].append(
+                    {
+                        "sparsity": s,
+                        "criterion": c,
+                        "k": len(cands),
+                        "chosen_seed": int(chosen["calib_seed"]),
+                        "chosen": chosen,
+                        **{
+                            f"median_{col}": statistics.median(_f(r, col) for r in cands)
+                            for col in ("kl", "ppl_wikitext2", "ppl_ptb")
+                        },
+                        "best_ppl_wikitext2": min(_f(r, "ppl_wikitext2") for r in cands),
+                    }
+                )
+    return {"dense": dense, "winners": winners, "ablations": ablations, "sparsities": sparsities}
+
+
+def _ppl3(r: dict) -> str:
+    return f"{_f(r, 'ppl_wikitext2'):.2f} | {_f(r, 'ppl_ptb'):.2f} | {_f(r, 'kl'):.4f}"
+
+
+def markdown_report(rows: list[dict], config: QualityConfig, summary: dict) -> str:
+    """The committed report: what was run, the full table, winners per sparsity and the ablations."""
+    dense = summary["dense"]
+    first = rows[0] if rows else {}
+    finished = sorted(r["finished_utc"] for r in rows) if rows else ["?"]
+    total_min = sum(float(r["seconds"]) for r in rows) / 60 if rows else 0
+    tok = {d: "/".join(sorted({r.get(f"tokens_{d}", "") for r in rows})) for d in config.datasets}
+    lines = [
+        f"# Quality benchmark: {config.model}",
+        "",
+        f"- Run: {finished[0]} to {finished[-1]} UTC, {len(rows)} rows, {total_min:.0f} min of row time "
+        "(scoring included in the first row that needed it)",
+        f"- Machine: {first.get('machine', '?')}",
+        f"- Perplexity: WikiText-2 test and PTB validation, first {config.tokens} tokens of each "
+        f"(tokens evaluated: {', '.join(f'{d} {v}' for d, v in tok.items())}), "
+        f"non-overlapping {config.window}-token windows, PPL = exp(mean NLL)",
+        f"- KL(P_dense || P_pruned): mean nats per token on the anchor set {config.anchor_label} "
+        "(summed over the vocabulary, fp32); the anchor shares no document with any calibration batch",
+        f"- Calibration: {config.samples} x {config.seq_len} tokens from {config.pool}, candidate seed 0 for every "
+        f"data-driven criterion; gamma = {'gamma* (analytic)' if config.gamma is None else config.gamma}"
+        f" = {first.get('gamma') or '?'}; align {config.align}",
+        f"- Grid: criteria {', '.join(config.criteria)} with global allocation; uniform allocation for "
+        f"{', '.join(config.uniform_criteria) or 'none'}; KL-guided calibration (K = {config.candidates}, seeds "
+        f"0..{config.candidates - 1}) for {', '.join(config.select_criteria) or 'none'}; sparsities "
+        f"{', '.join(f'{s:g}' for s in config.sparsities)}",
+        "",
+    ]
+    if dense:
+        lines += [
+            f"Dense model: WikiText-2 PPL {_f(dense, 'ppl_wikitext2'):.2f}, PTB PPL {_f(dense, 'ppl_ptb'):.2f}.",
+            "",
+        ]
+    lines += [
+        "## All rows (calibration seed 0)",
+        "",
+        "| sparsity | criterion | allocation | achieved | params cut | WikiText-2 PPL | PTB PPL | KL |",
+        "|---:|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for s in summary["sparsities"]:
+        for c in config.criteria:
+            for alloc in ("global", "uniform"):
+                r = _pick(rows, c, alloc, s)
+                if r:
+                    lines.append(
+                        f"| {s:g} | {c} | {alloc} | {_f(r, 'achieved_block_sparsity'):.3f} | "
+                        f"{_f(r, 'total_param_reduction'):.3f} | {_ppl3(r)} |"
+                    )
+    lines += ["", "## Winner per sparsity on WikiText-2 (global allocation, equal calibration)", ""]
+    for w in summary["winners"]:
+        text = f"- **{w['sparsity']:g}**: {w['winner']} ({w['ppl']:.2f})"
+        if w["runner_up"]:
+            text += f", {w['margin_pct']:.1f}% lower PPL than {w['runner_up']} ({w['runner_up_ppl']:.2f})"
+        if w["nirvana_rank"] and w["winner"] != "nirvana":
+            text += f"; nirvana ranks {w['nirvana_rank']} ({w['nirvana_ppl']:.2f})"
+        lines.append(text + ". Ranking: " + ", ".join(f"{c} {p:.2f}" for c, p in w["ranking"]))
+    ab = summary["ablations"]
+    lines += [
+        "",
+        "## Ablation 1: NIRVANA score vs magnitude (global allocation)",
+        "",
+        "| sparsity | NIRVANA wt2 | PTB | KL | magnitude wt2 | PTB | KL |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    lines += [
+        f"| {a['sparsity']:g} | {_ppl3(a['nirvana'])} | {_ppl3(a['magnitude'])} |" for a in ab["nirvana_vs_magnitude"]
+    ]
+    lines += [
+        "",
+        "## Ablation 2: global ranking with gamma vs uniform per-layer sparsity",
+        "",
+        "| sparsity | criterion | global wt2 | PTB | KL | uniform wt2 | PTB | KL |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    lines += [
+        f"| {a['sparsity']:g} | {a['criterion']} | {_ppl3(a['global'])} | {_ppl3(a['uniform'])} |"
+        for a in ab["global_vs_uniform"]
+    ]
+    lines += [
+        "",
+        "## Ablation 3: KL-selected calibration vs a randomly drawn batch (median of the K candidates)",
+        "",
+        "The selection is made on anchor KL, so the selected KL is the minimum by construction; the "
+        "perplexities are on held-out test text and are the fair comparison.",
+        "",
+        "| sparsity | K | chosen seed | selected wt2 | PTB | KL | median wt2 | median PTB | median KL | best wt2 |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    lines += [
+        f"| {a['sparsity']:g} | {a['k']} | {a['chosen_seed']} | {_ppl3(a['chosen'])} | "
+        f"{a['median_ppl_wikitext2']:.2f} | {a['median_ppl_ptb']:.2f} | {a['median_kl']:.4f} | "
+        f"{a['best_ppl_wikitext2']:.2f} |"
+        for a in ab["kl_selected_vs_random"]
+    ]
+    lines += ["", "Plots: `quality_ppl.png` (PPL and KL vs sparsity), `quality_ablations.png`.", ""]
+    return "\n".join(lines)
+
+
+def plot_report(rows: list[dict], config: QualityConfig, summary: dict, out_dir: Path) -> list[Path]:
+    """Two PNGs: PPL (WikiText-2, PTB) and KL vs sparsity per criterion; the three ablations."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir = Path(out_dir)
+    paths = []
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+    dense = summary["dense"]
+    for ax, col, title in zip(axes, ("ppl_wikitext2", "ppl_ptb", "kl"), ("WikiText-2 PPL", "PTB PPL", "KL to dense")):
+        for c in config.criteria:
+            pts = [(s, _f(r, col)) for s in summary["sparsities"] if (r := _pick(rows, c, "global", s))]
+            if pts:
+                ax.plot(*zip(*pts), marker="o", label=c)
+        for c in config.uniform_criteria:
+            pts = [(s, _f(r, col)) for s in summary["sparsities"] if (r := _pick(rows, c, "uniform", s))]
+            if pts:
+                ax.plot(*zip(*pts), marker="x", linestyle="--", label=f"{c} uniform")
+        if dense and col != "kl":
+            ax.axhline(_f(dense, col), color="grey", linestyle=":", label="dense")
+        ax.set_yscale("log")
+        ax.set_xlabel("target block sparsity")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.suptitle(f"{config.model}: quality vs sparsity (global allocation unless marked)")
+    fig.tight_layout()
+    paths.append(out_dir / "quality_ppl.png")
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+
+    ab = summary["ablations"]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+    panels = [
+        (
+            "NIRVANA vs magnitude",
+            [
+                ("nirvana", lambda a: _f(a["nirvana"], "ppl_wikitext2")),
+                ("magnitude", lambda a: _f(a["magnitude"], "ppl_wikitext2")),
+            ],
+            ab["nirvana_vs_magnitude"],
+        ),
+        (
+            "global+gamma vs uniform (nirvana)",
+            [
+                ("global", lambda a: _f(a["global"], "ppl_wikitext2")),
+                ("uniform", lambda a: _f(a["uniform"], "ppl_wikitext2")),
+            ],
+            [a for a in ab["global_vs_uniform"] if a["criterion"] == "nirvana"],
+        ),
+        (
+            "KL-selected vs median of K",
+            [
+                ("KL-selected", lambda a: _f(a["chosen"], "ppl_wikitext2")),
+                ("median of K", lambda a: a["median_ppl_wikitext2"]),
+            ],
+            ab["kl_selected_vs_random"],
+        ),
+    ]
+    for ax, (title, series, items) in zip(axes, panels):
+        xs = list(range(len(items)))
+        for j, (label, get) in enumerate(series):
+            ax.bar([x + (j - 0.5) * 0.38 for x in xs], [get(a) for a in items], width=0.38, label=label)
+        ax.set_xticks(xs, [f"{a['sparsity']:g}" for a in items])
+        ax.set_yscale("log")
+        ax.set_xlabel("target block sparsity")
+        ax.set_ylabel("WikiText-2 PPL")
+        ax.set_title(title)
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    paths.append(out_dir / "quality_ablations.png")
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+    return paths
+
+
+def write_report(rows: list[dict], config: QualityConfig) -> tuple[Path, str]:
+    """Write the markdown (and plots) next to the CSV; return (markdown path, markdown text)."""
+    summary = summarize(rows, config)
+    text = markdown_report(rows, config, summary)
+    md = config.csv_path.with_suffix(".md")
+    md.parent.mkdir(parents=True, exist_ok=True)
+    md.write_text(text)
+    if rows:
+        plot_report(rows, config, summary, config.csv_path.parent)
+    return md, text
+
+
+# ---------------------------------------------------------------- command line
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    def floats(text):
+        return tuple(float(x) for x in text.split(",") if x.strip())
+
+    def names(text):
+        return tuple(x.strip() for x in text.split(",") if x.strip())
+
+    p.add_argument("--model", default="smollm2-135m")
+    p.add_argument("--criteria", type=names, default=CRITERIA, help="comma-separated criteria")
+    p.add_argument("--sparsities", type=floats, default=SPARSITIES)
+    p.add_argument("--uniform-criteria", type=names, default=("nirvana", "magnitude"))
+    p.add_argument("--select-criteria", type=names, default=("nirvana",), help="criteria given KL-guided calibration")
+    p.add_argument("--candidates", type=int, default=4, help="K calibration candidates for KL selection")
+    p.add_argument("--tokens", type=int, default=16384, help="tokens per perplexity dataset")
+    p.add_argument("--samples", type=int, default=32)
+    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--anchor-samples", type=int, default=128)
+    p.add_argument("--anchor-seq-len", type=int, default=64)
+    p.add_argument("--kl-sequences", type=int, default=None, help="measure KL on the first M anchor sequences only")
+    p.add_argument("--gamma", type=float, default=None)
+    p.add_argument("--out-dir", type=Path, default=DEFAULT_OUT)
+    p.add_argument("--report-only", action="store_true", help="rebuild markdown and plots from the CSV")
+
+
+def config_from_args(args) -> QualityConfig:
+    return QualityConfig(
+        model=args.model,
+        criteria=args.criteria,
+        sparsities=args.sparsities,
+        uniform_criteria=args.uniform_criteria,
+        select_criteria=args.select_criteria,
+        candidates=args.candidates,
+        tokens=args.tokens,
+        samples=args.samples,
+        seq_len=args.seq_len,
+        anchor=AnchorSpec(samples=args.anchor_samples, seq_len=args.anchor_seq_len),
+        kl_sequences=args.kl_sequences,
+        gamma=args.gamma,
+        out_dir=args.out_dir,
+    )
+
+
+def cmd_quality(args) -> int:
+    config = config_from_args(args)
+
+    def log(msg):
+        print(f"{dt.datetime.now(dt.UTC):%H:%M:%S} {msg}", file=sys.stderr, flush=True)
+
+    if args.report_only:
+        jobs = plan_jobs(config)
+        keys = {tuple(str(v) for v in _fmt_key(config, j).values()) for j in jobs}
+        rows = [r for r in read_rows(config.csv_path) if _row_key(r) in keys]
+    else:
+        rows = run_quality(config, log)
+    md, text = write_report(rows, config)
+    print(text)
+    log(f"wrote {config.csv_path}, {md} and plots")
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("quality", help="perplexity and KL of every criterion/allocation/sparsity (CSV, md, PNG)")
+    add_arguments(p)
+    p.set_defaults(func=cmd_quality)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m nirvana.bench.quality", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    return cmd_quality(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

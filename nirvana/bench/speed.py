@@ -1,0 +1,276 @@
+"""`bench speed`: prune one model at several sparsities and measure what each one gains.
+
+The model is scored once with the nirvana criterion on a calibration batch (default 32 x 128
+of WikiText-2 validation), a plan is allocated per sparsity and applied to a copy; then all
+models are measured together with `nirvana.speed.measure_speeds` (repeats interleaved, so load
+on a shared machine hits every model alike). Output under `benchmarks/speed/`: speed.md (the
+table with date, machine, torch version and threads), speed.csv, speed.png and speed.json (raw).
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import json
+import os
+import sys
+from pathlib import Path
+
+from nirvana.cli.common import add_model_args, load_from_args, parse_float_list, parse_int_list, stderr_progress
+from nirvana.errors import InvalidInput
+
+DEFAULT_OUT = Path("benchmarks/speed")
+COLUMNS = (
+    "sparsity",
+    "achieved_block_sparsity",
+    "params",
+    "flops_per_token",
+    "batch_size",
+    "prefill_tokens_per_s",
+    "decode_tokens_per_s",
+    "latency_ms_per_token",
+    "time_to_first_token_s",
+    "peak_memory_mib",
+    "prefill_speedup",
+    "prefill_ideal",
+    "prefill_fraction_of_ideal",
+    "decode_speedup",
+    "decode_ideal",
+    "decode_fraction_of_ideal",
+    "prefill_speedup_cpu_time",
+    "decode_speedup_cpu_time",
+)
+
+
+def register(bench_sub) -> None:
+    p = bench_sub.add_parser("speed", help="prune at several sparsities; measure prefill/decode speed and memory")
+    add_model_args(p)
+    p.add_argument("--sparsities", default="0,0.2,0.5", help="comma-separated target sparsities (0 = dense)")
+    p.add_argument("--batch-sizes", default="1,8,32", help="comma-separated batch sizes")
+    p.add_argument("--prompt-len", type=int, default=128)
+    p.add_argument("--new-tokens", type=int, default=32)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--calib", default="wikitext2-valid", help="calibration dataset for the nirvana scores")
+    p.add_argument("--samples", type=int, default=32, help="calibration sequences N")
+    p.add_argument("--seq-len", type=int, default=128, help="calibration tokens per sequence T")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default=str(DEFAULT_OUT), help="output folder (default benchmarks/speed)")
+    p.add_argument("--json", action="store_true", help="print the raw result as JSON")
+    p.set_defaults(func=cmd_speed)
+
+
+def pruned_models(lm, sparsities, *, calib="wikitext2-valid", samples=32, seq_len=128, seed=0, progress=None):
+    """{sparsity: (model, plan or None)}; sparsity 0 is the dense model itself."""
+    from nirvana.allocation import allocate
+    from nirvana.calibration import calibration_batch
+    from nirvana.scorers import compute_scores
+    from nirvana.shapes import model_shape
+    from nirvana.slicing import apply_plan
+
+    models = {}
+    if any(s > 0 for s in sparsities):
+        batch = calibration_batch(lm.tokenizer, calib, samples=samples, seq_len=seq_len, seed=seed, fallback=True)
+        scores = compute_scores(lm.model, "nirvana", batch, seed=seed, progress=progress)
+        shape = model_shape(lm.model)
+    for s in sparsities:
+        if s == 0:
+            models[s] = (lm.model, None)
+        else:
+            plan = allocate(scores, shape, s)
+            models[s] = (apply_plan(lm.model, plan), plan)
+    return models
+
+
+def run_speed_bench(
+    lm,
+    sparsities,
+    *,
+    batch_sizes=(1, 8, 32),
+    prompt_len=128,
+    new_tokens=32,
+    repeats=3,
+    warmup=1,
+    calib="wikitext2-valid",
+    samples=32,
+    seq_len=128,
+    seed=0,
+    progress=None,
+) -> dict:
+    """Measure every sparsity's model; rows are (sparsity, batch size) with speed-ups against sparsity 0."""
+    from nirvana.flops import flops_per_token, phase_flops
+    from nirvana.shapes import model_shape
+    from nirvana.speed import measure_speeds
+
+    sparsities = sorted({float(s) for s in sparsities})
+    if any(not 0 <= s < 1 for s in sparsities):
+        raise InvalidInput(f"sparsities must lie in [0, 1), got {sparsities}.")
+    if 0.0 not in sparsities:
+        sparsities = [0.0, *sparsities]  # speed-ups need the dense reference
+    models = pruned_models(lm, sparsities, calib=calib, samples=samples, seq_len=seq_len, seed=seed, progress=progress)
+    speeds = measure_speeds(
+        {s: m for s, (m, _) in models.items()},
+        batch_sizes=batch_sizes,
+        prompt_len=prompt_len,
+        new_tokens=new_tokens,
+        repeats=repeats,
+        warmup=warmup,
+        progress=progress,
+    )
+    dense_shape = model_shape(lm.model)
+    dense_phase = phase_flops(dense_shape, prompt_len, new_tokens)
+    rows = []
+    for s, (model, plan) in models.items():
+        shape = model_shape(model)
+        phase = phase_flops(shape, prompt_len, new_tokens)
+        for point, ref in zip(speeds[s]["results"], speeds[0.0]["results"]):
+            prefill = point["prefill_tokens_per_s"] / ref["prefill_tokens_per_s"]
+            decode = point["decode_tokens_per_s"] / ref["decode_tokens_per_s"]
+            ideal_pre, ideal_dec = dense_phase["prefill"] / phase["prefill"], dense_phase["decode"] / phase["decode"]
+            rows.append(
+                {
+                    "sparsity": s,
+                    "achieved_block_sparsity": plan.stats["achieved_block_sparsity"] if plan else 0.0,
+                    "params": shape.total_params,
+                    "flops_per_token": flops_per_token(shape),
+                    "batch_size": point["batch_size"],
+                    "prefill_tokens_per_s": point["prefill_tokens_per_s"],
+                    "decode_tokens_per_s": point["decode_tokens_per_s"],
+                    "latency_ms_per_token": point["latency_ms_per_token"],
+                    "time_to_first_token_s": point["time_to_first_token_s"],
+                    "peak_memory_mib": point["peak_memory_bytes"] / 2**20,
+                    "prefill_speedup": prefill,
+                    "prefill_ideal": ideal_pre,
+                    "prefill_fraction_of_ideal": prefill / ideal_pre,
+                    "decode_speedup": decode,
+                    "decode_ideal": ideal_dec,
+                    "decode_fraction_of_ideal": decode / ideal_dec,
+                    "prefill_speedup_cpu_time": point["prefill_tokens_per_cpu_s"] / ref["prefill_tokens_per_cpu_s"],
+                    "decode_speedup_cpu_time": point["decode_tokens_per_cpu_s"] / ref["decode_tokens_per_cpu_s"],
+                }
+            )
+    machine = {k: v for k, v in speeds[0.0].items() if k != "results"}
+    machine["load_average_1min_after"] = round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
+    return {
+        "date_utc": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "model": lm.name,
+        "command": "python -m nirvana " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["bench"] else None,
+        "machine": machine,
+        "calibration": {"source": calib, "samples": samples, "seq_len": seq_len, "seed": seed, "criterion": "nirvana"},
+        "rows": rows,
+        "raw": {str(s): v["results"] for s, v in speeds.items()},
+    }
+
+
+def markdown_table(result: dict) -> str:
+    m = result["machine"]
+    lines = [
+        f"# Speed of {result['model']} at several sparsities (measured)",
+        "",
+        f"- date: {result['date_utc']}",
+        f"- command: `{result.get('command') or 'nirvana.bench.speed.run_speed_bench'}`",
+        f"- machine: {m['device_name']}, {m['platform']}",
+        f"- torch {m['torch_version']}, torch threads = {m['threads']}, {m['dtype']}, Python {m['python']}",
+        f"- load average (1 min) before / after: {m.get('load_average_1min')} / {m.get('load_average_1min_after')}",
+        f"- prompt {m['prompt_len']} tokens, {m['new_tokens']} new tokens, {m['warmup']} warm-up, "
+        f"median of {m['repeats']} repeats, all models interleaved",
+        f"- peak memory: {m['memory_method']}",
+        f"- pruning: nirvana scores on {result['calibration']['source']} "
+        f"{result['calibration']['samples']}x{result['calibration']['seq_len']}, seed {result['calibration']['seed']}",
+        "- ideal = dense FLOPs / pruned FLOPs of the phase (nirvana.flops.phase_flops); "
+        "speed-up = pruned / dense tok/s (wall clock); CPU-time speed-up = the same from process CPU seconds "
+        "(robust to other processes on a shared CPU when threads = 1)",
+        "",
+        "| sparsity | params (M) | batch | prefill tok/s | decode tok/s | ms/step | peak MiB "
+        "| prefill x (ideal) | decode x (ideal) | prefill x CPU-time | decode x CPU-time |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in result["rows"]:
+        lines.append(
+            f"| {r['sparsity']:.0%} | {r['params'] / 1e6:.1f} | {r['batch_size']} | {r['prefill_tokens_per_s']:.0f} "
+            f"| {r['decode_tokens_per_s']:.1f} | {r['latency_ms_per_token']:.1f} | {r['peak_memory_mib']:.0f} "
+            f"| {r['prefill_speedup']:.2f} ({r['prefill_ideal']:.2f}) "
+            f"| {r['decode_speedup']:.2f} ({r['decode_ideal']:.2f}) "
+            f"| {r['prefill_speedup_cpu_time']:.2f} | {r['decode_speedup_cpu_time']:.2f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def plot(result: dict, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = result["rows"]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, phase in zip(axes, ("prefill", "decode")):
+        for b in sorted({r["batch_size"] for r in rows}):
+            pts = sorted((r for r in rows if r["batch_size"] == b), key=lambda r: r["sparsity"])
+            xs = [r["sparsity"] * 100 for r in pts]
+            (line,) = ax.plot(xs, [r[f"{phase}_tokens_per_s"] for r in pts], "o-", label=f"batch {b} measured")
+            dense = pts[0][f"{phase}_tokens_per_s"]
+            ideal = [dense * r[f"{phase}_ideal"] for r in pts]
+            ax.plot(xs, ideal, "--", color=line.get_color(), alpha=0.6, label=f"batch {b} ideal (FLOPs)")
+        ax.set_title(f"{phase} (torch threads = {result['machine']['threads']})")
+        ax.set_xlabel("target sparsity (%)")
+        ax.set_ylabel("tokens / s")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(f"{result['model']} on {result['machine']['device_name']}, {result['date_utc']}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write_outputs(result: dict, out_dir: Path) -> list[Path]:
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    md = out_dir / "speed.md"
+    md.write_text(markdown_table(result))
+    csv_path = out_dir / "speed.csv"
+    with open(csv_path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer.writeheader()
+        for r in result["rows"]:
+            writer.writerow({k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()})
+    raw = out_dir / "speed.json"
+    raw.write_text(json.dumps(result, indent=2, default=str))
+    return [md, csv_path, raw, plot(result, out_dir / "speed.png")]
+
+
+def cmd_speed(args) -> int:
+    import torch
+
+    if args.threads is not None:
+        if args.threads < 1:
+            raise InvalidInput(f"--threads must be a positive integer, got {args.threads}.")
+        torch.set_num_threads(args.threads)
+    try:
+        sparsities, batch_sizes = parse_float_list(args.sparsities), parse_int_list(args.batch_sizes)
+    except ValueError as exc:
+        raise InvalidInput("--sparsities and --batch-sizes must be comma-separated numbers, e.g. 0,0.2,0.5.") from exc
+    lm = load_from_args(args)
+    result = run_speed_bench(
+        lm,
+        sparsities,
+        batch_sizes=batch_sizes,
+        prompt_len=args.prompt_len,
+        new_tokens=args.new_tokens,
+        repeats=args.repeats,
+        warmup=args.warmup,
+        calib=args.calib,
+        samples=args.samples,
+        seq_len=args.seq_len,
+        seed=args.seed,
+        progress=stderr_progress,
+    )
+    paths = write_outputs(result, Path(args.out))
+    if args.json:
+        print(json.dumps(result, indent=2, default=str))
+    else:
+        print(markdown_table(result))
+        print("wrote " + ", ".join(str(p) for p in paths))
+    return 0

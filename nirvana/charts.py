@@ -1,0 +1,402 @@
+"""Plotly figure builders for the explorer: saliency heatmaps, allocation bars, sweeps, Pareto.
+
+No streamlit here: the app, notebooks and tests build the same figures. Inputs are plain
+tensors / arrays / dicts so a figure can be made from cached scores without a model.
+
+Heatmaps use a log colour scale (z = log10 score, the colour bar labelled in powers of ten)
+because saliency spans several orders of magnitude across layers; hover shows the raw score.
+Neuron heatmaps are binned to at most `bins` columns per layer (`[L, I]` with I = 1536 would
+be 46k cells, too heavy to resend on every slider move): "sorted" bins neurons by their rank
+within the layer (best first), "index" bins them by position.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+KEPT = "#2a9d8f"
+PRUNED = "#e76f51"
+UNIFORM = "#264653"
+COLORSCALE = "Viridis"
+# Overlay for pruned units: transparent (kept) -> dark (pruned); z is the pruned fraction of a cell.
+PRUNED_OVERLAY = [[0.0, "rgba(0,0,0,0)"], [1.0, "rgba(20,20,20,0.72)"]]
+NEURON_MODES = ("sorted", "index")
+
+
+def as_array(x) -> np.ndarray:
+    """Tensor / list / array -> float64 numpy (CPU)."""
+    if hasattr(x, "detach"):
+        x = x.detach().float().cpu().numpy()
+    return np.asarray(x, dtype=np.float64)
+
+
+def log10_scores(scores: np.ndarray) -> np.ndarray:
+    """log10 of non-negative scores; zeros map to one decade below the smallest positive score."""
+    positive = scores[scores > 0]
+    floor = positive.min() / 10 if positive.size else 1e-12
+    return np.log10(np.maximum(scores, floor))
+
+
+def _log_colorbar(z: np.ndarray, title: str) -> dict:
+    """Colour bar for z = log10(score), labelled in scores: ticks at 1, 2, 5 x 10^k inside the range."""
+    finite = z[np.isfinite(z)]
+    lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+    mantissas = (1, 2, 5) if hi - lo < 3 else (1,)
+    ticks = [
+        (k + math.log10(m), m * 10.0**k)
+        for k in range(math.floor(lo), math.ceil(hi) + 1)
+        for m in mantissas
+        if lo <= k + math.log10(m) <= hi
+    ]
+    step = max(1, math.ceil(len(ticks) / 7))
+    ticks = ticks[::step] or [(lo, 10**lo)]
+    return {
+        "title": {"text": title},
+        "tickvals": [t for t, _ in ticks],
+        "ticktext": [f"{v:.3g}" for _, v in ticks],
+    }
+
+
+def _layout(fig: go.Figure, title: str, height: int) -> go.Figure:
+    fig.update_layout(title={"text": title, "x": 0.01}, height=height, margin={"l": 60, "r": 20, "t": 50, "b": 45})
+    return fig
+
+
+def kv_heatmap(attn, pruned=None, title: str = "KV-group scores") -> go.Figure:
+    """Heatmap of KV-group scores `attn: [L, Hkv]`; `pruned: [L, Hkv]` bool marks units a plan removes.
+
+    Rows are layers (layer 0 at the bottom), columns KV groups. Pruned cells are darkened and
+    crossed, so the overlay reads even on a 30 x 3 grid.
+    """
+    s = as_array(attn)  # (L, Hkv)
+    z = log10_scores(s)
+    num_layers, hkv = s.shape
+    fig = go.Figure(
+        go.Heatmap(
+            z=z.astype(np.float32),
+            x=list(range(hkv)),
+            y=list(range(num_layers)),
+            customdata=s.astype(np.float32),
+            colorscale=COLORSCALE,
+            colorbar=_log_colorbar(z, "score"),
+            hovertemplate="layer %{y}<br>KV group %{x}<br>score %{customdata:.3e}<extra></extra>",
+            name="score",
+        )
+    )
+    if pruned is not None:
+        p = as_array(pruned).astype(bool)
+        fig.add_trace(_overlay(p.astype(np.float32), list(range(hkv)), list(range(num_layers))))
+        layers, groups = np.nonzero(p)
+        fig.add_trace(
+            go.Scatter(
+                x=groups.tolist(),
+                y=layers.tolist(),
+                mode="markers",
+                marker={"symbol": "x-thin", "size": 9, "line": {"width": 2, "color": PRUNED}},
+                name="pruned",
+                hoverinfo="skip",
+            )
+        )
+    fig.update_xaxes(title_text="KV group", dtick=1)
+    fig.update_yaxes(title_text="layer")
+    return _layout(fig, title, 420)
+
+
+def _bins(n: int, bins: int) -> list[np.ndarray]:
+    return np.array_split(np.arange(n), min(n, bins))
+
+
+def bin_neurons(mlp, pruned=None, mode: str = "sorted", bins: int = 128):
+    """Bin `mlp: [L, I]` to `[L, B]`: (mean score, pruned fraction or None, first/last unit of each bin).
+
+    `sorted`: neurons are ordered by score within each layer (best first), so column b holds
+    ranks of the layer; `index`: column b holds neurons by position. B = min(I, bins).
+    """
+    if mode not in NEURON_MODES:
+        raise ValueError(f"mode must be one of {NEURON_MODES}, got {mode!r}")
+    s = as_array(mlp)  # (L, I)
+    p = as_array(pruned).astype(bool) if pruned is not None else None
+    if mode == "sorted":
+        order = np.argsort(-s, axis=1, kind="stable")  # (L, I) best first
+        s = np.take_along_axis(s, order, axis=1)
+        p = np.take_along_axis(p, order, axis=1) if p is not None else None
+    groups = _bins(s.shape[1], bins)
+    mean = np.stack([s[:, g].mean(axis=1) for g in groups], axis=1)  # (L, B)
+    frac = np.stack([p[:, g].mean(axis=1) for g in groups], axis=1) if p is not None else None
+    edges = np.array([[g[0], g[-1]] for g in groups])  # (B, 2)
+    return mean, frac, edges
+
+
+def neuron_heatmap(mlp, pruned=None, mode: str = "sorted", bins: int = 128, title: str = "MLP neuron scores"):
+    """Heatmap of neuron scores `mlp: [L, I]`, binned (see `bin_neurons`); pruned fraction overlaid."""
+    mean, frac, edges = bin_neurons(mlp, pruned, mode, bins)
+    num_layers, num_bins = mean.shape
+    z = log10_scores(mean)
+    unit = "rank" if mode == "sorted" else "neuron"
+    x = list(range(num_bins))
+    first = np.broadcast_to(edges[:, 0], mean.shape)
+    last = np.broadcast_to(edges[:, 1], mean.shape)
+    custom = np.stack([first, last, mean, frac if frac is not None else np.zeros_like(mean)], axis=-1)
+    hover = f"layer %{{y}}<br>{unit}s %{{customdata[0]:d}}-%{{customdata[1]:d}}<br>mean score %{{customdata[2]:.3e}}"
+    if frac is not None:
+        hover += "<br>pruned %{customdata[3]:.0%}"
+    fig = go.Figure(
+        go.Heatmap(
+            z=z.astype(np.float32),
+            x=x,
+            y=list(range(num_layers)),
+            customdata=custom.astype(np.float32),
+            colorscale=COLORSCALE,
+            colorbar=_log_colorbar(z, "score"),
+            hovertemplate=hover + "<extra></extra>",
+            name="score",
+        )
+    )
+    if frac is not None:
+        fig.add_trace(_overlay(frac.astype(np.float32), x, list(range(num_layers))))
+    width = edges[0, 1] - edges[0, 0] + 1
+    label = f"{unit} bin ({width} per column{', best first' if mode == 'sorted' else ''})"
+    fig.update_xaxes(title_text=label)
+    fig.update_yaxes(title_text="layer")
+    return _layout(fig, title, 420)
+
+
+def _overlay(fraction: np.ndarray, x, y) -> go.Heatmap:
+    return go.Heatmap(
+        z=fraction,
+        x=x,
+        y=y,
+        zmin=0,
+        zmax=1,
+        colorscale=PRUNED_OVERLAY,
+        showscale=False,
+        hoverinfo="skip",
+        name="pruned",
+    )
+
+
+def layer_totals(attn, mlp, title: str = "Per-layer totals") -> go.Figure:
+    """Bars of the summed KV-group scores and summed neuron scores of each layer (log y)."""
+    a, m = as_array(attn).sum(axis=1), as_array(mlp).sum(axis=1)  # (L,), (L,)
+    layers = list(range(len(a)))
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("attention: sum over KV groups", "MLP: sum over neurons"))
+    hover = "layer %{x}<br>total %{y:.3e}<extra></extra>"
+    fig.add_trace(go.Bar(x=layers, y=a, marker_color=UNIFORM, name="attention", hovertemplate=hover), 1, 1)
+    fig.add_trace(go.Bar(x=layers, y=m, marker_color=KEPT, name="MLP", hovertemplate=hover), 1, 2)
+    fig.update_yaxes(type="log")
+    fig.update_xaxes(title_text="layer")
+    fig.update_layout(showlegend=False)
+    return _layout(fig, title, 320)
+
+
+def kept_units_bars(
+    kept_kv: Sequence[int],
+    kept_neurons: Sequence[int],
+    kv_total: int,
+    neuron_total: int,
+    uniform_kv: Sequence[int] | None = None,
+    uniform_neurons: Sequence[int] | None = None,
+    title: str = "Kept units per layer",
+) -> go.Figure:
+    """Kept KV groups and kept neurons per layer (bars: global ranking; markers: uniform allocation)."""
+    layers = list(range(len(kept_kv)))
+    fig = make_subplots(
+        rows=2,
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.12,
+        subplot_titles=(f"kept KV groups (of {kv_total})", f"kept MLP neurons (of {neuron_total})"),
+    )
+    fig.add_trace(
+        go.Bar(
+            x=layers,
+            y=list(kept_kv),
+            name="global ranking",
+            marker_color=KEPT,
+            hovertemplate="layer %{x}<br>kept %{y} KV groups<extra>global</extra>",
+            legendgroup="global",
+        ),
+        1,
+        1,
+    )
+    fig.add_trace(
+        go.Bar(
+            x=layers,
+            y=list(kept_neurons),
+            name="global ranking",
+            marker_color=KEPT,
+            hovertemplate="layer %{x}<br>kept %{y} neurons<extra>global</extra>",
+            legendgroup="global",
+            showlegend=False,
+        ),
+        2,
+        1,
+    )
+    if uniform_kv is not None and uniform_neurons is not None:
+        for row, values in ((1, uniform_kv), (2, uniform_neurons)):
+            fig.add_trace(
+                go.Scatter(
+                    x=layers,
+                    y=list(values),
+                    mode="lines+markers",
+                    name="uniform allocation",
+                    line={"color": UNIFORM, "dash": "dot"},
+                    marker={"size": 5},
+                    hovertemplate="layer %{x}<br>kept %{y}<extra>uniform</extra>",
+                    legendgroup="uniform",
+                    showlegend=row == 1,
+                ),
+                row,
+                1,
+            )
+    fig.update_yaxes(range=[0, kv_total * 1.05], row=1, col=1)
+    fig.update_yaxes(range=[0, neuron_total * 1.05], row=2, col=1)
+    fig.update_xaxes(title_text="layer", row=2, col=1)
+    fig.update_layout(legend={"orientation": "h", "y": -0.18})
+    return _layout(fig, title, 460)
+
+
+def before_after_bars(rows: dict[str, tuple[float, float]], title: str = "Before / after") -> go.Figure:
+    """Grouped bars of `{label: (before, after)}` (e.g. parameters, FLOPs per token), in millions."""
+    labels = list(rows)
+    before = [rows[k][0] / 1e6 for k in labels]
+    after = [rows[k][1] / 1e6 for k in labels]
+    fig = go.Figure(
+        [
+            go.Bar(x=labels, y=before, name="dense", marker_color=UNIFORM, hovertemplate="%{y:.2f} M<extra></extra>"),
+            go.Bar(x=labels, y=after, name="pruned", marker_color=KEPT, hovertemplate="%{y:.2f} M<extra></extra>"),
+        ]
+    )
+    fig.update_layout(barmode="group")
+    fig.update_yaxes(title_text="millions")
+    return _layout(fig, title, 320)
+
+
+def bar_chart(
+    labels: Sequence[str], values: Sequence[float], highlight: int | None = None, *, title: str, y_title: str
+):
+    """Plain bars, one of them highlighted (e.g. KL per calibration candidate, the chosen one)."""
+    colours = [PRUNED if i == highlight else UNIFORM for i in range(len(labels))]
+    fig = go.Figure(
+        go.Bar(x=list(labels), y=list(values), marker_color=colours, hovertemplate="%{x}<br>%{y:.4g}<extra></extra>")
+    )
+    fig.update_yaxes(title_text=y_title)
+    return _layout(fig, title, 340)
+
+
+def sweep_chart(
+    xs: Sequence[float],
+    series: dict[str, Sequence[float | None]],
+    *,
+    x_title: str,
+    title: str,
+    marker_x: float | None = None,
+    marker_label: str = "",
+    log_y: Sequence[str] = (),
+) -> go.Figure:
+    """One subplot per series against a swept setting (sparsity or gamma); optional vertical marker."""
+    names = list(series)
+    fig = make_subplots(rows=1, cols=len(names), subplot_titles=names, horizontal_spacing=0.1)
+    for col, name in enumerate(names, start=1):
+        fig.add_trace(
+            go.Scatter(
+                x=list(xs),
+                y=list(series[name]),
+                mode="lines+markers",
+                name=name,
+                marker_color=KEPT if col == 1 else UNIFORM,
+                hovertemplate=f"{x_title} %{{x:.3g}}<br>{name} %{{y:.4g}}<extra></extra>",
+            ),
+            1,
+            col,
+        )
+        fig.update_xaxes(title_text=x_title, row=1, col=col)
+        if name in log_y:
+            fig.update_yaxes(type="log", row=1, col=col)
+        if marker_x is not None:
+            fig.add_vline(x=marker_x, line_dash="dash", line_color=PRUNED, row=1, col=col)
+    if marker_x is not None and marker_label:
+        fig.add_annotation(
+            x=marker_x, y=1.0, yref="paper", xref="x", text=marker_label, showarrow=False, font={"color": PRUNED}
+        )
+    fig.update_layout(showlegend=False)
+    return _layout(fig, title, 340)
+
+
+def pareto_front(xs: Sequence[float], ys: Sequence[float]) -> list[int]:
+    """Indices of points not dominated when x is maximised (speed) and y minimised (perplexity/KL)."""
+    front = []
+    for i, (x, y) in enumerate(zip(xs, ys)):
+        dominated = any(
+            (xo >= x and yo <= y) and (xo > x or yo < y) for j, (xo, yo) in enumerate(zip(xs, ys)) if j != i
+        )
+        if not dominated:
+            front.append(i)
+    return sorted(front, key=lambda i: xs[i])
+
+
+def pareto_chart(
+    xs: Sequence[float],
+    ys: Sequence[float],
+    labels: Sequence[str],
+    *,
+    x_title: str,
+    y_title: str,
+    title: str = "Pareto: quality vs speed",
+    selected: int | None = None,
+) -> go.Figure:
+    """Scatter of every swept plan with the Pareto front joined; `customdata` holds the point index."""
+    front = pareto_front(xs, ys)
+    fig = go.Figure(
+        go.Scatter(
+            x=list(xs),
+            y=list(ys),
+            mode="markers",
+            name="plans",
+            text=list(labels),
+            customdata=list(range(len(xs))),
+            marker={"size": 11, "color": UNIFORM},
+            hovertemplate="%{text}<br>" + x_title + " %{x:.4g}<br>" + y_title + " %{y:.4g}<extra></extra>",
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=[xs[i] for i in front],
+            y=[ys[i] for i in front],
+            mode="lines",
+            name="Pareto front",
+            line={"color": KEPT, "width": 2},
+            hoverinfo="skip",
+        )
+    )
+    if selected is not None:
+        fig.add_trace(
+            go.Scatter(
+                x=[xs[selected]],
+                y=[ys[selected]],
+                mode="markers",
+                name="selected",
+                marker={"size": 18, "color": "rgba(0,0,0,0)", "line": {"width": 3, "color": PRUNED}},
+                hoverinfo="skip",
+            )
+        )
+    fig.update_xaxes(title_text=x_title)
+    fig.update_yaxes(title_text=y_title)
+    fig.update_layout(clickmode="event+select", legend={"orientation": "h", "y": -0.2})
+    return _layout(fig, title, 420)
+
+
+def pruned_masks(plan) -> tuple[np.ndarray, np.ndarray]:
+    """Boolean masks of the units a `PruningPlan` removes: (attn `[L, Hkv]`, mlp `[L, I]`), dense widths."""
+    kv, inter = plan.model["num_kv_heads"], plan.model["intermediate"]
+    attn = np.ones((len(plan.layers), max(kv)), dtype=bool)
+    mlp = np.ones((len(plan.layers), max(inter)), dtype=bool)
+    for layer in plan.layers:
+        attn[layer.layer_idx, layer.kept_kv_groups] = False
+        mlp[layer.layer_idx, layer.kept_neurons] = False
+    return attn, mlp

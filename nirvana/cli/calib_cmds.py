@@ -1,0 +1,141 @@
+"""`select-calib` (KL-guided calibration choice) and `gamma-search` (KL over a gamma grid)."""
+
+from __future__ import annotations
+
+import time
+
+from nirvana.cli.common import add_model_args, load_from_args, parse_float_list, print_json, stderr_progress
+
+
+def add_anchor_args(p) -> None:
+    p.add_argument("--anchor-samples", type=int, default=128, help="anchor sequences for the KL (default 128)")
+    p.add_argument("--anchor-seq-len", type=int, default=64, help="tokens per anchor sequence (default 64)")
+    p.add_argument("--anchor-seed", type=int, default=42)
+
+
+def _common(p) -> None:
+    add_model_args(p)
+    p.add_argument("--criterion", default="nirvana", help="data-driven criterion: nirvana, taylor, wanda")
+    p.add_argument("--gamma", type=float, default=None, help="MLP/attention pruning ratio (default: analytic gamma*)")
+    p.add_argument("--align", type=int, default=8)
+    p.add_argument("--allocation", choices=["global", "uniform"], default="global")
+    p.add_argument("--pool", default="wikitext2-valid", help="calibration pool (dataset name or .txt/.jsonl)")
+    p.add_argument("--samples", type=int, default=32, help="calibration sequences N per candidate")
+    p.add_argument("--seq-len", type=int, default=128, help="tokens per calibration sequence T")
+    p.add_argument("--micro-batch", type=int, default=0, help="sequences per forward/backward (0 = all at once)")
+    add_anchor_args(p)
+    p.add_argument("--json", action="store_true", help="print JSON only")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("select-calib", help="choose the calibration batch whose pruned model has the lowest KL")
+    _common(p)
+    p.add_argument("--sparsity", type=float, required=True, help="target fraction of decoder-block weights")
+    p.add_argument("--candidates", type=int, default=8, help="K candidate batches (seeds 0..K-1)")
+    p.add_argument("--seeds", default=None, help="explicit comma-separated candidate seeds (overrides --candidates)")
+    p.add_argument("--no-cache", action="store_true", help="recompute scores and the selection")
+    p.set_defaults(func=cmd_select_calib)
+
+    p = sub.add_parser("gamma-search", help="KL to dense over a grid of gamma values, from cached scores")
+    _common(p)
+    p.add_argument("--sparsity", default="0.2", help="one sparsity or a comma-separated list")
+    p.add_argument("--gammas", default=None, help="comma-separated gammas (default: 0.5..6 grid plus gamma*)")
+    p.add_argument("--seed", type=int, default=0, help="calibration seed (the batch avoids the anchor's documents)")
+    p.set_defaults(func=cmd_gamma_search)
+
+
+def _anchor_spec(args):
+    from nirvana.calib_select import AnchorSpec
+
+    return AnchorSpec(args.pool, args.anchor_samples, args.anchor_seq_len, args.anchor_seed)
+
+
+def cmd_select_calib(args) -> int:
+    from nirvana.calib_select import select_calibration
+
+    t0 = time.perf_counter()
+    lm = load_from_args(args)
+    seeds = [int(x) for x in args.seeds.split(",") if x.strip()] if args.seeds else None
+    selection = select_calibration(
+        lm.model,
+        lm.tokenizer,
+        sparsity=args.sparsity,
+        gamma=args.gamma,
+        criterion=args.criterion,
+        candidates=args.candidates,
+        seeds=seeds,
+        pool=args.pool,
+        samples=args.samples,
+        seq_len=args.seq_len,
+        anchor=_anchor_spec(args),
+        align=args.align,
+        allocation=args.allocation,
+        micro_batch=args.micro_batch,
+        use_cache=not args.no_cache,
+        progress=stderr_progress,
+    )
+    out = {**selection.to_dict(), "wall_seconds": round(time.perf_counter() - t0, 2)}
+    if args.json:
+        print_json(out)
+        return 0
+    source = "cache" if selection.from_cache else f"{selection.seconds:.1f} s"
+    print(f"KL(P_dense || P_pruned) on {selection.anchor['samples']} x {selection.anchor['seq_len']} anchor tokens")
+    print(f"{args.criterion}, sparsity {args.sparsity:g}, gamma {selection.settings['gamma']:.3g} ({source})")
+    for c in selection.candidates:
+        mark = "  <- chosen" if c.seed == selection.chosen_seed else ""
+        print(f"  seed {c.seed:4d}  KL {c.kl:.6f}{mark}")
+    for note in selection.notes:
+        print(f"note: {note}")
+    return 0
+
+
+def cmd_gamma_search(args) -> int:
+    from nirvana.calib_select import anchor_batch, candidate_batch
+    from nirvana.gamma_search import gamma_grid, gamma_search
+    from nirvana.kl import DenseReference
+    from nirvana.scorers import SCORERS, compute_scores
+    from nirvana.shapes import model_shape
+
+    t0 = time.perf_counter()
+    lm = load_from_args(args)
+    anchor = anchor_batch(lm.tokenizer, _anchor_spec(args))
+    batch = None
+    if SCORERS.get(args.criterion, (None, True))[1]:
+        batch = candidate_batch(
+            lm.tokenizer, anchor, source=args.pool, samples=args.samples, seq_len=args.seq_len, seed=args.seed
+        )
+    scores = compute_scores(
+        lm.model, args.criterion, batch, seed=args.seed, micro_batch=args.micro_batch, progress=stderr_progress
+    )
+    reference = DenseReference(lm.model, anchor.input_ids, progress=stderr_progress)
+    gammas = parse_float_list(args.gammas) if args.gammas else None
+    if args.gamma is not None:  # an explicit --gamma joins the grid
+        gammas = (gammas or gamma_grid(model_shape(lm.model))) + [args.gamma]
+    result = gamma_search(
+        lm.model,
+        scores,
+        reference,
+        gammas=gammas,
+        sparsities=parse_float_list(args.sparsity),
+        align=args.align,
+        allocation=args.allocation,
+        progress=stderr_progress,
+    )
+    out = {
+        **result.to_dict(),
+        "scores_cached": bool(scores.meta.get("cache_hit")),
+        "score_seconds": scores.meta.get("seconds"),
+        "calibration": scores.calibration,
+        "wall_seconds": round(time.perf_counter() - t0, 2),
+    }
+    if args.json:
+        print_json(out)
+        return 0
+    print(f"{result.criterion} scores ({'cached' if out['scores_cached'] else 'computed'}), {result.allocation}")
+    for sparsity in result.sparsities:
+        best = result.best(sparsity)
+        print(f"sparsity {sparsity:g} (gamma* = {result.gamma_default:.3g}):")
+        for p in (p for p in result.points if p.sparsity == sparsity):
+            mark = "  <- best" if p is best else ""
+            print(f"  gamma {p.gamma:6.3g}  KL {p.kl:.6f}  achieved {p.achieved_block_sparsity:.3f}{mark}")
+    return 0

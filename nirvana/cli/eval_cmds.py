@@ -1,0 +1,335 @@
+"""`eval` (measure one model) and `compare` (dense vs pruned, with ratios)."""
+
+from __future__ import annotations
+
+import sys
+
+from nirvana.cli.common import (
+    add_model_args,
+    heavy,
+    load_from_args,
+    parse_int_list,
+    print_json,
+    record,
+    stderr_progress,
+)
+from nirvana.errors import InvalidInput
+
+
+def add_eval_args(p) -> None:
+    g = p.add_argument_group("perplexity")
+    g.add_argument("--ppl", default=None, help="comma-separated datasets: wikitext2, ptb, wikitext2-valid, pydoc, FILE")
+    g.add_argument("--max-tokens", type=int, default=None, help="token budget per dataset (default: the whole text)")
+    g.add_argument("--seq-len", type=int, default=512, help="window length (default 512, the paper's)")
+    g.add_argument("--ppl-batch-size", type=int, default=4, help="windows per forward pass")
+    g.add_argument("--fallback", action="store_true", help="use the embedded Python docs when a dataset is missing")
+    g = p.add_argument_group("speed and memory")
+    g.add_argument("--speed", action="store_true", help="measure prefill/decode tokens/s and peak memory")
+    g.add_argument("--batch-sizes", default="1,8,32", help="comma-separated batch sizes (default 1,8,32)")
+    g.add_argument("--prompt-len", type=int, default=128, help="prompt tokens per sequence")
+    g.add_argument("--new-tokens", type=int, default=32, help="generated tokens per sequence (decode)")
+    g.add_argument("--repeats", type=int, default=3, help="timed runs per batch size (median reported)")
+    g.add_argument("--warmup", type=int, default=1, help="untimed runs first")
+    g.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    g = p.add_argument_group("zero-shot tasks (lm-evaluation-harness)")
+    g.add_argument("--tasks", default=None, help="comma-separated harness task names, e.g. arc_easy,piqa")
+    g.add_argument("--limit", type=int, default=None, help="documents per task (quick, not comparable to the paper)")
+    g.add_argument("--num-fewshot", type=int, default=None)
+    g.add_argument("--task-path", default=None, help="folder of extra task YAMLs (lm-eval include_path)")
+    g = p.add_argument_group("generations")
+    g.add_argument("--generate", action="store_true", help="continue the prompt set")
+    g.add_argument("--prompts", default=None, help="JSON prompt file (default assets/prompts.json)")
+    g.add_argument("--max-new-tokens", type=int, default=48)
+    g.add_argument("--sample", action="store_true", help="sample (temperature 0.7, top-p 0.9) instead of greedy")
+    g.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-cache", action="store_true", help="recompute perplexity/tasks even if cached")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("eval", help="perplexity, speed/memory, zero-shot tasks and generations of one model")
+    add_model_args(p)
+    add_eval_args(p)
+    p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("compare", help="evaluate a dense and a pruned model side by side, with ratios")
+    add_model_args(p, default=None, flag="--dense")
+    p.add_argument("--pruned", required=True, help="pruned folder (from `prune --out`) or any model")
+    for flag, default, text in (
+        ("--dtype", "auto", "auto, float32, bfloat16, float16"),
+        ("--device", "auto", "auto, cpu, cuda, cuda:N"),
+    ):
+        p.add_argument(flag, default=default, help=text)
+    add_eval_args(p)
+    p.set_defaults(func=cmd_compare)
+
+
+def _check(args) -> None:
+    if args.threads is not None:
+        if args.threads < 1:
+            raise InvalidInput(f"--threads must be a positive integer, got {args.threads}.")
+        import torch
+
+        torch.set_num_threads(args.threads)
+    try:
+        args.batch_size_list = parse_int_list(args.batch_sizes)
+    except ValueError as exc:
+        raise InvalidInput(
+            f"--batch-sizes must be comma-separated integers such as 1,8,32, got {args.batch_sizes!r}."
+        ) from exc
+    if not any((args.ppl, args.speed, args.tasks, args.generate)):
+        args.ppl = "wikitext2"  # the field's main number, when nothing else was asked for
+
+
+def _datasets(args) -> list[str]:
+    return [d.strip() for d in (args.ppl or "").split(",") if d.strip()]
+
+
+def static_facts(model) -> dict:
+    """Parameters and analytic FLOPs per token (no measurement)."""
+    from nirvana.flops import summary
+    from nirvana.shapes import model_shape
+
+    return summary(model_shape(model))
+
+
+def perplexities(model, tokenizer, args) -> dict:
+    from nirvana.perplexity import perplexity
+
+    out = {}
+    for name in _datasets(args):
+        r = perplexity(
+            model,
+            tokenizer,
+            name,
+            seq_len=args.seq_len,
+            max_tokens=args.max_tokens,
+            batch_size=args.ppl_batch_size,
+            fallback=args.fallback,
+            use_cache=not args.no_cache,
+            progress=stderr_progress,
+        )
+        out[name] = r.to_dict()
+    return out
+
+
+def phase_ideals(dense_model, pruned_model, args) -> dict:
+    """Ideal (FLOPs) speed-ups of prefill and decode at the measured prompt and generation lengths."""
+    from nirvana.flops import phase_flops
+    from nirvana.shapes import model_shape
+
+    d = phase_flops(model_shape(dense_model), args.prompt_len, args.new_tokens)
+    p = phase_flops(model_shape(pruned_model), args.prompt_len, args.new_tokens)
+    return {"prefill": d["prefill"] / p["prefill"], "decode": d["decode"] / p["decode"]}
+
+
+def speed_kwargs(args) -> dict:
+    return {
+        "batch_sizes": args.batch_size_list,
+        "prompt_len": args.prompt_len,
+        "new_tokens": args.new_tokens,
+        "repeats": args.repeats,
+        "warmup": args.warmup,
+        "progress": stderr_progress,
+    }
+
+
+def add_phase_flops(speed: dict, model, args) -> None:
+    from nirvana.flops import phase_flops
+    from nirvana.shapes import model_shape
+
+    speed["flops_per_token_phase"] = phase_flops(model_shape(model), args.prompt_len, args.new_tokens)
+
+
+def run_tasks_for(model, tokenizer, args) -> dict:
+    from nirvana.tasks import run_tasks
+
+    return run_tasks(
+        model,
+        tokenizer,
+        args.tasks,
+        limit=args.limit,
+        num_fewshot=args.num_fewshot,
+        include_path=args.task_path,
+        use_cache=not args.no_cache,
+        progress=stderr_progress,
+    )
+
+
+def generation_kwargs(args) -> dict:
+    from nirvana.generation import load_prompts
+
+    return {
+        "prompts": load_prompts(args.prompts),
+        "max_new_tokens": args.max_new_tokens,
+        "do_sample": args.sample,
+        "seed": args.seed,
+        "progress": stderr_progress,
+    }
+
+
+def evaluate(lm, args) -> dict:
+    """Everything `eval` was asked for, on one loaded model."""
+    result = {"model": lm.name, "source": lm.source, **static_facts(lm.model)}
+    if args.ppl:
+        result["ppl"] = perplexities(lm.model, lm.tokenizer, args)
+    if args.speed:
+        from nirvana.speed import measure_speed
+
+        result["speed"] = measure_speed(lm.model, **speed_kwargs(args))
+        add_phase_flops(result["speed"], lm.model, args)
+    if args.tasks:
+        result["tasks"] = run_tasks_for(lm.model, lm.tokenizer, args)
+    if args.generate:
+        from nirvana.generation import generate
+
+        result["generations"] = generate(lm.model, lm.tokenizer, **generation_kwargs(args))
+    return result
+
+
+def cmd_eval(args) -> int:
+    _check(args)
+    with heavy(args, "eval"):
+        lm = load_from_args(args)
+        result = evaluate(lm, args)
+    result["run"] = record("eval", args, result, _run_summary(result))
+    if args.json:
+        print_json(result)
+    else:
+        print_summary(result)
+    return 0
+
+
+def _run_summary(result: dict) -> dict:
+    """The few numbers the runs list shows for an evaluation."""
+    summary = {"model": result.get("model"), "params": result.get("params")}
+    summary.update({f"ppl_{k}": v["ppl"] for k, v in result.get("ppl", {}).items()})
+    return summary
+
+
+def speed_ratios(dense: dict, pruned: dict, ideals: dict) -> list[dict]:
+    """Per batch size: measured speed-ups (pruned/dense), ideal (FLOPs) ones and the fraction reached."""
+    rows = []
+    for d, p in zip(dense["results"], pruned["results"]):
+        prefill = p["prefill_tokens_per_s"] / d["prefill_tokens_per_s"]
+        decode = p["decode_tokens_per_s"] / d["decode_tokens_per_s"]
+        rows.append(
+            {
+                "batch_size": d["batch_size"],
+                "prefill_speedup": prefill,
+                "prefill_ideal": ideals["prefill"],
+                "prefill_fraction_of_ideal": prefill / ideals["prefill"],
+                "decode_speedup": decode,
+                "decode_ideal": ideals["decode"],
+                "decode_fraction_of_ideal": decode / ideals["decode"],
+                "prefill_speedup_cpu_time": p["prefill_tokens_per_cpu_s"] / d["prefill_tokens_per_cpu_s"],
+                "decode_speedup_cpu_time": p["decode_tokens_per_cpu_s"] / d["decode_tokens_per_cpu_s"],
+                "peak_memory_ratio": p["peak_memory_bytes"] / d["peak_memory_bytes"],
+            }
+        )
+    return rows
+
+
+def compare(dense, pruned, args) -> dict:
+    """Both models' figures and the ratios between them (speed measured interleaved)."""
+    out = {
+        "dense": {"model": dense.name, "source": dense.source, **static_facts(dense.model)},
+        "pruned": {"model": pruned.name, "source": pruned.source, **static_facts(pruned.model)},
+    }
+    ratios = {
+        "params": out["pruned"]["params"] / out["dense"]["params"],
+        "flops_per_token": out["pruned"]["flops_per_token"] / out["dense"]["flops_per_token"],
+        "ideal_speedup": out["dense"]["flops_per_token"] / out["pruned"]["flops_per_token"],
+        "ideal_speedup_context": out["dense"]["flops_context"],
+    }
+    if args.ppl:
+        out["dense"]["ppl"] = perplexities(dense.model, dense.tokenizer, args)
+        out["pruned"]["ppl"] = perplexities(pruned.model, pruned.tokenizer, args)
+        ratios["ppl"] = {k: out["pruned"]["ppl"][k]["ppl"] / v["ppl"] for k, v in out["dense"]["ppl"].items()}
+    if args.speed:
+        from nirvana.speed import measure_speeds
+
+        speeds = measure_speeds({"dense": dense.model, "pruned": pruned.model}, **speed_kwargs(args))
+        for key, lm in (("dense", dense), ("pruned", pruned)):
+            out[key]["speed"] = speeds[key]
+            add_phase_flops(speeds[key], lm.model, args)
+        ratios["speed"] = speed_ratios(speeds["dense"], speeds["pruned"], phase_ideals(dense.model, pruned.model, args))
+        ratios["speed_method"] = "pruned / dense tokens per second, repeats interleaved; ideal = dense / pruned FLOPs"
+    if args.tasks:
+        out["dense"]["tasks"] = run_tasks_for(dense.model, dense.tokenizer, args)
+        out["pruned"]["tasks"] = run_tasks_for(pruned.model, pruned.tokenizer, args)
+        ratios["tasks"] = {
+            name: {
+                m: out["pruned"]["tasks"]["tasks"][name].get(m, float("nan")) - v.get(m, float("nan"))
+                for m in ("acc", "acc_norm")
+                if m in v
+            }
+            for name, v in out["dense"]["tasks"]["tasks"].items()
+        }
+        ratios["tasks_note"] = "pruned minus dense accuracy"
+    if args.generate:
+        from nirvana.generation import side_by_side
+
+        out["generations"] = side_by_side(
+            dense.model, pruned.model, dense.tokenizer, pruned_tokenizer=pruned.tokenizer, **generation_kwargs(args)
+        )
+    out["ratios"] = ratios
+    return out
+
+
+def cmd_compare(args) -> int:
+    _check(args)
+    with heavy(args, "compare", f"{args.dense} vs {args.pruned}"):
+        dense = load_from_args(args, args.dense)
+        pruned = load_from_args(args, args.pruned)
+        result = compare(dense, pruned, args)
+    ppl_ratios = {f"ppl_ratio_{k}": v for k, v in result["ratios"].get("ppl", {}).items()}
+    result["run"] = record("compare", args, result, {"dense": args.dense, "pruned": args.pruned, **ppl_ratios})
+    if args.json:
+        print_json(result)
+    else:
+        print_summary(result["dense"], "dense")
+        print_summary(result["pruned"], "pruned")
+        print_ratios(result["ratios"])
+    return 0
+
+
+def print_summary(r: dict, title: str | None = None) -> None:
+    w = sys.stdout.write
+    w(f"== {title or r['model']} ({r['model']}) ==\n")
+    w(f"params {r['params']:,}   FLOPs/token {r['flops_per_token'] / 1e6:.1f} M (context {r['flops_context']})\n")
+    for name, p in r.get("ppl", {}).items():
+        w(f"ppl {name}:{p['split']} = {p['ppl']:.3f}  ({p['tokens']} tokens, {p['windows']} x {p['seq_len']})\n")
+    if "speed" in r:
+        s = r["speed"]
+        w(
+            f"speed on {s['device_name']}, torch {s['torch_version']}, {s['threads']} threads "
+            f"(median of {s['repeats']})\n"
+        )
+        for x in s["results"]:
+            w(
+                f"  batch {x['batch_size']:>3}: prefill {x['prefill_tokens_per_s']:8.1f} tok/s  decode "
+                f"{x['decode_tokens_per_s']:7.1f} tok/s  {x['latency_ms_per_token']:7.1f} ms/step  "
+                f"peak {x['peak_memory_bytes'] / 2**20:7.1f} MiB\n"
+            )
+    for name, t in r.get("tasks", {}).get("tasks", {}).items():
+        w(f"task {name}: acc {t.get('acc', float('nan')):.4f}  acc_norm {t.get('acc_norm', float('nan')):.4f}\n")
+    for g in r.get("generations", []):
+        w(f"[{g['id']}] {g['prompt']}\n  -> {g['output']}\n")
+
+
+def print_ratios(r: dict) -> None:
+    w = sys.stdout.write
+    w(
+        f"== ratios ==\nparams {r['params']:.3f}  FLOPs {r['flops_per_token']:.3f}  "
+        f"ideal speed-up {r['ideal_speedup']:.2f}x\n"
+    )
+    for name, v in r.get("ppl", {}).items():
+        w(f"ppl {name}: pruned/dense {v:.3f}\n")
+    for x in r.get("speed", []):
+        w(
+            f"batch {x['batch_size']:>3}: prefill {x['prefill_speedup']:.2f}x (ideal {x['prefill_ideal']:.2f}x, "
+            f"{x['prefill_fraction_of_ideal']:.0%})  decode {x['decode_speedup']:.2f}x "
+            f"(ideal {x['decode_ideal']:.2f}x, "
+            f"{x['decode_fraction_of_ideal']:.0%})  memory {x['peak_memory_ratio']:.2f}\n"
+        )

@@ -1,0 +1,30 @@
+"""The paper's headline figures (METHOD.md section 7), as data for display beside our own.
+
+They are Llama-3.1-8B numbers measured by the authors on an A100; nothing here was measured by
+this project, and every frame or table built from them carries that label.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+REFERENCE_PATH = Path(__file__).resolve().parents[1] / "assets" / "paper_reference.json"
+
+
+@lru_cache(maxsize=1)
+def _load(path: str) -> dict:
+    return json.loads(Path(path).read_text())
+
+
+def paper_reference(path: str | Path | None = None) -> dict:
+    """The whole reference file: {label, source, model, hardware, accuracy, speed, pruning_time, unverified}."""
+    return json.loads(json.dumps(_load(str(path or REFERENCE_PATH))))  # a copy: callers may edit it
+
+
+def reference_rows(section: str = "speed", path: str | Path | None = None) -> list[dict]:
+    """One section ("accuracy" or "speed") as rows, each labelled with the model, hardware and source."""
+    data = paper_reference(path)
+    tag = {"source": "paper", "model": data["model"], "hardware": data["hardware"]}
+    return [{**row, **tag} for row in data[section]]

@@ -1,0 +1,169 @@
+"""Page 3: sparsity and gamma sliders -> a plan, instantly, from cached scores."""
+
+from __future__ import annotations
+
+import math
+
+import streamlit as st
+
+from nirvana import charts
+from nirvana.allocation import MAX_SPARSITY, default_gamma
+from nirvana.flops import DEFAULT_CONTEXT, flops_per_token
+from nirvana.shapes import ModelShape
+from ui import frame, resources, state
+from ui.errors import guard
+
+ALIGNS = (1, 8, 16, 64, 128)
+GAMMA_STEP = 0.05
+EXPLANATION = r"""
+**What is shown.** A *plan*: which KV groups and neurons each layer keeps at the chosen sparsity.
+It is recomputed from the cached scores on every slider move (no gradients: milliseconds).
+
+**The formulas.** Sparsity $s$ is the fraction of decoder-block weights to remove. One KV group
+costs $c_a = 2(g+1)d$ weights per hidden unit, one neuron $c_m = 3$. $\gamma$ = (fraction of
+neurons pruned) / (fraction of KV groups pruned) splits the budget:
+
+$$p_a = s\,\frac{H_{kv} c_a + I c_m}{H_{kv} c_a + \gamma I c_m},\qquad
+n_{attn} = \lfloor p_a L H_{kv} \rfloor,\quad n_{mlp} = \lfloor \gamma p_a L I \rfloor .$$
+
+Then **global ranking**: all KV groups of all layers are sorted together and the $n_{attn}$ lowest
+go; all neurons likewise. Each layer keeps at least one KV group, and its kept neurons are rounded
+up to a multiple of the alignment (fast matrix kernels like widths divisible by 8).
+The analytic default $\gamma^\ast = 3Ig / (2dH_{kv}(g+1)^2)$ balances the two so that pruning a
+KV group and a neuron cost the same per parameter, corrected for grouped-query attention.
+
+**How to read it.** Bars: units each layer keeps under global ranking; dotted markers: the
+*uniform* allocation (the same sparsity in every layer) for contrast. On the heatmaps, darkened
+cells (and crosses) are the units that go. *Achieved* block sparsity differs slightly from the
+target because units are whole and neurons are aligned; the *total* parameter reduction is
+smaller still, because embeddings are never pruned.
+"""
+
+
+def _sliders(shape: ModelShape) -> tuple[float, float, int]:
+    gamma_star = default_gamma(shape)
+    gamma_default = round(round(gamma_star / GAMMA_STEP) * GAMMA_STEP, 2)
+    gamma_max = float(max(10.0, math.ceil(3 * gamma_star)))
+    st.session_state.setdefault("sparsity", 0.2)
+    st.session_state.setdefault("gamma", gamma_default)
+    aligns = [a for a in ALIGNS if a <= min(shape.intermediate)]
+    st.session_state.setdefault("align", 8 if 8 in aligns else aligns[-1])
+    c1, c2, c3 = st.columns([4, 4, 2])
+    sparsity = c1.slider(
+        "Target sparsity s (fraction of block weights removed)",
+        0.0,
+        min(0.9, MAX_SPARSITY),
+        step=0.01,
+        key="sparsity",
+    )
+    gamma = c2.slider(
+        f"γ: neuron vs KV-group pruning ratio (analytic γ* = {gamma_star:.2f})",
+        GAMMA_STEP,
+        gamma_max,
+        step=GAMMA_STEP,
+        key="gamma",
+        help="γ > 1 prunes MLP neurons faster than attention; the default is the analytic γ*",
+    )
+    if abs(gamma - gamma_default) > 1e-9:
+        c2.button(f"Reset γ to γ* = {gamma_default:.2f}", key="reset_gamma", on_click=_set_gamma, args=(gamma_default,))
+    else:
+        c2.caption(f"γ is at the analytic default γ* = {gamma_star:.3f}")
+    align = c3.select_slider("Align kept neurons to", aligns, key="align", help="1 = no rounding")
+    return float(sparsity), float(gamma), int(align)
+
+
+def _set_gamma(value: float) -> None:
+    st.session_state.gamma = value
+
+
+def _metrics(shape: ModelShape, plan, uniform) -> None:
+    stats = plan.stats
+    after = resources.planned_shape(shape.to_dict(), plan)
+    flops_before, flops_after = flops_per_token(shape), flops_per_token(after)
+    row = st.columns(5)
+    row[0].metric(
+        "Achieved block sparsity",
+        f"{stats['achieved_block_sparsity']:.1%}",
+        delta=f"{stats['achieved_block_sparsity'] - plan.settings['sparsity']:+.1%} vs target",
+        delta_color="off",
+    )
+    row[1].metric(
+        "Parameters",
+        f"{stats['params_after'] / 1e6:.1f} M",
+        delta=f"-{stats['total_param_reduction']:.1%} of {stats['params_before'] / 1e6:.1f} M",
+        delta_color="off",
+    )
+    row[2].metric(
+        "FLOPs / token",
+        f"{flops_after / 1e6:.1f} M",
+        delta=f"{flops_after / flops_before - 1:+.1%}",
+        delta_color="off",
+        help=f"analytic matmul FLOPs per token at a context of {DEFAULT_CONTEXT}",
+    )
+    row[3].metric(f"KV groups pruned (of {stats['kv_groups_total']})", f"{stats['kv_groups_pruned']}")
+    row[4].metric(f"Neurons pruned (of {stats['neurons_total']:,})", f"{stats['neurons_pruned']:,}")
+    st.caption(
+        f"Uniform allocation at the same target: {uniform.stats['achieved_block_sparsity']:.1%} block sparsity, "
+        f"{uniform.stats['kv_groups_pruned']} KV groups and {uniform.stats['neurons_pruned']:,} neurons pruned "
+        f"(the same number in every layer). Ideal speed-up from FLOPs: ×{flops_before / flops_after:.2f}."
+    )
+    for note in stats.get("notes") or []:
+        st.warning(note)
+
+
+@st.fragment
+def _interactive(scores_key: str, scores, shape: ModelShape) -> None:
+    """Sliders and everything they drive. A fragment: a slider move reruns only this part of the page."""
+    sparsity, gamma, align = _sliders(shape)
+    with guard("allocating the pruning budget") as g:
+        plan = resources.plan_for(scores, scores_key, shape.to_dict(), sparsity, gamma, align, "global")
+        uniform = resources.plan_for(scores, scores_key, shape.to_dict(), sparsity, gamma, align, "uniform")
+    if g.failed:
+        return
+    state.put("plan", plan)
+    _metrics(shape, plan, uniform)
+    left, right = st.columns([1, 1])
+    left.plotly_chart(
+        charts.kept_units_bars(
+            plan.kept_kv_groups,
+            plan.kept_neurons,
+            shape.num_kv_heads[0],
+            shape.intermediate[0],
+            uniform.kept_kv_groups,
+            uniform.kept_neurons,
+            title=f"Kept units per layer at s = {sparsity:.2f}, γ = {gamma:.2f}",
+        ),
+        key="kept_bars",
+    )
+    attn_mask, mlp_mask = charts.pruned_masks(plan)
+    right.plotly_chart(
+        charts.kv_heatmap(scores.attn, attn_mask, title="Which KV groups go (darkened, ×)"), key="kv_overlay"
+    )
+    mode = st.session_state.get("neuron_mode", "sorted")
+    st.plotly_chart(
+        charts.neuron_heatmap(scores.mlp, mlp_mask, mode=mode, title=f"Which neurons go (darkened; {mode} view)"),
+        key="mlp_overlay",
+    )
+    st.download_button(
+        "Download plan JSON",
+        plan.to_json,  # called only when clicked: the JSON is not rebuilt on every slider move
+        file_name=f"plan-s{sparsity:.2f}-g{gamma:.2f}.json",
+        mime="application/json",
+        key="download_plan_alloc",
+        on_click="ignore",
+    )
+
+
+def main() -> None:
+    st.title("3 · Allocation")
+    frame.explain(EXPLANATION)
+    scores_entry = frame.need_scores()
+    lm = state.model() if scores_entry is not None else None
+    if lm is None:
+        return
+    scores_key, scores = scores_entry
+    shape = ModelShape.from_dict(resources.shape_dict(lm, state.spec().key))
+    _interactive(scores_key, scores, shape)
+
+
+main()

@@ -1,0 +1,358 @@
+"""Page 5: apply the plan to a copy; compare perplexity, generations, speed and memory; save."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pandas as pd
+import streamlit as st
+
+from nirvana.errors import NirvanaError
+from nirvana.flops import ideal_speedup, phase_flops
+from nirvana.models import cache_dir
+from nirvana.shapes import count_parameters, model_shape
+from ui import evals, frame, state
+from ui.errors import guard
+from ui.progress import progress_status
+
+DATASETS = {
+    "wikitext2": "WikiText-2 test (the paper's main figure)",
+    "ptb": "Penn Treebank validation",
+    "pydoc": "Python docs shipped with CPython",
+}
+DEFAULT_PROMPTS = "The capital of France is\nIn machine learning, pruning means\ndef fibonacci(n):"
+EXPLANATION = r"""
+**What happens.** *Apply* copies the model and physically slices its matrices to the plan: rows of
+`q/k/v/gate/up` and columns of `o/down` that belong to pruned units are dropped. No masks: the
+copy is smaller and does less arithmetic. The shared dense model is never changed.
+
+**Perplexity** $=\exp(\text{mean negative log-likelihood per token})$: how surprised the model is by
+real text (lower is better; 1 would be perfect). As in the paper, the text is cut into windows of
+512 tokens and each window is scored on its own. On a CPU we evaluate a *token budget* (the first
+few windows), not the whole test set, so compare dense and pruned on the same budget only.
+
+**Speed and memory** are *measured* here on this device: prefill (reading the prompt) and decode
+(generating token by token), median of repeated runs. The *ideal* speed-up is the ratio of
+matrix-multiply FLOPs per token, what a perfectly compute-bound run would gain; small models on a
+CPU are partly memory- and overhead-bound, so the measured gain is usually below it. The paper's
+A100 figures are shown for reference only: different model, hardware and batch.
+"""
+
+
+def _apply(lm, plan) -> None:
+    key = evals.plan_key(plan)
+    pruned = state.get("pruned")
+    current = pruned is not None and pruned["plan_key"] == key
+    row = st.columns([2, 3])
+    label = "Apply the plan again" if current else "Apply the plan (slice a copy)"
+    if row[0].button(label, type="primary" if not current else "secondary", key="apply_plan"):
+        from nirvana.slicing import apply_plan
+
+        with guard("applying the plan") as g, st.spinner("Slicing a copy of the model…"):
+            start = time.perf_counter()
+            model = apply_plan(lm.model, plan)  # a copy: the cached dense model stays as it is
+            seconds = time.perf_counter() - start
+        if not g.failed:
+            state.put(
+                "pruned",
+                {
+                    "plan_key": key,
+                    "model_key": evals.pruned_model_key(state.spec().key, plan),
+                    "model": model,
+                    "params": count_parameters(model),
+                    "seconds": seconds,
+                },
+            )
+            state.clear("evals")
+    pruned = state.get("pruned")
+    if pruned is not None and pruned["plan_key"] != key:
+        row[1].warning("The plan changed since the model was pruned: apply it again to compare the new plan.")
+    elif pruned is not None:
+        dense_params = count_parameters(lm.model)
+        row[1].success(
+            f"Pruned copy: {pruned['params'] / 1e6:.2f} M parameters (dense {dense_params / 1e6:.2f} M, "
+            f"−{1 - pruned['params'] / dense_params:.1%}), sliced in {pruned['seconds']:.2f} s."
+        )
+
+
+def _evals() -> dict:
+    if "evals" not in st.session_state:
+        st.session_state.evals = {}
+    return st.session_state.evals
+
+
+def _perplexity(lm, pruned) -> None:
+    on_cpu = state.on_cpu()
+    st.session_state.setdefault("ppl_dataset", "wikitext2")
+    st.session_state.setdefault("ppl_tokens", 2048 if on_cpu else 65536)
+    st.session_state.setdefault("ppl_window", 512)
+    c = st.columns([3, 2, 2, 2])
+    dataset = c[0].selectbox("Dataset", list(DATASETS), format_func=lambda k: f"{k}: {DATASETS[k]}", key="ppl_dataset")
+    tokens = c[1].number_input("Token budget", 128, 10_000_000, step=512, key="ppl_tokens")
+    window = c[2].selectbox("Window (tokens)", [128, 256, 512, 1024, 2048], key="ppl_window")
+    if on_cpu:
+        c[3].caption("One forward pass per window, for each model: time grows with the token budget.")
+    if c[3].button("Measure perplexity", type="primary", key="measure_ppl"):
+        spec = state.spec()
+        with guard("measuring perplexity") as g, progress_status("Perplexity, dense then pruned") as progress:
+            dense = evals.perplexity(
+                lm.model,
+                lm.tokenizer,
+                spec.key,
+                dataset,
+                int(tokens),
+                int(window),
+                lambda f, m: progress(f / 2, f"dense: {m}"),
+            )
+            after = evals.perplexity(
+                pruned["model"],
+                lm.tokenizer,
+                pruned["model_key"],
+                dataset,
+                int(tokens),
+                int(window),
+                lambda f, m: progress(0.5 + f / 2, f"pruned: {m}"),
+            )
+        if not g.failed:
+            _evals()["ppl"] = (dense, after)
+    result = _evals().get("ppl")
+    if result:
+        dense, after = result
+        row = st.columns(4)
+        row[0].metric("Dense perplexity", f"{dense['ppl']:.2f}")
+        row[1].metric(
+            "Pruned perplexity",
+            f"{after['ppl']:.2f}",
+            delta=f"{after['ppl'] / dense['ppl']:.2f}× dense",
+            delta_color="off",
+        )
+        row[2].metric(
+            "Tokens evaluated",
+            f"{after['predicted_tokens']:,}",
+            help="tokens whose next-token loss is averaged: windows × (window − 1)",
+        )
+        row[3].metric("Windows", f"{after['windows']} × {after['seq_len']}")
+        st.caption(
+            f"{after['dataset']} {after['split']} from {after['origin']}; {after['tokens']:,} tokens fed of "
+            f"{after['text_tokens']:,} in the text; dense {dense['seconds']:.1f} s"
+            f"{' (cached)' if dense.get('cache_hit') else ''}, pruned {after['seconds']:.1f} s"
+            f"{' (cached)' if after.get('cache_hit') else ''}."
+        )
+        if after.get("fallback_reason"):
+            st.warning(f"Measured on the embedded Python docs instead: {after['fallback_reason']}")
+
+
+def _default_prompts() -> str:
+    from nirvana.generation import load_prompts
+
+    try:
+        return "\n".join(p["prompt"] for p in load_prompts()[:3])
+    except NirvanaError:  # the prompt file is optional here: fall back to a built-in set
+        return DEFAULT_PROMPTS
+
+
+def _generations(lm, pruned) -> None:
+    st.session_state.setdefault("prompts", _default_prompts())
+    st.session_state.setdefault("max_new_tokens", 32)
+    st.session_state.setdefault("chat_template", True)
+    c = st.columns([4, 1])
+    text = c[0].text_area("Prompts (one per line, up to 8)", key="prompts", height=110)
+    max_new = c[1].number_input("New tokens", 1, 256, step=1, key="max_new_tokens")
+    chat = c[1].checkbox("Chat template", key="chat_template", help="wrap each prompt in the model's chat template")
+    prompts = [p for p in (line.strip() for line in text.splitlines()) if p][:8]
+    if c[1].button("Generate", type="primary", key="generate") and prompts:
+        spec = state.spec()
+        with guard("generating") as g, progress_status("Greedy generation, dense then pruned") as progress:
+            dense = evals.generate(
+                lm.model,
+                lm.tokenizer,
+                spec.key,
+                prompts,
+                int(max_new),
+                chat,
+                lambda f, m: progress(f / 2, f"dense: {m}"),
+            )
+            after = evals.generate(
+                pruned["model"],
+                lm.tokenizer,
+                pruned["model_key"],
+                prompts,
+                int(max_new),
+                chat,
+                lambda f, m: progress(0.5 + f / 2, f"pruned: {m}"),
+            )
+        if not g.failed:
+            _evals()["generate"] = (dense, after)
+    result = _evals().get("generate")
+    if result:
+        dense, after = result
+        left, right = st.columns(2)
+        left.markdown("**Dense**")
+        right.markdown("**Pruned**")
+        for d, p in zip(dense, after):
+            left.markdown(f"> **{d['prompt']}** {d['output']}")
+            right.markdown(f"> **{p['prompt']}** {p['output']}")
+        same = sum(d["output"] == p["output"] for d, p in zip(dense, after))
+        st.caption(f"Greedy decoding (no sampling): {same} of {len(dense)} continuations are identical.")
+
+
+def _speed(lm, pruned) -> None:
+    dense_shape = model_shape(lm.model)
+    pruned_shape = model_shape(pruned["model"])
+    gpu = not state.on_cpu()
+    st.session_state.setdefault("speed_batches", [1, 8, 32] if gpu else [1, 4])
+    st.session_state.setdefault("speed_new_tokens", 16 if not gpu else 64)
+    st.session_state.setdefault("speed_repeats", 2 if not gpu else 3)
+    c = st.columns([3, 2, 2, 2])
+    batches = c[0].multiselect("Batch sizes", [1, 2, 4, 8, 16, 32, 64], key="speed_batches")
+    new_tokens = c[1].number_input("Decode steps", 2, 512, step=1, key="speed_new_tokens")
+    repeats = c[2].number_input("Repeats (median)", 1, 10, step=1, key="speed_repeats")
+    if c[3].button("Measure speed and memory", type="primary", key="measure_speed") and batches:
+        spec = state.spec()
+        settings = {"batch_sizes": tuple(sorted(batches)), "new_tokens": int(new_tokens), "repeats": int(repeats)}
+        with guard("measuring speed") as g, progress_status("Speed and memory, dense then pruned") as progress:
+            evals.forget_speed()
+            dense = evals.speed(lm.model, spec.key, lambda f, m: progress(f / 2, f"dense: {m}"), **settings)
+            after = evals.speed(
+                pruned["model"], pruned["model_key"], lambda f, m: progress(0.5 + f / 2, f"pruned: {m}"), **settings
+            )
+        if not g.failed:
+            _evals()["speed"] = (dense, after)
+    result = _evals().get("speed")
+    if not result:
+        st.caption("Runs a 64-token prompt (prefill) and the decode steps at each batch size; median of the repeats.")
+        return
+    dense, after = result
+    rows = []
+    for d, p in zip(dense["results"], after["results"]):
+        flops = phase_flops(dense_shape, d["prompt_len"], d["new_tokens"])
+        flops_p = phase_flops(pruned_shape, d["prompt_len"], d["new_tokens"])
+        rows.append(
+            {
+                "batch": d["batch_size"],
+                "prefill tok/s dense": round(d["prefill_tokens_per_s"], 1),
+                "prefill tok/s pruned": round(p["prefill_tokens_per_s"], 1),
+                "prefill speed-up (measured)": round(p["prefill_tokens_per_s"] / d["prefill_tokens_per_s"], 2),
+                "prefill speed-up (ideal, FLOPs)": round(flops["prefill"] / flops_p["prefill"], 2),
+                "decode tok/s dense": round(d["decode_tokens_per_s"], 1),
+                "decode tok/s pruned": round(p["decode_tokens_per_s"], 1),
+                "decode speed-up (measured)": round(p["decode_tokens_per_s"] / d["decode_tokens_per_s"], 2),
+                "decode speed-up (ideal, FLOPs)": round(flops["decode"] / flops_p["decode"], 2),
+                "peak memory dense (MB)": round(d["peak_memory_bytes"] / 2**20),
+                "peak memory pruned (MB)": round(p["peak_memory_bytes"] / 2**20),
+            }
+        )
+    table = pd.DataFrame(rows)
+    row = st.columns(3)
+    last = rows[-1]
+    row[0].metric(
+        f"Decode speed-up, batch {last['batch']}",
+        f"{last['decode speed-up (measured)']:.2f}×",
+        delta=f"ideal {last['decode speed-up (ideal, FLOPs)']:.2f}×",
+        delta_color="off",
+    )
+    row[1].metric(
+        f"Prefill speed-up, batch {last['batch']}",
+        f"{last['prefill speed-up (measured)']:.2f}×",
+        delta=f"ideal {last['prefill speed-up (ideal, FLOPs)']:.2f}×",
+        delta_color="off",
+    )
+    row[2].metric("Ideal speed-up at 512 context", f"{ideal_speedup(dense_shape, pruned_shape):.2f}×")
+    st.dataframe(table, hide_index=True, width="stretch")
+    with guard("reading the paper's speed figure"):
+        from nirvana.reference import reference_rows
+
+        for ref in reference_rows("speed"):
+            ratio = f" ({ref['pruned'] / ref['dense']:.2f}×)"
+            st.caption(
+                f"Paper, for reference only (not measured here): {ref['model']} on {ref['hardware']}, sparsity "
+                f"{ref['sparsity']:.0%}, batch {ref['batch_size']}: {ref['metric']} {ref['dense']} → {ref['pruned']} "
+                f"{ref['unit']}{ratio}."
+            )
+    st.caption(
+        f"Measured on {dense['device_name']} ({dense['device']}, {dense['dtype']}, {dense['threads']} threads, "
+        f"load average {dense.get('load_average_1min', '?')}), {dense['statistic']} of {dense['repeats']} runs. "
+        f"Memory: {dense['memory_method']}. On a shared CPU other processes change these figures."
+    )
+
+
+def _paper_reference() -> None:
+    from nirvana.reference import paper_reference, reference_rows
+
+    ref = paper_reference()
+    st.markdown(f"**{ref['label']}**")
+    st.caption(f"Source: {ref['source']}")
+    st.markdown("Speed and memory (the paper's A100 measurements):")
+    st.dataframe(pd.DataFrame(reference_rows("speed")), hide_index=True, width="stretch")
+    st.markdown("Accuracy (task metrics we do not run here):")
+    st.dataframe(pd.DataFrame(reference_rows("accuracy")), hide_index=True, width="stretch")
+    st.caption(f"Pruning time claimed by the paper: {ref['pruning_time']['claim']}.")
+    unverified = ref.get("unverified")
+    if unverified:
+        rows = pd.DataFrame(unverified["wikitext2_ppl"])
+        st.markdown(f"WikiText-2 perplexity, {unverified['label']}")
+        st.dataframe(rows, hide_index=True)
+
+
+def _save(lm, plan, pruned) -> None:
+    st.download_button(
+        "Download plan JSON",
+        plan.to_json,
+        file_name=f"plan-s{plan.settings['sparsity']:.2f}-g{plan.settings['gamma']:.2f}.json",
+        mime="application/json",
+        key="download_plan",
+        on_click="ignore",
+    )
+    if pruned is None:
+        return
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", state.spec().name.strip("/").split("/")[-1])
+    default = cache_dir() / "pruned" / f"{name}-s{plan.settings['sparsity']:.2f}-g{plan.settings['gamma']:.2f}"
+    folder = st.text_input("Save the pruned model to", value=str(default), key="save_dir")
+    if st.button("Save pruned model", key="save_pruned"):
+        from nirvana.checkpoint import save_pruned
+
+        with guard("saving the pruned model") as g, st.spinner("Writing safetensors…"):
+            path = save_pruned(pruned["model"], lm.tokenizer, plan, folder)
+        if not g.failed:
+            st.success(
+                f"Saved to `{path}` (safetensors, config with per-layer shapes, tokenizer, plan.json). "
+                "Load it on the Model page as a local directory."
+            )
+
+
+def main() -> None:
+    st.title("5 · Prune & compare")
+    frame.explain(EXPLANATION)
+    plan = frame.need_plan()
+    lm = state.model() if plan is not None else None
+    if lm is None:
+        return
+    s = plan.settings
+    st.markdown(
+        f"Plan: sparsity **{s['sparsity']:.2f}**, γ **{s['gamma']:.2f}**, align {s['align']}, criterion "
+        f"`{s['criterion']}` → **{plan.stats['achieved_block_sparsity']:.1%}** of block weights removed "
+        f"({plan.stats['total_param_reduction']:.1%} of all parameters)."
+    )
+    with guard("applying the plan"):
+        _apply(lm, plan)
+    pruned = state.get("pruned")
+    if pruned is not None and pruned["plan_key"] != evals.plan_key(plan):
+        pruned = None
+    if pruned is not None:
+        tabs = st.tabs(["Perplexity", "Generations", "Speed & memory", "Paper reference", "Save"])
+        with tabs[0], guard("the perplexity view"):
+            _perplexity(lm, pruned)
+        with tabs[1], guard("the generation view"):
+            _generations(lm, pruned)
+        with tabs[2], guard("the speed view"):
+            _speed(lm, pruned)
+        with tabs[3], guard("reading the paper's reference figures"):
+            _paper_reference()
+        with tabs[4]:
+            _save(lm, plan, pruned)
+    else:
+        _save(lm, plan, None)
+
+
+main()

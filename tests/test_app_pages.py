@@ -1,0 +1,310 @@
+"""AppTest of every page on a tiny random Llama (SmolLM2's tokenizer), asserting on what the page shows.
+
+The app starts on NIRVANA_APP_MODEL (here the tiny model folder). A small copy of the data layout
+keeps tokenization fast. Figures are compared with the library's own results for the same inputs.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TIMEOUT = 120
+
+
+def decode(value) -> np.ndarray:
+    """Plotly 7 JSON arrays: plain lists or {"dtype", "bdata" (base64), "shape"}."""
+    if isinstance(value, dict) and "bdata" in value:
+        arr = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
+        if "shape" in value:
+            arr = arr.reshape([int(x) for x in str(value["shape"]).split(",")])
+        return arr
+    return np.asarray(value)
+
+
+def charts_by_title(at) -> dict[str, dict]:
+    specs = [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
+    return {s["layout"]["title"]["text"]: s for s in specs}
+
+
+def chart(at, fragment: str) -> dict:
+    found = [s for title, s in charts_by_title(at).items() if fragment in title]
+    assert found, f"no chart titled *{fragment}*; have {list(charts_by_title(at))}"
+    return found[0]
+
+
+def metrics(at) -> dict[str, str]:
+    return {m.label: m.value for m in at.metric}
+
+
+def no_errors(at) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+
+
+@pytest.fixture(scope="session")
+def small_data_dir(tmp_path_factory):
+    """The shared data layout with ~60 KB per file (Python docs text), so tokenizing takes milliseconds."""
+    from pydoc_data.topics import topics
+
+    text = [line.strip() for key in sorted(topics) for line in topics[key].splitlines() if len(line.strip()) > 40]
+    root = tmp_path_factory.mktemp("data")
+    for rel, lines in (
+        ("wikitext-2-raw/wiki.test.raw", text[:600]),
+        ("wikitext-2-tokenized/wiki.valid.tokens", text[600:1200]),
+        ("ptb/ptb.valid.txt", text[1200:1600]),
+        ("ptb/ptb.test.txt", text[1600:2000]),
+    ):
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n".join(lines) + "\n")
+    return root
+
+
+@pytest.fixture
+def app_env(monkeypatch, tiny_with_tokenizer_dir, small_data_dir):
+    monkeypatch.setenv("NIRVANA_APP_MODEL", str(tiny_with_tokenizer_dir))
+    monkeypatch.setenv("NIRVANA_DATA_DIR", str(small_data_dir))
+    import streamlit as st
+
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    yield Path(tiny_with_tokenizer_dir)
+    st.cache_data.clear()
+    st.cache_resource.clear()
+
+
+@pytest.fixture
+def at(app_env):
+    from streamlit.testing.v1 import AppTest
+
+    app = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
+    app.run()
+    return app
+
+
+@pytest.fixture
+def tiny(app_env):
+    from nirvana.models import load_model
+
+    return load_model(str(app_env), dtype="float32", device="cpu")
+
+
+def compute(at, **choices):
+    at.switch_page("pages/saliency.py").run()
+    for key, value in choices.items():
+        widget = at.selectbox(key=key) if key.startswith(("criterion", "calib_source")) else at.number_input(key=key)
+        widget.set_value(value).run()
+    at.button(key="compute_saliency").click().run()
+    no_errors(at)
+    return at
+
+
+def test_landing_page_shows_the_three_ideas_and_scores_in_one_click(at, tiny):
+    from nirvana.calibration import calibration_batch
+    from nirvana.scorers import compute_scores
+
+    no_errors(at)
+    text = " ".join(m.value for m in at.markdown)
+    assert "Keep what the model *outputs*" in text and "globally" in text and "data that tells the story" in text
+    assert [s.value for s in at.subheader][:1] == ["The three ideas"]
+    at.button(key="quick_start").click().run()  # the one click
+    no_errors(at)
+    assert at.title[0].value == "2 · Saliency"
+    kv = chart(at, "KV-group scores")["data"][0]
+    batch = calibration_batch(tiny.tokenizer, "wikitext2-valid", samples=8, seq_len=128, seed=0, fallback=True)
+    expected = compute_scores(tiny.model, "nirvana", batch, use_cache=False)
+    np.testing.assert_allclose(decode(kv["customdata"]), expected.attn.numpy(), rtol=1e-4)
+    assert metrics(at)["KV groups × layers"] == "2 × 2" and metrics(at)["Criterion"] == "nirvana"
+
+
+def test_model_page_shows_architecture_and_survives_a_bad_model(at):
+    at.switch_page("pages/model.py").run()
+    no_errors(at)
+    m = metrics(at)
+    assert (m["Layers L"], m["Query / KV heads"], m["Head dim d"], m["MLP width I"]) == ("2", "4 / 2", "8", "48")
+    assert m["Analytic γ*"] == "1.00"  # 3 I g / (2 d Hkv (g+1)^2) = 3*48*2 / (2*8*2*9)
+    units = next(x.value for x in at.markdown if x.value.startswith("**Prunable units:**"))
+    assert "4 KV groups (2 layers × 2)" in units and "96 MLP neurons" in units
+    at.radio(key="model_source").set_value("Local directory").run()
+    at.text_input(key="model_dir").set_value("/no/such/model").run()
+    at.button(key="load_model").click().run()
+    assert not at.exception
+    assert any("ModelNotFound" in e.value for e in at.error)
+    assert metrics(at)["Layers L"] == "2"  # the previous model is still loaded and shown
+
+
+def test_saliency_compares_two_criteria_and_views(at, tiny):
+    from nirvana.scorers import compute_scores
+
+    compute(at, criterion="magnitude", criterion2="random")
+    titles = list(charts_by_title(at))
+    assert sum("magnitude" in t for t in titles) == 3 and sum("random" in t for t in titles) == 3
+    magnitude = compute_scores(tiny.model, "magnitude", None, use_cache=False)
+    kv = chart(at, "magnitude: KV-group")["data"][0]
+    np.testing.assert_allclose(decode(kv["customdata"]), magnitude.attn.numpy(), rtol=1e-5)
+    at.radio(key="neuron_mode").set_value("index").run()
+    mlp = chart(at, "magnitude: neuron")["data"][0]  # I = 48 <= 128 bins: one neuron per column
+    np.testing.assert_allclose(decode(mlp["customdata"])[..., 2], magnitude.mlp.numpy(), rtol=1e-5)
+    totals = chart(at, "magnitude: per-layer totals")["data"]
+    np.testing.assert_allclose(decode(totals[1]["y"]), magnitude.mlp.sum(1).numpy(), rtol=1e-5)
+
+
+def test_allocation_follows_the_sliders_from_cached_scores(at, tiny):
+    from nirvana.allocation import allocate, default_gamma
+    from nirvana.scorers import compute_scores
+    from nirvana.shapes import model_shape
+
+    compute(at, criterion="magnitude")
+    at.switch_page("pages/allocation.py").run()
+    no_errors(at)
+    shape = model_shape(tiny.model)
+    scores = compute_scores(tiny.model, "magnitude", None, use_cache=False)
+    assert at.slider(key="gamma").value == pytest.approx(default_gamma(shape))
+    for sparsity, gamma in ((0.5, 1.0), (0.3, 2.0)):
+        at.slider(key="sparsity").set_value(sparsity).run()
+        at.slider(key="gamma").set_value(gamma).run()
+        no_errors(at)
+        plan = allocate(scores, shape, sparsity, gamma, align=8)
+        uniform = allocate(scores, shape, sparsity, gamma, align=8, allocation="uniform")
+        bars = chart(at, "Kept units per layer")["data"]
+        assert [decode(t["y"]).tolist() for t in bars] == [
+            plan.kept_kv_groups,
+            plan.kept_neurons,
+            uniform.kept_kv_groups,
+            uniform.kept_neurons,
+        ]
+        m = metrics(at)
+        assert m["Achieved block sparsity"] == f"{plan.stats['achieved_block_sparsity']:.1%}"
+        assert m["Neurons pruned (of 96)"] == f"{plan.stats['neurons_pruned']}"
+        assert m["KV groups pruned (of 4)"] == f"{plan.stats['kv_groups_pruned']}"
+        overlay = decode(chart(at, "Which KV groups go")["data"][1]["z"])
+        assert (overlay == 0).sum(1).tolist() == plan.kept_kv_groups
+    assert at.session_state["plan"].settings["sparsity"] == 0.3
+
+
+def test_prune_page_compares_dense_and_pruned(at, tiny, tmp_path):
+    from nirvana.checkpoint import load_pruned
+    from nirvana.generation import generate
+    from nirvana.perplexity import perplexity
+    from nirvana.shapes import count_parameters
+
+    compute(at, criterion="magnitude")
+    at.switch_page("pages/allocation.py").run()
+    at.slider(key="sparsity").set_value(0.5).run()
+    plan = at.session_state["plan"]
+    at.switch_page("pages/prune.py").run()
+    at.button(key="apply_plan").click().run()
+    no_errors(at)
+    assert any(s.value.startswith("Pruned copy:") for s in at.success)
+    at.number_input(key="ppl_tokens").set_value(256).run()
+    at.selectbox(key="ppl_window").set_value(128).run()
+    at.button(key="measure_ppl").click().run()
+    no_errors(at)
+    m = metrics(at)
+    dense = perplexity(tiny.model, tiny.tokenizer, "wikitext2", seq_len=128, max_tokens=256, use_cache=False)
+    assert m["Dense perplexity"] == f"{dense.ppl:.2f}"
+    assert m["Tokens evaluated"] == "254" and m["Windows"] == "2 × 128"  # 2 windows x 127 predicted tokens
+    assert float(m["Pruned perplexity"]) != float(m["Dense perplexity"])
+    at.text_area(key="prompts").set_value("Hello there\nOne two").run()
+    at.number_input(key="max_new_tokens").set_value(4).run()
+    at.button(key="generate").click().run()
+    no_errors(at)
+    quotes = [x.value for x in at.markdown if x.value.startswith("> **")]
+    expected = generate(tiny.model, tiny.tokenizer, ["Hello there"], max_new_tokens=4)[0]["output"]
+    assert len(quotes) == 4 and quotes[0] == f"> **Hello there** {expected}"
+    assert any("Not measured by this project" in x.value for x in at.markdown)  # the paper's figures, labelled
+    at.multiselect(key="speed_batches").set_value([1]).run()
+    at.number_input(key="speed_new_tokens").set_value(2).run()
+    at.number_input(key="speed_repeats").set_value(1).run()
+    at.button(key="measure_speed").click().run()
+    no_errors(at)
+    table = at.dataframe[0].value
+    assert table["batch"].tolist() == [1] and table["decode speed-up (ideal, FLOPs)"].iloc[0] >= 1.0
+    at.text_input(key="save_dir").set_value(str(tmp_path / "pruned")).run()
+    at.button(key="save_pruned").click().run()
+    no_errors(at)
+    reloaded = load_pruned(tmp_path / "pruned")
+    assert reloaded.plan["layers"] == plan.to_dict()["layers"]
+    # The saved folder loads back on the Model page, recognised as a pruned model.
+    at.switch_page("pages/model.py").run()
+    at.radio(key="model_source").set_value("Local directory").run()
+    at.text_input(key="model_dir").set_value(str(tmp_path / "pruned")).run()
+    at.button(key="load_model").click().run()
+    no_errors(at)
+    assert any("already pruned" in i.value for i in at.info) and metrics(at)["MLP width I"] == "per layer"
+    assert metrics(at)["Parameters"] == f"{count_parameters(reloaded.model) / 1e6:.1f} M"
+    assert "plan" not in at.session_state and "pruned" not in at.session_state  # results of the old model dropped
+
+
+def test_calibration_page_chooses_the_lowest_kl(at):
+    at.switch_page("pages/calibration.py").run()
+    no_errors(at)
+    for key, value in (("kl_candidates", 2), ("kl_samples", 2), ("kl_seq_len", 32), ("kl_anchor", 2)):
+        at.number_input(key=key).set_value(value).run()
+    at.button(key="run_kl").click().run()
+    no_errors(at)
+    selection = at.session_state["kl_selection"]
+    bars = chart(at, "KL(P_dense")["data"][0]
+    kls = decode(bars["y"]).tolist()
+    assert kls == pytest.approx([c.kl for c in selection.candidates]) and len(kls) == 2
+    chosen = int(np.argmin(kls))
+    assert bars["marker"]["color"][chosen] != bars["marker"]["color"][1 - chosen]
+    assert metrics(at)["Chosen seed"] == str(selection.candidates[chosen].seed)
+    at.button(key="use_chosen").click().run()
+    no_errors(at)
+    assert at.session_state["calib_info"]["hash"] == selection.chosen.calibration["hash"]
+
+
+def test_sweep_page_measures_points_and_loads_a_plan(at):
+    compute(at, criterion="magnitude")
+    at.switch_page("pages/sweep.py").run()
+    no_errors(at)
+    at.radio(key="sweep_metric").set_value("kl").run()
+    at.text_input(key="sweep_sparsities").set_value("0.5").run()
+    at.text_input(key="sweep_gammas").set_value("0.5, 2").run()
+    at.checkbox(key="sweep_speed").uncheck().run()
+    at.button(key="run_sweep").click().run()
+    no_errors(at)
+    rows, _ = at.session_state["sweep"]
+    assert [r["axis"] for r in rows] == ["dense", "sparsity", "gamma", "gamma"]
+    assert rows[0]["quality"] == pytest.approx(0.0, abs=1e-6) and all(r["quality"] > 0 for r in rows[1:])
+    pareto = chart(at, "Pareto")["data"][0]
+    assert decode(pareto["y"]).tolist() == pytest.approx([r["quality"] for r in rows])
+    assert decode(chart(at, "Against γ")["data"][0]["x"]).tolist() == [0.5, 2.0]
+    at.selectbox(key="sweep_pick").set_value(3).run()
+    at.button(key="load_sweep_plan").click().run()
+    no_errors(at)
+    assert at.title[0].value == "3 · Allocation"
+    assert at.slider(key="gamma").value == 2.0 and at.slider(key="sparsity").value == 0.2
+    assert at.session_state["plan"].settings["gamma"] == 2.0
+
+
+def test_unexpected_errors_become_a_friendly_box(at, monkeypatch):
+    import nirvana.scorers
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(nirvana.scorers, "compute_scores", broken)
+    at.switch_page("pages/saliency.py").run()
+    at.selectbox(key="criterion").set_value("random").run()
+    at.button(key="compute_saliency").click().run()
+    assert not at.exception
+    assert any("failed unexpectedly" in e.value and "boom" in e.value for e in at.error)
+    assert at.button(key="compute_saliency")  # the page is still there and usable
+
+
+def test_invalid_input_shows_the_library_message(at):
+    at.switch_page("pages/saliency.py").run()
+    at.selectbox(key="calib_source").set_value("custom").run()
+    at.text_input(key="calib_path").set_value("/no/such/file.txt").run()
+    at.button(key="compute_saliency").click().run()
+    assert not at.exception
+    assert any("DatasetNotFound" in e.value and "does not exist" in e.value for e in at.error)
+    assert "scores" not in at.session_state and at.button(key="compute_saliency")

@@ -1,0 +1,86 @@
+"""Dataset names resolve to the right text; files are checked; failures name every place tried."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from nirvana.calibration import calibration_batch, load_npy
+from nirvana.data import load_text
+from nirvana.errors import DatasetNotFound, InvalidInput
+
+
+def test_shared_data_resolves(monkeypatch):
+    wiki = load_text("wikitext2")
+    assert wiki.split == "test" and wiki.origin.endswith("wiki.test.raw") and len(wiki.documents) > 2000
+    assert load_text("ptb").split == "validation" and load_text("ptb:test").origin.endswith("ptb.test.txt")
+    assert load_text("wikitext2-valid").origin.endswith("wiki.valid.tokens")
+
+
+def test_embedded_corpus_needs_nothing():
+    text = load_text("pydoc")
+    assert text.origin == "embedded:pydoc_data.topics" and len(text.joined()) > 100_000
+
+
+def test_missing_data_names_every_place_tried_or_falls_back_visibly(monkeypatch, tmp_path):
+    monkeypatch.setenv("NIRVANA_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    with pytest.raises(DatasetNotFound) as info:
+        load_text("wikitext2")
+    assert str(tmp_path / "wikitext-2-raw" / "wiki.test.raw") in str(info.value)
+    assert "hub dataset wikitext" in str(info.value)
+    fallback = load_text("wikitext2", fallback=True)
+    assert fallback.name == "pydoc" and "could not be found" in fallback.fallback_reason
+
+
+def test_text_and_jsonl_files(tmp_path):
+    txt = tmp_path / "a.txt"
+    txt.write_text("first line\n\nsecond line\n")
+    assert load_text(str(txt)).documents == ["first line", "second line"]
+    jsonl = tmp_path / "b.jsonl"
+    jsonl.write_text(json.dumps({"text": "hello"}) + "\n" + json.dumps({"text": "world"}) + "\n")
+    assert load_text(str(jsonl)).documents == ["hello", "world"]
+
+
+@pytest.mark.parametrize(
+    "content, match",
+    [(b"", "holds no text"), (b"  \n\n ", "holds no text"), (b"\x00\x01\x02abc", "looks binary"),
+     (b"\xff\xfe\xfa", "not UTF-8")],
+)
+def test_bad_files_are_rejected(tmp_path, content, match):
+    path = tmp_path / "bad.txt"
+    path.write_bytes(content)
+    with pytest.raises(DatasetNotFound, match=match):
+        load_text(str(path))
+
+
+def test_unknown_dataset_lists_the_accepted_names():
+    with pytest.raises(DatasetNotFound, match=r"accepted: .*wikitext2"):
+        load_text("imagenet")
+
+
+def test_calibration_batch_is_seeded_and_sized(smollm2, tmp_path):
+    tok = smollm2.tokenizer
+    a = calibration_batch(tok, "wikitext2-valid", samples=4, seq_len=64, seed=1)
+    b = calibration_batch(tok, "wikitext2-valid", samples=4, seq_len=64, seed=1)
+    c = calibration_batch(tok, "wikitext2-valid", samples=4, seq_len=64, seed=2)
+    assert a.input_ids.shape == (4, 64) and a.hash == b.hash != c.hash
+    with pytest.raises(InvalidInput, match="seq_len T must be"):
+        calibration_batch(tok, "pydoc", samples=4, seq_len=0)
+    short = tmp_path / "short.txt"
+    short.write_text("only a few words here\n")
+    with pytest.raises(InvalidInput, match="no document of at least"):
+        calibration_batch(tok, str(short), samples=4, seq_len=64)
+
+
+def test_npy_calibration(tmp_path):
+    import numpy as np
+
+    np.save(tmp_path / "ids.npy", np.arange(12).reshape(3, 4))
+    batch = load_npy(tmp_path / "ids.npy")
+    assert batch.input_ids.tolist() == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
+    np.save(tmp_path / "f.npy", np.ones((2, 2), dtype=np.float32))
+    with pytest.raises(InvalidInput, match="integer array"):
+        load_npy(tmp_path / "f.npy")

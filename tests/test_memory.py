@@ -1,0 +1,84 @@
+"""Memory planning: estimates from the config, the pre-flight check, and the OOM guard."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from nirvana import memory
+from nirvana.calibration import CalibrationBatch
+from nirvana.errors import OutOfMemory
+from nirvana.scorers import compute_scores
+from nirvana.shapes import count_block_parameters, count_parameters
+from nirvana.tiny import tiny_model
+
+
+def test_arch_sizes_match_the_built_model():
+    model = tiny_model("llama")
+    sizes = memory.ArchSizes.from_config(model.config)
+    assert sizes.block_weights == count_block_parameters(model)
+    assert sizes.total_params == count_parameters(model)
+
+
+def test_llama_31_8b_parameter_count_known_answer():
+    from transformers import LlamaConfig
+
+    from nirvana.bench.gpu import LLAMA_31_8B
+
+    sizes = memory.ArchSizes.from_config(LlamaConfig(**LLAMA_31_8B))
+    assert sizes.total_params == 8_030_261_248  # Llama-3.1-8B's published parameter count
+
+
+def test_scoring_estimate_components():
+    config = tiny_model("llama").config
+    sizes = memory.ArchSizes.from_config(config)
+    auto = memory.estimate_scoring(config, samples=8, seq_len=16, method="autograd")
+    hooks = memory.estimate_scoring(config, samples=8, seq_len=16, method="hooks")
+    hooks_mb = memory.estimate_scoring(config, samples=8, seq_len=16, micro_batch=2, method="hooks")
+    assert auto.components["weight grads"] == sizes.block_weights * 4
+    assert "weight grads" not in hooks.components and hooks.total < auto.total
+    assert hooks_mb.components["dW accumulators (fp32)"] == sizes.block_weights * 4
+    assert hooks_mb.components["logits"] * 4 == hooks.components["logits"]  # logits scale with the micro-batch
+    assert auto.components["logits"] == 8 * 16 * sizes.vocab_size * 4 * 3
+
+
+def test_check_fits_raises_with_numbers_and_options(monkeypatch):
+    est = memory.MemoryEstimate("scoring", "cpu", {"logits": 10 * memory.GIB})
+    assert memory.check_fits(est, available=20 * memory.GIB) is est
+    with pytest.raises(OutOfMemory, match=r"10\.00 GiB.*only 5\.00 GiB.*micro-batch.*8-bit"):
+        memory.check_fits(est, available=5 * memory.GIB)
+    monkeypatch.setenv(memory.SKIP_ENV, "1")
+    assert memory.check_fits(est, available=5 * memory.GIB) is est
+
+
+def test_scoring_a_batch_that_cannot_fit_gives_the_memory_message():
+    """Acceptance 4: a huge N*T (logits of ~100 GB) on this CPU is refused before any forward."""
+    model = tiny_model("llama", vocab_size=200_000)
+    ids = torch.zeros((64, 2048), dtype=torch.long)
+    with pytest.raises(OutOfMemory, match="GiB") as info:
+        compute_scores(model, "nirvana", CalibrationBatch(ids, "zeros", 0), use_cache=False)
+    assert "micro-batch of" in str(info.value)  # a concrete micro-batch that would fit
+
+
+def test_oom_guard_turns_allocator_errors_into_out_of_memory():
+    with pytest.raises(OutOfMemory, match="scoring ran out of cuda memory"), memory.oom_guard("scoring", "cuda"):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+    with pytest.raises(OutOfMemory, match="cpu"), memory.oom_guard("slicing"):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp] DefaultCPUAllocator: can't allocate memory")
+    with pytest.raises(ValueError), memory.oom_guard("scoring"):  # anything else passes through untouched
+        raise ValueError("not memory")
+
+    @memory.oom_guard("evaluation")
+    def step():
+        raise MemoryError()
+
+    with pytest.raises(OutOfMemory, match="evaluation"):
+        step()
+
+
+def test_load_model_checks_weights_fit_first(tiny_with_tokenizer_dir, monkeypatch):
+    from nirvana.models import load_model
+
+    monkeypatch.setattr(memory, "available_bytes", lambda device="cpu": 1000)
+    with pytest.raises(OutOfMemory, match="loading needs about"):
+        load_model(str(tiny_with_tokenizer_dir), device="cpu")

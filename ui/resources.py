@@ -1,0 +1,187 @@
+"""Cached resources: the shared model singleton, calibration batches, scores, plans, evaluations.
+
+- The loaded model is an `st.cache_resource` singleton shared by every session. It is NEVER
+  modified: pruning goes through `apply_plan`, which returns a copy, and that copy lives in the
+  session that made it. Gradient scoring temporarily sets `requires_grad` and `.grad` on the
+  shared model, so heavy work runs under `nirvana.locks.heavy_work` (one job per device).
+- Fast pure functions (plans) use `st.cache_data`, keyed by content.
+- Long work with progress (scores, evaluations) cannot use `st.cache_data`, which would record
+  and replay the progress updates; it goes through `Memo`, a small content-keyed LRU shared by
+  sessions. Scores are additionally cached on disk by the library.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import streamlit as st
+
+from nirvana.fingerprint import content_key
+from nirvana.models import LoadedModel, load_model
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What to load: registry name / hub id / directory, dtype, device, quantization."""
+
+    name: str
+    dtype: str = "auto"
+    device: str = "auto"
+    quantization: str | None = None
+
+    @property
+    def key(self) -> str:
+        return content_key(asdict(self))
+
+    def label(self) -> str:
+        extra = [x for x in (self.dtype if self.dtype != "auto" else "", self.quantization or "") if x]
+        return self.name + (f" ({', '.join(extra)})" if extra else "")
+
+
+@st.cache_resource(max_entries=3, show_spinner=False)
+def _load_cached(name: str, dtype: str, device: str, quantization: str | None) -> LoadedModel:
+    return load_model(name, dtype=dtype, device=device, quantization=quantization)
+
+
+def load(spec: ModelSpec) -> LoadedModel:
+    """The shared, cached model for `spec` (loads on first use). Never mutate `.model`."""
+    return _load_cached(spec.name, spec.dtype, spec.device, spec.quantization)
+
+
+def is_loaded(spec: ModelSpec) -> bool:
+    """True when `spec` is already in the resource cache (so loading is instant)."""
+    return spec.key in _loaded_keys()
+
+
+@st.cache_resource(show_spinner=False)
+def _loaded_keys() -> set:
+    return set()
+
+
+def mark_loaded(spec: ModelSpec) -> None:
+    _loaded_keys().add(spec.key)
+
+
+def model_device(model) -> str:
+    return str(model.get_input_embeddings().weight.device)
+
+
+def heavy(model, progress=None):
+    """One heavy job per device across sessions and processes (`nirvana.locks.heavy_work`).
+
+    It also serialises gradient scoring on the shared model, which writes `.grad` on its weights.
+    """
+    from nirvana.locks import heavy_work
+
+    on_wait = (lambda message: progress(0.0, message)) if progress else None
+    return heavy_work(model_device(model), on_wait, who="an explorer session")
+
+
+class Memo:
+    """A thread-safe, bounded, content-keyed LRU for results of long work with progress."""
+
+    def __init__(self, max_entries: int = 64):
+        self._data: OrderedDict[str, object] = OrderedDict()
+        self._lock = threading.Lock()
+        self.max_entries = max_entries
+
+    def get(self, key: str):
+        with self._lock:
+            if key in self._data:
+                self._data.move_to_end(key)
+                return self._data[key]
+        return None
+
+    def put(self, key: str, value) -> None:
+        with self._lock:
+            self._data[key] = value
+            self._data.move_to_end(key)
+            while len(self._data) > self.max_entries:
+                self._data.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._data.clear()
+
+    def get_or_compute(self, key: str, compute: Callable[[], object]):
+        value = self.get(key)
+        if value is None:
+            value = compute()
+            self.put(key, value)
+        return value
+
+
+@st.cache_resource(show_spinner=False)
+def memo(namespace: str) -> Memo:
+    """The shared memo of one kind of result ("scores", "ppl", "speed", "sweep", ...)."""
+    return Memo()
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def calibration(_tokenizer, model_key: str, source: str, samples: int, seq_len: int, seed: int):
+    """`calibration_batch`, cached by (model, source, N, T, seed); tokenizing the pool takes seconds."""
+    from nirvana.calibration import calibration_batch
+
+    return calibration_batch(_tokenizer, source, samples=samples, seq_len=seq_len, seed=seed, fallback=True)
+
+
+def scores_for(lm: LoadedModel, spec: ModelSpec, criterion: str, batch, seed: int, micro_batch: int, progress=None):
+    """`compute_scores` through the shared memo (and the library's disk cache), one job per device."""
+    from nirvana.scorers import SCORERS, compute_scores
+
+    needs_data = SCORERS[criterion][1] if criterion in SCORERS else True
+    key = content_key("scores", spec.key, criterion, batch.hash if needs_data else None, seed)
+
+    def compute():
+        with heavy(lm.model, progress):
+            return compute_scores(
+                lm.model,
+                criterion,
+                batch if needs_data else None,
+                seed=seed,
+                micro_batch=micro_batch,
+                progress=progress,
+            )
+
+    return key, memo("scores").get_or_compute(key, compute)
+
+
+@st.cache_data(max_entries=512, show_spinner=False)
+def plan_for(_scores, scores_key: str, shape: dict, sparsity: float, gamma: float, align: int, allocation: str):
+    """`allocate` (pure tensor work, ~10 ms) cached by scores and settings; returns a fresh copy."""
+    from nirvana.allocation import allocate
+    from nirvana.shapes import ModelShape
+
+    return allocate(_scores, ModelShape.from_dict(shape), sparsity, gamma, align, allocation)
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def model_facts(_lm: LoadedModel, spec_key: str) -> dict:
+    """`describe(lm)`: the architecture facts of the Model page."""
+    from nirvana.cli.model_cmds import describe
+
+    return describe(_lm)
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def shape_dict(_lm: LoadedModel, spec_key: str) -> dict:
+    from nirvana.shapes import model_shape
+
+    return model_shape(_lm.model).to_dict()
+
+
+def planned_shape(shape: dict, plan):
+    """The `ModelShape` a plan leads to (per-layer widths from the plan), for FLOPs before/after."""
+    import dataclasses
+
+    from nirvana.shapes import ModelShape
+
+    return dataclasses.replace(
+        ModelShape.from_dict(shape),
+        num_kv_heads=tuple(plan.kept_kv_groups),
+        intermediate=tuple(plan.kept_neurons),
+        total_params=int(plan.stats["params_after"]),
+    )

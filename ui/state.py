@@ -1,0 +1,102 @@
+"""Per-session state: which model, which scores, which plan, which pruned copy.
+
+Session state holds only this session's results; the shared model comes from
+`ui.resources.load`. Changing the model clears everything computed for the old one.
+
+`NIRVANA_APP_MODEL` sets the model the app starts on (default: the embedded SmolLM2), so tests
+can point the app at a tiny model folder.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import streamlit as st
+import torch
+
+from nirvana.models import DEFAULT_MODEL
+from ui.resources import ModelSpec, is_loaded, load, mark_loaded
+
+# Keys of widgets whose values must survive page switches (streamlit drops the state of widgets
+# that are not drawn on a run; app.py re-assigns these each run to keep them).
+PERSISTENT_WIDGETS = (
+    *("model_source", "model_embedded", "model_hub", "model_dir", "model_dtype", "model_device", "model_quant"),
+    *("calib_source", "calib_path", "calib_samples", "calib_seq_len", "calib_seed", "criterion", "criterion2"),
+    *("neuron_mode", "sparsity", "gamma", "align"),
+    *("kl_pool", "kl_candidates", "kl_samples", "kl_seq_len", "kl_anchor", "kl_criterion"),
+    *("ppl_dataset", "ppl_tokens", "ppl_window", "prompts", "max_new_tokens", "chat_template"),
+    *("speed_batches", "speed_new_tokens", "speed_repeats"),
+    *("sweep_metric", "sweep_sparsities", "sweep_gammas", "sweep_tokens", "sweep_speed"),
+)
+RESULT_KEYS = ("scores", "scores2", "calib_info", "plan", "pruned", "evals", "kl_selection", "sweep")
+
+
+def default_spec() -> ModelSpec:
+    return ModelSpec(os.environ.get("NIRVANA_APP_MODEL", DEFAULT_MODEL))
+
+
+def on_cpu() -> bool:
+    return not torch.cuda.is_available()
+
+
+def default_calibration() -> dict:
+    """Defaults that keep CPU work short: N=8, T=128 (one forward+backward ~10 s for SmolLM2 here)."""
+    return {"samples": 8 if on_cpu() else 32, "seq_len": 128, "seed": 0}
+
+
+def keep_widget_state() -> None:
+    """Re-assign persistent widget values so they survive switching pages."""
+    for key in PERSISTENT_WIDGETS:
+        if key in st.session_state:
+            st.session_state[key] = st.session_state[key]
+
+
+def spec() -> ModelSpec:
+    if "model_spec" not in st.session_state:
+        st.session_state.model_spec = default_spec()
+    return st.session_state.model_spec
+
+
+def set_spec(new: ModelSpec) -> None:
+    """Switch model: results of the previous model no longer apply."""
+    if st.session_state.get("model_spec") != new:
+        for key in (*RESULT_KEYS, "gamma"):
+            st.session_state.pop(key, None)
+    st.session_state.model_spec = new
+
+
+def model():
+    """The session's model (shared, cached); shows a status box the first time it loads.
+
+    Returns None when loading failed (the error box is already on the page).
+    """
+    from ui.errors import guard
+
+    current = spec()
+    if is_loaded(current):
+        return load(current)
+    lm = None
+    with guard(f"loading {current.label()}"):
+        start = time.perf_counter()
+        with st.status(
+            f"Loading {current.label()} (the embedded model is converted from GGUF once, ~20 s)…", expanded=False
+        ) as box:
+            lm = load(current)
+            box.update(label=f"Loaded {current.label()} in {time.perf_counter() - start:.1f} s", state="complete")
+        mark_loaded(current)
+        st.session_state.load_seconds = lm.load_seconds
+    return lm
+
+
+def get(key: str, default=None):
+    return st.session_state.get(key, default)
+
+
+def put(key: str, value) -> None:
+    st.session_state[key] = value
+
+
+def clear(*keys: str) -> None:
+    for key in keys:
+        st.session_state.pop(key, None)

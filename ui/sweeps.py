@@ -1,0 +1,128 @@
+"""The Sweep page's loop: for each (sparsity, gamma), allocate, slice a copy, measure quality and speed.
+
+Orchestration only: every step is a library call (`allocate`, `apply_plan`, `perplexity`,
+`kl_to_dense`, `measure_speed`, `flops`). Scores are not recomputed: one set of cached scores
+serves every point. The dense model is measured once as the reference point (sparsity 0).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from nirvana.allocation import allocate
+from nirvana.flops import ideal_speedup
+from nirvana.shapes import ModelShape, model_shape
+from nirvana.slicing import apply_plan
+
+QUALITY = {"perplexity": "perplexity", "kl": "KL to dense (nats/token)"}
+
+
+@dataclass(frozen=True)
+class SweepSettings:
+    sparsities: tuple[float, ...]  # swept at `gamma`
+    gammas: tuple[float, ...]  # swept at `sparsity`
+    sparsity: float
+    gamma: float
+    align: int
+    metric: str  # "perplexity" or "kl"
+    dataset: str = "wikitext2"
+    tokens: int = 1024  # perplexity token budget (windows of `window`)
+    window: int = 512
+    anchor_samples: int = 16  # KL anchor set [samples, anchor_len]
+    anchor_len: int = 64
+    speed: bool = True
+    speed_new_tokens: int = 8
+
+
+def sweep_points(settings: SweepSettings) -> list[tuple[str, float, float]]:
+    """(axis, sparsity, gamma) of every point: the dense reference, the sparsity sweep, the gamma sweep."""
+    points = [("dense", 0.0, settings.gamma)]
+    points += [("sparsity", s, settings.gamma) for s in settings.sparsities if s > 0]
+    points += [("gamma", settings.sparsity, g) for g in settings.gammas]
+    return points
+
+
+def run_sweep(lm, scores, settings: SweepSettings, progress=None) -> list[dict]:
+    """Measure every point of `sweep_points(settings)`; returns one row (a dict) per point."""
+    shape: ModelShape = model_shape(lm.model)
+    points = sweep_points(settings)
+    reference = None
+    if settings.metric == "kl":
+        from nirvana.calib_select import AnchorSpec, anchor_batch
+        from nirvana.kl import DenseReference
+
+        anchor = anchor_batch(lm.tokenizer, AnchorSpec(samples=settings.anchor_samples, seq_len=settings.anchor_len))
+        reference = DenseReference(lm.model, anchor.input_ids)
+    rows, measured = [], {}
+    for i, (axis, sparsity, gamma) in enumerate(points):
+        step = (
+            (lambda f, m, i=i: progress((i + f) / len(points), f"point {i + 1}/{len(points)}: {m}"))
+            if progress
+            else None
+        )
+        if axis == "dense":
+            model, plan = lm.model, None
+        else:
+            plan = allocate(scores, shape, sparsity, gamma, settings.align, "global")
+            model = apply_plan(lm.model, plan)  # a copy
+        signature = None if plan is None else tuple(plan.kept_kv_groups) + tuple(plan.kept_neurons)
+        if signature in measured and axis != "dense":
+            quality, decode = measured[signature]
+        else:
+            quality = _quality(lm, model, settings, reference, step)
+            decode = _decode_speed(model, settings, step) if settings.speed else None
+            measured[signature] = (quality, decode)
+        rows.append(
+            {
+                "axis": axis,
+                "sparsity": sparsity,
+                "gamma": gamma,
+                "achieved_block_sparsity": 0.0 if plan is None else plan.stats["achieved_block_sparsity"],
+                "params": shape.total_params if plan is None else plan.stats["params_after"],
+                "quality": quality,
+                "decode_tokens_per_s": decode,
+                "ideal_speedup": 1.0 if plan is None else ideal_speedup(shape, model_shape(model)),
+            }
+        )
+        if model is not lm.model:
+            del model
+    return rows
+
+
+def _sub(progress, i: int, n: int):
+    """Point i of n: map its [0, 1] progress into the sweep's bar."""
+    if progress is None:
+        return None
+    return lambda f, m: progress((i + f) / n, f"point {i + 1}/{n}: {m}")
+
+
+def _quality(lm, model, settings: SweepSettings, reference, progress) -> float:
+    if settings.metric == "kl":
+        from nirvana.kl import kl_to_dense
+
+        return kl_to_dense(model, reference, progress)
+    from nirvana.perplexity import perplexity
+
+    result = perplexity(
+        model,
+        lm.tokenizer,
+        settings.dataset,
+        seq_len=settings.window,
+        max_tokens=settings.tokens,
+        fallback=True,
+        progress=progress,
+    )
+    return result.ppl
+
+
+def _decode_speed(model, settings: SweepSettings, progress) -> float:
+    from nirvana.speed import measure_speed
+
+    result = measure_speed(
+        model, batch_sizes=(1,), prompt_len=32, new_tokens=settings.speed_new_tokens, repeats=1, warmup=1
+    )
+    return result["results"][0]["decode_tokens_per_s"]
+
+
+def settings_dict(settings: SweepSettings) -> dict:
+    return asdict(settings)
