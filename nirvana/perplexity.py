@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import math
 import time
-from collections import OrderedDict
+import weakref
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
@@ -60,27 +60,21 @@ class PerplexityResult:
         return asdict(self)
 
 
-_TOKEN_CACHE: OrderedDict[tuple, list[int]] = OrderedDict()
-_TOKEN_CACHE_SIZE = 4
+_TOKEN_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tokenizer -> {text sha256: ids}
 
 
 def _token_ids(tokenizer, text: str) -> list[int]:
-    """Token ids of a whole corpus, memoised per (tokenizer, text): dense and pruned models share a
-    tokenizer, and tokenizing WikiText-2 test (1.3 MB) is seconds of CPU every time otherwise."""
-    key = (
-        getattr(tokenizer, "name_or_path", ""),
-        len(tokenizer),
-        type(tokenizer).__name__,
-        hashlib.sha256(text.encode()).hexdigest(),
-    )
-    if key in _TOKEN_CACHE:
-        _TOKEN_CACHE.move_to_end(key)
-        return _TOKEN_CACHE[key]
-    ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
-    _TOKEN_CACHE[key] = ids
-    while len(_TOKEN_CACHE) > _TOKEN_CACHE_SIZE:
-        _TOKEN_CACHE.popitem(last=False)
-    return ids
+    """Token ids of a whole corpus, memoised per tokenizer object and text: dense and pruned models
+    share a tokenizer, and tokenizing WikiText-2 test (1.3 MB) costs seconds of CPU every time."""
+    key = hashlib.sha256(text.encode()).hexdigest()
+    try:
+        per_tokenizer = _TOKEN_CACHE.setdefault(tokenizer, {})
+    except TypeError:  # not weak-referenceable: no memo
+        per_tokenizer = {}
+    if key not in per_tokenizer:
+        per_tokenizer.clear()  # one corpus per tokenizer is enough and bounds the memory
+        per_tokenizer[key] = list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    return per_tokenizer[key]
 
 
 def make_windows(tokenizer, text: str, seq_len: int = DEFAULT_SEQ_LEN, max_tokens: int | None = None):

@@ -84,6 +84,7 @@ class QualityConfig:
     align: int = 8
     datasets: tuple[str, ...] = DATASETS
     out_dir: Path = DEFAULT_OUT
+    note: str = ""  # free text for the report header (e.g. why the budget was reduced)
 
     @property
     def anchor_label(self) -> str:
@@ -416,6 +417,7 @@ def markdown_report(rows: list[dict], config: QualityConfig, summary: dict) -> s
     """The committed report: what was run, the full table, winners per sparsity and the ablations."""
     dense = summary["dense"]
     first = rows[0] if rows else {}
+    gamma_used = sorted({r["gamma"] for r in rows if r["criterion"] != "dense" and r.get("gamma")}) or ["?"]
     finished = sorted(r["finished_utc"] for r in rows) if rows else ["?"]
     total_min = sum(float(r["seconds"]) for r in rows) / 60 if rows else 0
     tok = {d: "/".join(sorted({r.get(f"tokens_{d}", "") for r in rows})) for d in config.datasets}
@@ -432,11 +434,12 @@ def markdown_report(rows: list[dict], config: QualityConfig, summary: dict) -> s
         "(summed over the vocabulary, fp32); the anchor shares no document with any calibration batch",
         f"- Calibration: {config.samples} x {config.seq_len} tokens from {config.pool}, candidate seed 0 for every "
         f"data-driven criterion; gamma = {'gamma* (analytic)' if config.gamma is None else config.gamma}"
-        f" = {first.get('gamma') or '?'}; align {config.align}",
+        f" = {'/'.join(gamma_used)}; align {config.align}",
         f"- Grid: criteria {', '.join(config.criteria)} with global allocation; uniform allocation for "
         f"{', '.join(config.uniform_criteria) or 'none'}; KL-guided calibration (K = {config.candidates}, seeds "
         f"0..{config.candidates - 1}) for {', '.join(config.select_criteria) or 'none'}; sparsities "
         f"{', '.join(f'{s:g}' for s in config.sparsities)}",
+        *([f"- Note: {config.note}"] if config.note else []),
         "",
     ]
     if dense:
@@ -625,6 +628,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gamma", type=float, default=None)
     p.add_argument("--out-dir", type=Path, default=DEFAULT_OUT)
     p.add_argument("--report-only", action="store_true", help="rebuild markdown and plots from the CSV")
+    p.add_argument("--note", default="", help="a line of context for the report header")
 
 
 def config_from_args(args) -> QualityConfig:
@@ -642,6 +646,7 @@ def config_from_args(args) -> QualityConfig:
         kl_sequences=args.kl_sequences,
         gamma=args.gamma,
         out_dir=args.out_dir,
+        note=args.note,
     )
 
 

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import time
 
-from nirvana.cli.common import add_model_args, load_from_args, parse_float_list, print_json, stderr_progress
+from nirvana.cli.common import (
+    add_model_args,
+    heavy,
+    load_from_args,
+    parse_float_list,
+    print_json,
+    record,
+    stderr_progress,
+)
 
 
 def add_anchor_args(p) -> None:
@@ -54,27 +62,29 @@ def cmd_select_calib(args) -> int:
     from nirvana.calib_select import select_calibration
 
     t0 = time.perf_counter()
-    lm = load_from_args(args)
-    seeds = [int(x) for x in args.seeds.split(",") if x.strip()] if args.seeds else None
-    selection = select_calibration(
-        lm.model,
-        lm.tokenizer,
-        sparsity=args.sparsity,
-        gamma=args.gamma,
-        criterion=args.criterion,
-        candidates=args.candidates,
-        seeds=seeds,
-        pool=args.pool,
-        samples=args.samples,
-        seq_len=args.seq_len,
-        anchor=_anchor_spec(args),
-        align=args.align,
-        allocation=args.allocation,
-        micro_batch=args.micro_batch,
-        use_cache=not args.no_cache,
-        progress=stderr_progress,
-    )
+    with heavy(args, "select-calib"):
+        lm = load_from_args(args)
+        seeds = [int(x) for x in args.seeds.split(",") if x.strip()] if args.seeds else None
+        selection = select_calibration(
+            lm.model,
+            lm.tokenizer,
+            sparsity=args.sparsity,
+            gamma=args.gamma,
+            criterion=args.criterion,
+            candidates=args.candidates,
+            seeds=seeds,
+            pool=args.pool,
+            samples=args.samples,
+            seq_len=args.seq_len,
+            anchor=_anchor_spec(args),
+            align=args.align,
+            allocation=args.allocation,
+            micro_batch=args.micro_batch,
+            use_cache=not args.no_cache,
+            progress=stderr_progress,
+        )
     out = {**selection.to_dict(), "wall_seconds": round(time.perf_counter() - t0, 2)}
+    out["run"] = record("select_calib", args, out, {"chosen_seed": selection.chosen_seed, "sparsity": args.sparsity})
     if args.json:
         print_json(out)
         return 0
@@ -97,30 +107,31 @@ def cmd_gamma_search(args) -> int:
     from nirvana.shapes import model_shape
 
     t0 = time.perf_counter()
-    lm = load_from_args(args)
-    anchor = anchor_batch(lm.tokenizer, _anchor_spec(args))
-    batch = None
-    if SCORERS.get(args.criterion, (None, True))[1]:
-        batch = candidate_batch(
-            lm.tokenizer, anchor, source=args.pool, samples=args.samples, seq_len=args.seq_len, seed=args.seed
+    with heavy(args, "gamma-search"):
+        lm = load_from_args(args)
+        anchor = anchor_batch(lm.tokenizer, _anchor_spec(args))
+        batch = None
+        if SCORERS.get(args.criterion, (None, True))[1]:
+            batch = candidate_batch(
+                lm.tokenizer, anchor, source=args.pool, samples=args.samples, seq_len=args.seq_len, seed=args.seed
+            )
+        scores = compute_scores(
+            lm.model, args.criterion, batch, seed=args.seed, micro_batch=args.micro_batch, progress=stderr_progress
         )
-    scores = compute_scores(
-        lm.model, args.criterion, batch, seed=args.seed, micro_batch=args.micro_batch, progress=stderr_progress
-    )
-    reference = DenseReference(lm.model, anchor.input_ids, progress=stderr_progress)
-    gammas = parse_float_list(args.gammas) if args.gammas else None
-    if args.gamma is not None:  # an explicit --gamma joins the grid
-        gammas = (gammas or gamma_grid(model_shape(lm.model))) + [args.gamma]
-    result = gamma_search(
-        lm.model,
-        scores,
-        reference,
-        gammas=gammas,
-        sparsities=parse_float_list(args.sparsity),
-        align=args.align,
-        allocation=args.allocation,
-        progress=stderr_progress,
-    )
+        reference = DenseReference(lm.model, anchor.input_ids, progress=stderr_progress)
+        gammas = parse_float_list(args.gammas) if args.gammas else None
+        if args.gamma is not None:  # an explicit --gamma joins the grid
+            gammas = (gammas or gamma_grid(model_shape(lm.model))) + [args.gamma]
+        result = gamma_search(
+            lm.model,
+            scores,
+            reference,
+            gammas=gammas,
+            sparsities=parse_float_list(args.sparsity),
+            align=args.align,
+            allocation=args.allocation,
+            progress=stderr_progress,
+        )
     out = {
         **result.to_dict(),
         "scores_cached": bool(scores.meta.get("cache_hit")),
@@ -128,6 +139,7 @@ def cmd_gamma_search(args) -> int:
         "calibration": scores.calibration,
         "wall_seconds": round(time.perf_counter() - t0, 2),
     }
+    out["run"] = record("gamma_search", args, out, {"sparsity": args.sparsity, "criterion": args.criterion})
     if args.json:
         print_json(out)
         return 0
