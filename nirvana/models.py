@@ -82,6 +82,7 @@ class LoadedModel:
     load_seconds: float
     notes: list[str] = field(default_factory=list)
     plan: dict | None = None  # the pruning plan, for directories written by save_pruned
+    import_seconds: float = 0.0  # one-time Python import of the model's transformers modules (not in load_seconds)
 
 
 def resolve_dtype(dtype, device: str) -> torch.dtype:
@@ -190,6 +191,7 @@ def load_model(
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    import_seconds = _import_model_code(name)
     start = time.perf_counter()
     device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, device)
@@ -208,6 +210,7 @@ def load_model(
 
             loaded = load_pruned(path, dtype=torch_dtype, device=device)
             loaded.load_seconds = time.perf_counter() - start
+            loaded.import_seconds = import_seconds
             return loaded
         src, source = path, "local"
     elif path.suffix == ".gguf" and path.is_file():
@@ -271,7 +274,8 @@ def load_model(
     get_architecture(model)  # gguf files have no separate config to check first
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    return LoadedModel(model, tokenizer, name, source, time.perf_counter() - start, notes)
+    return LoadedModel(model, tokenizer, name, source, time.perf_counter() - start, notes,
+                       import_seconds=import_seconds)
 
 
 def _load_tokenizer(src, name: str, trust_remote_code: bool, local_files_only: bool):
@@ -289,6 +293,28 @@ def _load_tokenizer(src, name: str, trust_remote_code: bool, local_files_only: b
             f"{name!r} has model weights but no usable tokenizer ({_first_line(exc).rstrip(': ')}); copy the "
             "tokenizer files (tokenizer.json, tokenizer_config.json) of the model it was trained with into the folder."
         ) from exc
+
+
+def _import_model_code(name: str) -> float:
+    """Import the transformers modules of a local model's family; return the seconds it took.
+
+    transformers imports model code lazily on first use, about 1.5 s of a first load in a fresh
+    process. Timing it apart keeps `load_seconds` about reading weights (what the cache speeds up),
+    and both figures are reported.
+    """
+    import importlib
+
+    folder = cache_dir() / "models" / name if name in REGISTRY else Path(name).expanduser()
+    if (folder / "model" / "config.json").exists():  # a `prune --out` folder
+        folder = folder / "model"
+    start = time.perf_counter()
+    try:
+        model_type = json.loads((folder / "config.json").read_text())["model_type"]
+        importlib.import_module(f"transformers.models.{model_type}.modeling_{model_type}")
+        importlib.import_module("transformers.models.auto.tokenization_auto")
+    except (OSError, KeyError, ValueError, ImportError):
+        return 0.0  # hub ids, GGUF files, first conversions: imported during the load instead
+    return time.perf_counter() - start
 
 
 _HUB_REACHABLE: bool | None = None

@@ -54,14 +54,16 @@ def _apply(lm, plan) -> None:
             model = apply_plan(lm.model, plan)  # a copy: the cached dense model stays as it is
             seconds = time.perf_counter() - start
         if not g.failed:
+            params = count_parameters(model)
             state.put(
                 "pruned",
                 {
                     "plan_key": key,
                     "model_key": evals.pruned_model_key(state.spec().key, plan),
                     "model": model,
-                    "params": count_parameters(model),
+                    "params": params,
                     "seconds": seconds,
+                    "run_id": _record("prune", lm, plan, {"params_after": params, "slice_seconds": seconds}),
                 },
             )
             state.clear("evals")
@@ -73,7 +75,21 @@ def _apply(lm, plan) -> None:
         row[1].success(
             f"Pruned copy: {pruned['params'] / 1e6:.2f} M parameters (dense {dense_params / 1e6:.2f} M, "
             f"−{1 - pruned['params'] / dense_params:.1%}), sliced in {pruned['seconds']:.2f} s."
+            + (f" Recorded as run `{pruned['run_id']}` (Runs page)." if pruned.get("run_id") else "")
         )
+
+
+def _record(kind: str, lm, plan, summary: dict, metrics: dict | None = None) -> str | None:
+    """Write this result under the runs folder (atomically) so it survives a restart (Runs page)."""
+    from nirvana.runs import record_run
+
+    with guard("recording the run") as g:
+        settings = {**(plan.settings if plan is not None else {}), "model": lm.name}
+        summary = {"model": lm.name, "sparsity": settings.get("sparsity"), **summary}
+        if plan is not None:
+            summary["achieved_block_sparsity"] = plan.stats.get("achieved_block_sparsity")
+        run_id = record_run(kind, settings=settings, summary=summary, plan=plan, metrics=metrics)
+    return None if g.failed else run_id
 
 
 def _evals() -> dict:
@@ -116,6 +132,13 @@ def _perplexity(lm, pruned) -> None:
             )
         if not g.failed:
             _evals()["ppl"] = (dense, after)
+            _record(
+                "eval",
+                lm,
+                state.get("plan"),
+                {"ppl_dense": dense["ppl"], "ppl_pruned": after["ppl"], "dataset": dataset, "tokens": after["tokens"]},
+                metrics={"dense": dense, "pruned": after},
+            )
     result = _evals().get("ppl")
     if result:
         dense, after = result

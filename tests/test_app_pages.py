@@ -308,3 +308,28 @@ def test_invalid_input_shows_the_library_message(at):
     assert not at.exception
     assert any("DatasetNotFound" in e.value and "does not exist" in e.value for e in at.error)
     assert "scores" not in at.session_state and at.button(key="compute_saliency")
+
+
+def test_runs_page_lists_past_runs_in_a_new_session_and_reopens_a_plan(at):
+    from streamlit.testing.v1 import AppTest
+
+    compute(at, criterion="magnitude")
+    at.switch_page("pages/allocation.py").run()
+    at.slider(key="sparsity").set_value(0.5).run()
+    plan = at.session_state["plan"]
+    at.switch_page("pages/prune.py").run()
+    at.button(key="apply_plan").click().run()
+    no_errors(at)
+    assert any("Recorded as run" in s.value for s in at.success)
+    # A new session (as after a restart: nothing in session state) finds the run on disk.
+    fresh = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
+    fresh.run()
+    fresh.switch_page("pages/runs.py").run()
+    no_errors(fresh)
+    table = fresh.dataframe[0].value
+    assert table["kind"].tolist() == ["prune"] and table["sparsity"].iloc[0] == 0.5
+    assert table["achieved_block_sparsity"].iloc[0] == plan.stats["achieved_block_sparsity"]
+    assert "plan" not in fresh.session_state
+    fresh.button(key="load_run_plan").click().run()
+    no_errors(fresh)
+    assert fresh.session_state["plan"].to_dict() == plan.to_dict()

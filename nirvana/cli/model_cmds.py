@@ -48,6 +48,7 @@ def describe(lm) -> dict:
         "device": str(next(lm.model.parameters()).device),
         "adapter_tested_on": get_architecture(lm.model).tested,
         "model_load_seconds": round(lm.load_seconds, 3),
+        "import_seconds": round(lm.import_seconds, 3),  # one-time Python imports, not part of the load
     }
 
 
