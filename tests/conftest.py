@@ -93,3 +93,17 @@ def random_batch(vocab: int = 64, n: int = 4, t: int = 16, seed: int = 0):
 
     ids = torch.randint(0, vocab, (n, t), generator=torch.Generator().manual_seed(seed))
     return CalibrationBatch(ids, "random-ids", seed)
+
+
+def decode(value):
+    """Plotly 7 JSON arrays: plain lists or {"dtype", "bdata" (base64), "shape"} -> numpy array."""
+    import base64
+
+    import numpy as np
+
+    if isinstance(value, dict) and "bdata" in value:
+        arr = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
+        if "shape" in value:
+            arr = arr.reshape([int(x) for x in str(value["shape"]).split(",")])
+        return arr
+    return np.asarray(value)

@@ -6,25 +6,15 @@ keeps tokenization fast. Figures are compared with the library's own results for
 
 from __future__ import annotations
 
-import base64
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import decode
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT = 120
-
-
-def decode(value) -> np.ndarray:
-    """Plotly 7 JSON arrays: plain lists or {"dtype", "bdata" (base64), "shape"}."""
-    if isinstance(value, dict) and "bdata" in value:
-        arr = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
-        if "shape" in value:
-            arr = arr.reshape([int(x) for x in str(value["shape"]).split(",")])
-        return arr
-    return np.asarray(value)
 
 
 def charts_by_title(at) -> dict[str, dict]:

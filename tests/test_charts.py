@@ -2,27 +2,17 @@
 
 from __future__ import annotations
 
-import base64
 import json
 
 import numpy as np
 import pytest
 import torch
+from conftest import decode
 
 from nirvana import charts
 from nirvana.allocation import allocate
 from nirvana.scores import Scores
 from nirvana.shapes import model_shape
-
-
-def decode(value) -> np.ndarray:
-    """Plotly 7 JSON arrays: plain lists or {"dtype", "bdata" (base64), "shape"}."""
-    if isinstance(value, dict) and "bdata" in value:
-        arr = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
-        if "shape" in value:
-            arr = arr.reshape([int(x) for x in str(value["shape"]).split(",")])
-        return arr
-    return np.asarray(value)
 
 
 def as_json(fig) -> dict:
