@@ -212,31 +212,17 @@ def kept_units_bars(
         vertical_spacing=0.12,
         subplot_titles=(f"kept KV groups (of {kv_total})", f"kept MLP neurons (of {neuron_total})"),
     )
-    fig.add_trace(
-        go.Bar(
+    for row, values, unit in ((1, kept_kv, "KV groups"), (2, kept_neurons, "neurons")):
+        bar = go.Bar(
             x=layers,
-            y=list(kept_kv),
+            y=list(values),
             name="global ranking",
             marker_color=KEPT,
-            hovertemplate="layer %{x}<br>kept %{y} KV groups<extra>global</extra>",
+            hovertemplate=f"layer %{{x}}<br>kept %{{y}} {unit}<extra>global</extra>",
             legendgroup="global",
-        ),
-        1,
-        1,
-    )
-    fig.add_trace(
-        go.Bar(
-            x=layers,
-            y=list(kept_neurons),
-            name="global ranking",
-            marker_color=KEPT,
-            hovertemplate="layer %{x}<br>kept %{y} neurons<extra>global</extra>",
-            legendgroup="global",
-            showlegend=False,
-        ),
-        2,
-        1,
-    )
+            showlegend=row == 1,
+        )
+        fig.add_trace(bar, row, 1)
     if uniform_kv is not None and uniform_neurons is not None:
         for row, values in ((1, uniform_kv), (2, uniform_neurons)):
             fig.add_trace(

@@ -92,9 +92,17 @@ def available_names() -> list[str]:
     return names
 
 
+# The project's checkout layout keeps the shared data next to the repository (../shared/data):
+# used when NIRVANA_DATA_DIR is not set, so a fresh clone finds it without the hub.
+SIBLING_DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
 def data_dir() -> Path | None:
+    """NIRVANA_DATA_DIR when set; else ../shared/data beside the checkout when it exists; else None."""
     env = os.environ.get("NIRVANA_DATA_DIR")
-    return Path(env).expanduser() if env else None
+    if env:
+        return Path(env).expanduser()
+    return SIBLING_DATA_DIR if SIBLING_DATA_DIR.is_dir() else None
 
 
 def parse_name(name: str) -> tuple[str, str]:
@@ -137,7 +145,9 @@ def load_text(name: str, *, fallback: bool = False) -> Text:
     root = data_dir()
     if source.local:
         if root is None:
-            tried.append(f"NIRVANA_DATA_DIR/{source.local} (NIRVANA_DATA_DIR is not set)")
+            tried.append(
+                f"NIRVANA_DATA_DIR/{source.local} (NIRVANA_DATA_DIR is not set and {SIBLING_DATA_DIR} does not exist)"
+            )
         elif (root / source.local).exists():
             text = _from_file(root / source.local, base)
             text.split = split

@@ -157,12 +157,10 @@ def _interactive(scores_key: str, scores, shape: ModelShape) -> None:
 def main() -> None:
     st.title("3 · Allocation")
     frame.explain(EXPLANATION)
-    scores_entry = frame.need_scores()
-    lm = state.model() if scores_entry is not None else None
-    if lm is None:
+    scored = frame.scored_model()
+    if scored is None:
         return
-    scores_key, scores = scores_entry
-    shape = ModelShape.from_dict(resources.shape_dict(lm, state.spec().key))
+    _, scores_key, scores, shape = scored
     _interactive(scores_key, scores, shape)
 
 

@@ -78,37 +78,33 @@ def _charts(rows: list[dict], settings: dict, gamma_star: float) -> None:
     frame_ = pd.DataFrame(rows)
     quality = QUALITY[settings["metric"]]
     has_speed = frame_["decode_tokens_per_s"].notna().all()
-    by_s = frame_[frame_.axis.isin(["dense", "sparsity"])].sort_values("sparsity")
-    series = {quality: by_s["quality"].tolist()}
-    if has_speed:
-        series["decode tokens/s (batch 1)"] = by_s["decode_tokens_per_s"].tolist()
-    series["ideal speed-up (FLOPs)"] = by_s["ideal_speedup"].tolist()
-    st.plotly_chart(
-        charts.sweep_chart(
-            by_s["sparsity"].tolist(),
-            series,
-            x_title="target sparsity",
-            title=f"Against sparsity (γ = {settings['gamma']:.2f})",
-            log_y=(quality,) if settings["metric"] == "perplexity" else (),
+    axes = (
+        ("sparsity", ["dense", "sparsity"], "target sparsity", f"Against sparsity (γ = {settings['gamma']:.2f})", {}),
+        (
+            "gamma",
+            ["gamma"],
+            "γ",
+            f"Against γ (sparsity {settings['sparsity']:.2f})",
+            {"marker_x": gamma_star, "marker_label": "γ*"},
         ),
-        key="sweep_sparsity",
     )
-    by_g = frame_[frame_.axis == "gamma"].sort_values("gamma")
-    if len(by_g):
-        series = {quality: by_g["quality"].tolist()}
+    for col, axis_names, x_title, title, marker in axes:
+        points = frame_[frame_.axis.isin(axis_names)].sort_values(col)
+        if not len(points):
+            continue
+        series = {quality: points["quality"].tolist()}
         if has_speed:
-            series["decode tokens/s (batch 1)"] = by_g["decode_tokens_per_s"].tolist()
-        st.plotly_chart(
-            charts.sweep_chart(
-                by_g["gamma"].tolist(),
-                series,
-                x_title="γ",
-                title=f"Against γ (sparsity {settings['sparsity']:.2f})",
-                marker_x=gamma_star,
-                marker_label="γ*",
-            ),
-            key="sweep_gamma",
+            series["decode tokens/s (batch 1)"] = points["decode_tokens_per_s"].tolist()
+        series["ideal speed-up (FLOPs)"] = points["ideal_speedup"].tolist()
+        figure = charts.sweep_chart(
+            points[col].tolist(),
+            series,
+            x_title=x_title,
+            title=title,
+            log_y=(quality,) if settings["metric"] == "perplexity" else (),
+            **marker,
         )
+        st.plotly_chart(figure, key=f"sweep_{col}")
     x_col, x_title = ("decode_tokens_per_s", "decode tokens/s") if has_speed else ("ideal_speedup", "ideal speed-up")
     labels = [f"{r['axis']}: s={r['sparsity']:.2f}, γ={r['gamma']:.2f}" for r in rows]
     event = st.plotly_chart(
@@ -153,12 +149,10 @@ def _load(row: dict) -> None:
 def main() -> None:
     st.title("6 · Sweep")
     frame.explain(EXPLANATION)
-    scores_entry = frame.need_scores()
-    lm = state.model() if scores_entry is not None else None
-    if lm is None:
+    scored = frame.scored_model()
+    if scored is None:
         return
-    _, scores = scores_entry
-    shape = ModelShape.from_dict(resources.shape_dict(lm, state.spec().key))
+    lm, _, scores, shape = scored
     settings = _controls(shape)
     if settings is None:
         return

@@ -7,6 +7,7 @@ import csv
 import pytest
 
 import nirvana.bench.quality as q
+import nirvana.bench.quality_report as qr
 from nirvana.calib_select import AnchorSpec
 from nirvana.data import load_text
 from nirvana.perplexity import make_windows
@@ -33,11 +34,15 @@ def _config(model_dir, tmp_path, **kw):
 def test_plan_jobs_reuses_candidate_zero_as_the_plain_row():
     jobs = q.plan_jobs(q.QualityConfig())
     assert jobs[0].criterion == "dense"
-    # 5 criteria x 4 sparsities global, 2 x 4 uniform, (K - 1) x 4 extra nirvana candidates
-    assert len(jobs) == 1 + 20 + 8 + 3 * 4
+    # 5 criteria x 4 sparsities global, 5 x 4 uniform, 3 data-driven x (K - 1) x 4 extra candidates
+    assert len(jobs) == 1 + 20 + 20 + 3 * 3 * 4
     assert len(set(jobs)) == len(jobs)
     assert {j.calib_seed for j in jobs if j.criterion in ("magnitude", "random")} == {None}
-    assert {j.calib_seed for j in jobs if j.criterion == "nirvana" and j.allocation == "global"} == {0, 1, 2, 3}
+    for c in ("nirvana", "taylor", "wanda"):
+        assert {j.calib_seed for j in jobs if j.criterion == c and j.allocation == "global"} == {0, 1, 2, 3}
+    assert {(j.criterion, j.allocation) for j in jobs if j.criterion != "dense"} == {
+        (c, a) for c in q.CRITERIA for a in ("global", "uniform")
+    }
 
 
 def test_run_is_resumable_and_report_is_written(tiny_with_tokenizer_dir, tmp_path, monkeypatch):
@@ -55,7 +60,7 @@ def test_run_is_resumable_and_report_is_written(tiny_with_tokenizer_dir, tmp_pat
     assert len(q.run_quality(config, log=lambda m: None)) == len(rows)
     with open(config.csv_path) as f:
         assert len(list(csv.DictReader(f))) == len(rows)
-    md, text = q.write_report(rows, config)
+    md, text = qr.write_report(rows, config)
     assert md.exists() and (md.parent / "quality_ppl.png").stat().st_size > 1000
     assert (md.parent / "quality_ablations.png").exists()
     assert "Winner per sparsity" in text and "Ablation 3" in text
@@ -70,6 +75,12 @@ def _row(criterion, allocation, seed, s, ppl, kl, ptb=None):
         "ppl_wikitext2": str(ppl),
         "ppl_ptb": str(ptb or ppl),
         "kl": str(kl),
+        "achieved_block_sparsity": str(s),
+        "total_param_reduction": str(0.8 * s),
+        "gamma": "2.25",
+        "seconds": "1.0",
+        "finished_utc": "2026-12-01 00:00:00",
+        "machine": "test",
     }
 
 
@@ -83,7 +94,7 @@ def test_summary_winners_and_ablation_arithmetic():
         _row("random", "global", "", 0.2, 40.0, 0.90),
         _row("nirvana", "uniform", "0", 0.2, 22.0, 0.35),
     ]
-    summary = q.summarize(rows, config)
+    summary = qr.summarize(rows, config)
     (w,) = summary["winners"]
     assert w["winner"] == "magnitude" and w["runner_up"] == "nirvana"  # seed-0 nirvana (20), not the others
     assert w["margin_pct"] == pytest.approx(25.0) and w["nirvana_rank"] == 2
@@ -92,6 +103,13 @@ def test_summary_winners_and_ablation_arithmetic():
     assert sel["median_ppl_wikitext2"] == 25.0 and sel["median_kl"] == 0.20 and sel["best_ppl_wikitext2"] == 20.0
     (gu,) = summary["ablations"]["global_vs_uniform"]
     assert float(gu["uniform"]["ppl_wikitext2"]) == 22.0
+    v = qr.verdicts(summary)
+    assert v["nirvana_beats_magnitude"]["ppl_wikitext2"] == (0, 1)  # 20 vs 16
+    assert v["global_beats_uniform"]["ppl_wikitext2"] == (1, 1)  # 20 vs 22
+    assert v["selected_beats_median"]["ppl_wikitext2"] == (0, 1)  # the lowest-KL batch has PPL 30 > median 25
+    text = qr.markdown_report(rows, config, summary)
+    assert "| 0.2 | nirvana | 3 | 1 | 30.00 |" in text  # ablation 3 names the criterion
+    assert "NIRVANA score beats magnitude: WikiText-2 in 0 of 1 sparsities" in text
 
 
 def test_text_prefix_gives_the_same_windows_as_the_whole_text(smollm2):

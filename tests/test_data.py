@@ -84,3 +84,15 @@ def test_npy_calibration(tmp_path):
     np.save(tmp_path / "f.npy", np.ones((2, 2), dtype=np.float32))
     with pytest.raises(InvalidInput, match="integer array"):
         load_npy(tmp_path / "f.npy")
+
+
+def test_unset_data_dir_finds_the_shared_folder_beside_the_checkout(monkeypatch, tmp_path):
+    from nirvana import data
+
+    monkeypatch.delenv("NIRVANA_DATA_DIR", raising=False)
+    monkeypatch.setattr(data, "SIBLING_DATA_DIR", tmp_path)
+    assert data.data_dir() == tmp_path
+    monkeypatch.setattr(data, "SIBLING_DATA_DIR", tmp_path / "absent")
+    assert data.data_dir() is None
+    monkeypatch.setenv("NIRVANA_DATA_DIR", str(tmp_path / "explicit"))
+    assert data.data_dir() == tmp_path / "explicit"

@@ -46,6 +46,19 @@ def need_scores() -> tuple[str, object] | None:
     return scores
 
 
+def scored_model():
+    """(model, scores key, scores, shape) once a model is loaded and scored; else None (info box shown)."""
+    from nirvana.shapes import ModelShape
+    from ui import resources
+
+    scores_entry = need_scores()
+    lm = state.model() if scores_entry is not None else None
+    if lm is None:
+        return None
+    scores_key, scores = scores_entry
+    return lm, scores_key, scores, ModelShape.from_dict(resources.shape_dict(lm, state.spec().key))
+
+
 def need_plan():
     plan = state.get("plan")
     if plan is None:

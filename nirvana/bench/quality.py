@@ -3,10 +3,11 @@
     python -m nirvana bench quality --model smollm2-135m [--tokens 16384] [--candidates 4]
 
 Grid: criteria (nirvana, magnitude, random, taylor, wanda) x sparsities (0.1, 0.2, 0.3, 0.5)
-with global + gamma allocation; uniform allocation for `--uniform-criteria` (default nirvana,
-magnitude); KL-guided calibration (K = `--candidates`) for `--select-criteria` (default
-nirvana). Every row: achieved sparsity, KL(P_dense || P_pruned) on the anchor set, perplexity
-on WikiText-2 test and PTB validation (first `--tokens` tokens of each, 512-token windows).
+with global + gamma allocation; uniform allocation for `--uniform-criteria` (default: all five);
+KL-guided calibration (K = `--candidates`) for `--select-criteria` (default: the data-driven
+ones, nirvana, taylor and wanda; magnitude and random never see calibration data). Every row:
+achieved sparsity, KL(P_dense || P_pruned) on the anchor set, perplexity on WikiText-2 test and
+PTB validation (first `--tokens` tokens of each, 512-token windows).
 
 Cost decisions (the whole grid must fit a 2-core CPU):
 - Scores do not depend on sparsity or allocation: each (criterion, calibration seed) is scored
@@ -16,7 +17,8 @@ Cost decisions (the whole grid must fit a 2-core CPU):
   K - 1 scorings and their rows, and "KL-selected" is the candidate with the lowest anchor KL.
 - Dense log-probs on the anchor are computed once (`DenseReference`), dense perplexities once.
 - Rows are appended to the CSV as they finish; a rerun skips rows already present (resumable).
-The markdown report, plots and ablations are rebuilt from the CSV at the end (`--report-only`).
+The markdown report, plots and ablations (`nirvana.bench.quality_report`) are rebuilt from the
+CSV at the end, or alone with `--report-only`.
 """
 
 from __future__ import annotations
@@ -26,15 +28,16 @@ import csv
 import datetime as dt
 import os
 import platform
-import statistics
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nirvana.bench.quality_report import write_report
 from nirvana.calib_select import AnchorSpec
 
 CRITERIA = ("nirvana", "magnitude", "random", "taylor", "wanda")
+DATA_DRIVEN = ("nirvana", "taylor", "wanda")  # the criteria whose scores depend on calibration data
 SPARSITIES = (0.1, 0.2, 0.3, 0.5)
 DATASETS = ("wikitext2", "ptb")
 DEFAULT_OUT = Path(__file__).resolve().parents[2] / "benchmarks" / "quality"
@@ -68,8 +71,8 @@ class QualityConfig:
     model: str = "smollm2-135m"
     criteria: tuple[str, ...] = CRITERIA
     sparsities: tuple[float, ...] = SPARSITIES
-    uniform_criteria: tuple[str, ...] = ("nirvana", "magnitude")
-    select_criteria: tuple[str, ...] = ("nirvana",)
+    uniform_criteria: tuple[str, ...] = CRITERIA
+    select_criteria: tuple[str, ...] = DATA_DRIVEN
     candidates: int = 4
     tokens: int = 16384  # per dataset
     window: int = 512
@@ -324,285 +327,6 @@ def run_quality(config: QualityConfig, log=print, progress=None) -> list[dict]:
     return [r for r in read_rows(config.csv_path) if _row_key(r) in keys]
 
 
-# ---------------------------------------------------------------- report: tables, ablations, plots
-
-
-def _f(row: dict, col: str) -> float:
-    return float(row[col])
-
-
-def _pick(rows, criterion, allocation, sparsity, seed="0") -> dict | None:
-    for r in rows:
-        if (
-            r["criterion"] == criterion
-            and r["allocation"] == allocation
-            and float(r["sparsity"]) == sparsity
-            and r["calib_seed"] in (seed, "")
-        ):
-            return r
-    return None
-
-
-def candidate_rows(rows, criterion: str, sparsity: float) -> list[dict]:
-    """The KL-selection candidates (global allocation, any calibration seed) of one sparsity."""
-    return [
-        r
-        for r in rows
-        if r["criterion"] == criterion
-        and r["allocation"] == "global"
-        and r["calib_seed"] != ""
-        and float(r["sparsity"]) == sparsity
-    ]
-
-
-def summarize(rows: list[dict], config: QualityConfig) -> dict:
-    """Winners per sparsity (global allocation, calibration seed 0) and the three ablations."""
-    sparsities = sorted({float(r["sparsity"]) for r in rows if r["criterion"] != "dense"})
-    dense = next((r for r in rows if r["criterion"] == "dense"), None)
-    winners, ablations = [], {"nirvana_vs_magnitude": [], "global_vs_uniform": [], "kl_selected_vs_random": []}
-    for s in sparsities:
-        ranked = sorted(
-            (r for c in config.criteria if (r := _pick(rows, c, "global", s))), key=lambda r: _f(r, "ppl_wikitext2")
-        )
-        if ranked:
-            best = ranked[0]
-            second = ranked[1] if len(ranked) > 1 else None
-            nirvana = next((r for r in ranked if r["criterion"] == "nirvana"), None)
-            winners.append(
-                {
-                    "sparsity": s,
-                    "winner": best["criterion"],
-                    "ppl": _f(best, "ppl_wikitext2"),
-                    "runner_up": second and second["criterion"],
-                    "runner_up_ppl": second and _f(second, "ppl_wikitext2"),
-                    "margin_pct": second and 100 * (_f(second, "ppl_wikitext2") / _f(best, "ppl_wikitext2") - 1),
-                    "nirvana_rank": nirvana and ranked.index(nirvana) + 1,
-                    "nirvana_ppl": nirvana and _f(nirvana, "ppl_wikitext2"),
-                    "ranking": [(r["criterion"], _f(r, "ppl_wikitext2")) for r in ranked],
-                }
-            )
-        n, m = _pick(rows, "nirvana", "global", s), _pick(rows, "magnitude", "global", s)
-        if n and m:
-            ablations["nirvana_vs_magnitude"].append({"sparsity": s, "nirvana": n, "magnitude": m})
-        for c in config.uniform_criteria:
-            g, u = _pick(rows, c, "global", s), _pick(rows, c, "uniform", s)
-            if g and u:
-                ablations["global_vs_uniform"].append({"sparsity": s, "criterion": c, "global": g, "uniform": u})
-        for c in config.select_criteria:
-            cands = candidate_rows(rows, c, s)
-            if len(cands) >= 2:
-                chosen = min(cands, key=lambda r: (_f(r, "kl"), int(r["calib_seed"])))
-                ablations["kl_selected_vs_random"].append(
-                    {
-                        "sparsity": s,
-                        "criterion": c,
-                        "k": len(cands),
-                        "chosen_seed": int(chosen["calib_seed"]),
-                        "chosen": chosen,
-                        **{
-                            f"median_{col}": statistics.median(_f(r, col) for r in cands)
-                            for col in ("kl", "ppl_wikitext2", "ppl_ptb")
-                        },
-                        "best_ppl_wikitext2": min(_f(r, "ppl_wikitext2") for r in cands),
-                    }
-                )
-    return {"dense": dense, "winners": winners, "ablations": ablations, "sparsities": sparsities}
-
-
-def _ppl3(r: dict) -> str:
-    return f"{_f(r, 'ppl_wikitext2'):.2f} | {_f(r, 'ppl_ptb'):.2f} | {_f(r, 'kl'):.4f}"
-
-
-def markdown_report(rows: list[dict], config: QualityConfig, summary: dict) -> str:
-    """The committed report: what was run, the full table, winners per sparsity and the ablations."""
-    dense = summary["dense"]
-    first = rows[0] if rows else {}
-    gamma_used = sorted({r["gamma"] for r in rows if r["criterion"] != "dense" and r.get("gamma")}) or ["?"]
-    finished = sorted(r["finished_utc"] for r in rows) if rows else ["?"]
-    total_min = sum(float(r["seconds"]) for r in rows) / 60 if rows else 0
-    tok = {d: "/".join(sorted({r.get(f"tokens_{d}", "") for r in rows})) for d in config.datasets}
-    lines = [
-        f"# Quality benchmark: {config.model}",
-        "",
-        f"- Run: {finished[0]} to {finished[-1]} UTC, {len(rows)} rows, {total_min:.0f} min of row time "
-        "(scoring included in the first row that needed it)",
-        f"- Machine: {first.get('machine', '?')}",
-        f"- Perplexity: WikiText-2 test and PTB validation, first {config.tokens} tokens of each "
-        f"(tokens evaluated: {', '.join(f'{d} {v}' for d, v in tok.items())}), "
-        f"non-overlapping {config.window}-token windows, PPL = exp(mean NLL)",
-        f"- KL(P_dense || P_pruned): mean nats per token on the anchor set {config.anchor_label} "
-        "(summed over the vocabulary, fp32); the anchor shares no document with any calibration batch",
-        f"- Calibration: {config.samples} x {config.seq_len} tokens from {config.pool}, candidate seed 0 for every "
-        f"data-driven criterion; gamma = {'gamma* (analytic)' if config.gamma is None else config.gamma}"
-        f" = {'/'.join(gamma_used)}; align {config.align}",
-        f"- Grid: criteria {', '.join(config.criteria)} with global allocation; uniform allocation for "
-        f"{', '.join(config.uniform_criteria) or 'none'}; KL-guided calibration (K = {config.candidates}, seeds "
-        f"0..{config.candidates - 1}) for {', '.join(config.select_criteria) or 'none'}; sparsities "
-        f"{', '.join(f'{s:g}' for s in config.sparsities)}",
-        *([f"- Note: {config.note}"] if config.note else []),
-        "",
-    ]
-    if dense:
-        lines += [
-            f"Dense model: WikiText-2 PPL {_f(dense, 'ppl_wikitext2'):.2f}, PTB PPL {_f(dense, 'ppl_ptb'):.2f}.",
-            "",
-        ]
-    lines += [
-        "## All rows (calibration seed 0)",
-        "",
-        "| sparsity | criterion | allocation | achieved | params cut | WikiText-2 PPL | PTB PPL | KL |",
-        "|---:|---|---|---:|---:|---:|---:|---:|",
-    ]
-    for s in summary["sparsities"]:
-        for c in config.criteria:
-            for alloc in ("global", "uniform"):
-                r = _pick(rows, c, alloc, s)
-                if r:
-                    lines.append(
-                        f"| {s:g} | {c} | {alloc} | {_f(r, 'achieved_block_sparsity'):.3f} | "
-                        f"{_f(r, 'total_param_reduction'):.3f} | {_ppl3(r)} |"
-                    )
-    lines += ["", "## Winner per sparsity on WikiText-2 (global allocation, equal calibration)", ""]
-    for w in summary["winners"]:
-        text = f"- **{w['sparsity']:g}**: {w['winner']} ({w['ppl']:.2f})"
-        if w["runner_up"]:
-            text += f", {w['margin_pct']:.1f}% lower PPL than {w['runner_up']} ({w['runner_up_ppl']:.2f})"
-        if w["nirvana_rank"] and w["winner"] != "nirvana":
-            text += f"; nirvana ranks {w['nirvana_rank']} ({w['nirvana_ppl']:.2f})"
-        lines.append(text + ". Ranking: " + ", ".join(f"{c} {p:.2f}" for c, p in w["ranking"]))
-    ab = summary["ablations"]
-    lines += [
-        "",
-        "## Ablation 1: NIRVANA score vs magnitude (global allocation)",
-        "",
-        "| sparsity | NIRVANA wt2 | PTB | KL | magnitude wt2 | PTB | KL |",
-        "|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    lines += [
-        f"| {a['sparsity']:g} | {_ppl3(a['nirvana'])} | {_ppl3(a['magnitude'])} |" for a in ab["nirvana_vs_magnitude"]
-    ]
-    lines += [
-        "",
-        "## Ablation 2: global ranking with gamma vs uniform per-layer sparsity",
-        "",
-        "| sparsity | criterion | global wt2 | PTB | KL | uniform wt2 | PTB | KL |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|",
-    ]
-    lines += [
-        f"| {a['sparsity']:g} | {a['criterion']} | {_ppl3(a['global'])} | {_ppl3(a['uniform'])} |"
-        for a in ab["global_vs_uniform"]
-    ]
-    lines += [
-        "",
-        "## Ablation 3: KL-selected calibration vs a randomly drawn batch (median of the K candidates)",
-        "",
-        "The selection is made on anchor KL, so the selected KL is the minimum by construction; the "
-        "perplexities are on held-out test text and are the fair comparison.",
-        "",
-        "| sparsity | K | chosen seed | selected wt2 | PTB | KL | median wt2 | median PTB | median KL | best wt2 |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    lines += [
-        f"| {a['sparsity']:g} | {a['k']} | {a['chosen_seed']} | {_ppl3(a['chosen'])} | "
-        f"{a['median_ppl_wikitext2']:.2f} | {a['median_ppl_ptb']:.2f} | {a['median_kl']:.4f} | "
-        f"{a['best_ppl_wikitext2']:.2f} |"
-        for a in ab["kl_selected_vs_random"]
-    ]
-    lines += ["", "Plots: `quality_ppl.png` (PPL and KL vs sparsity), `quality_ablations.png`.", ""]
-    return "\n".join(lines)
-
-
-def plot_report(rows: list[dict], config: QualityConfig, summary: dict, out_dir: Path) -> list[Path]:
-    """Two PNGs: PPL (WikiText-2, PTB) and KL vs sparsity per criterion; the three ablations."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    out_dir = Path(out_dir)
-    paths = []
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
-    dense = summary["dense"]
-    for ax, col, title in zip(axes, ("ppl_wikitext2", "ppl_ptb", "kl"), ("WikiText-2 PPL", "PTB PPL", "KL to dense")):
-        for c in config.criteria:
-            pts = [(s, _f(r, col)) for s in summary["sparsities"] if (r := _pick(rows, c, "global", s))]
-            if pts:
-                ax.plot(*zip(*pts), marker="o", label=c)
-        for c in config.uniform_criteria:
-            pts = [(s, _f(r, col)) for s in summary["sparsities"] if (r := _pick(rows, c, "uniform", s))]
-            if pts:
-                ax.plot(*zip(*pts), marker="x", linestyle="--", label=f"{c} uniform")
-        if dense and col != "kl":
-            ax.axhline(_f(dense, col), color="grey", linestyle=":", label="dense")
-        ax.set_yscale("log")
-        ax.set_xlabel("target block sparsity")
-        ax.set_title(title)
-        ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=8)
-    fig.suptitle(f"{config.model}: quality vs sparsity (global allocation unless marked)")
-    fig.tight_layout()
-    paths.append(out_dir / "quality_ppl.png")
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
-
-    ab = summary["ablations"]
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
-    panels = [
-        (
-            "NIRVANA vs magnitude",
-            [
-                ("nirvana", lambda a: _f(a["nirvana"], "ppl_wikitext2")),
-                ("magnitude", lambda a: _f(a["magnitude"], "ppl_wikitext2")),
-            ],
-            ab["nirvana_vs_magnitude"],
-        ),
-        (
-            "global+gamma vs uniform (nirvana)",
-            [
-                ("global", lambda a: _f(a["global"], "ppl_wikitext2")),
-                ("uniform", lambda a: _f(a["uniform"], "ppl_wikitext2")),
-            ],
-            [a for a in ab["global_vs_uniform"] if a["criterion"] == "nirvana"],
-        ),
-        (
-            "KL-selected vs median of K",
-            [
-                ("KL-selected", lambda a: _f(a["chosen"], "ppl_wikitext2")),
-                ("median of K", lambda a: a["median_ppl_wikitext2"]),
-            ],
-            ab["kl_selected_vs_random"],
-        ),
-    ]
-    for ax, (title, series, items) in zip(axes, panels):
-        xs = list(range(len(items)))
-        for j, (label, get) in enumerate(series):
-            ax.bar([x + (j - 0.5) * 0.38 for x in xs], [get(a) for a in items], width=0.38, label=label)
-        ax.set_xticks(xs, [f"{a['sparsity']:g}" for a in items])
-        ax.set_yscale("log")
-        ax.set_xlabel("target block sparsity")
-        ax.set_ylabel("WikiText-2 PPL")
-        ax.set_title(title)
-        ax.legend(fontsize=8)
-        ax.grid(alpha=0.3, axis="y")
-    fig.tight_layout()
-    paths.append(out_dir / "quality_ablations.png")
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
-    return paths
-
-
-def write_report(rows: list[dict], config: QualityConfig) -> tuple[Path, str]:
-    """Write the markdown (and plots) next to the CSV; return (markdown path, markdown text)."""
-    summary = summarize(rows, config)
-    text = markdown_report(rows, config, summary)
-    md = config.csv_path.with_suffix(".md")
-    md.parent.mkdir(parents=True, exist_ok=True)
-    md.write_text(text)
-    if rows:
-        plot_report(rows, config, summary, config.csv_path.parent)
-    return md, text
-
-
 # ---------------------------------------------------------------- command line
 
 
@@ -616,8 +340,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="smollm2-135m")
     p.add_argument("--criteria", type=names, default=CRITERIA, help="comma-separated criteria")
     p.add_argument("--sparsities", type=floats, default=SPARSITIES)
-    p.add_argument("--uniform-criteria", type=names, default=("nirvana", "magnitude"))
-    p.add_argument("--select-criteria", type=names, default=("nirvana",), help="criteria given KL-guided calibration")
+    p.add_argument("--uniform-criteria", type=names, default=CRITERIA, help="criteria also run with uniform allocation")
+    p.add_argument(
+        "--select-criteria", type=names, default=DATA_DRIVEN, help="criteria given KL-guided calibration (data-driven)"
+    )
     p.add_argument("--candidates", type=int, default=4, help="K calibration candidates for KL selection")
     p.add_argument("--tokens", type=int, default=16384, help="tokens per perplexity dataset")
     p.add_argument("--samples", type=int, default=32)

@@ -52,6 +52,30 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_gamma_search)
 
 
+def run_selection(args, lm, *, candidates: int, pool: str, anchor, seeds=None):
+    """KL-guided calibration from parsed flags; `select-calib` and `prune --select-calib K` share it."""
+    from nirvana.calib_select import select_calibration
+
+    return select_calibration(
+        lm.model,
+        lm.tokenizer,
+        sparsity=args.sparsity,
+        gamma=args.gamma,
+        criterion=args.criterion,
+        candidates=candidates,
+        seeds=seeds,
+        pool=pool,
+        samples=args.samples,
+        seq_len=args.seq_len,
+        anchor=anchor,
+        align=args.align,
+        allocation=args.allocation,
+        micro_batch=args.micro_batch,
+        use_cache=not args.no_cache,
+        progress=stderr_progress,
+    )
+
+
 def _anchor_spec(args):
     from nirvana.calib_select import AnchorSpec
 
@@ -59,29 +83,12 @@ def _anchor_spec(args):
 
 
 def cmd_select_calib(args) -> int:
-    from nirvana.calib_select import select_calibration
-
     t0 = time.perf_counter()
     with heavy(args, "select-calib"):
         lm = load_from_args(args)
         seeds = [int(x) for x in args.seeds.split(",") if x.strip()] if args.seeds else None
-        selection = select_calibration(
-            lm.model,
-            lm.tokenizer,
-            sparsity=args.sparsity,
-            gamma=args.gamma,
-            criterion=args.criterion,
-            candidates=args.candidates,
-            seeds=seeds,
-            pool=args.pool,
-            samples=args.samples,
-            seq_len=args.seq_len,
-            anchor=_anchor_spec(args),
-            align=args.align,
-            allocation=args.allocation,
-            micro_batch=args.micro_batch,
-            use_cache=not args.no_cache,
-            progress=stderr_progress,
+        selection = run_selection(
+            args, lm, candidates=args.candidates, pool=args.pool, anchor=_anchor_spec(args), seeds=seeds
         )
     out = {**selection.to_dict(), "wall_seconds": round(time.perf_counter() - t0, 2)}
     out["run"] = record("select_calib", args, out, {"chosen_seed": selection.chosen_seed, "sparsity": args.sparsity})

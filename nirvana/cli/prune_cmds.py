@@ -90,24 +90,11 @@ def _scores_for(args, lm):
 
 def _selected_batch(args, lm):
     """KL-guided calibration (`--select-calib K`): the winning candidate batch, selection cached on disk."""
-    from nirvana.calib_select import AnchorSpec, chosen_batch, select_calibration
+    from nirvana.calib_select import AnchorSpec, chosen_batch
+    from nirvana.cli.calib_cmds import run_selection
 
-    selection = select_calibration(
-        lm.model,
-        lm.tokenizer,
-        sparsity=args.sparsity,
-        gamma=args.gamma,
-        criterion=args.criterion,
-        candidates=args.select_calib,
-        pool=args.calib,
-        samples=args.samples,
-        seq_len=args.seq_len,
-        anchor=AnchorSpec(source=args.calib),
-        align=args.align,
-        allocation=args.allocation,
-        micro_batch=args.micro_batch,
-        use_cache=not args.no_cache,
-        progress=stderr_progress,
+    selection = run_selection(
+        args, lm, candidates=args.select_calib, pool=args.calib, anchor=AnchorSpec(source=args.calib)
     )
     args.selection = {
         "chosen_seed": selection.chosen_seed,
