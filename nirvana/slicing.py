@@ -49,6 +49,21 @@ def _group_rows(groups: list[int], width: int) -> torch.Tensor:
     return (idx[:, None] * width + torch.arange(width)[None, :]).reshape(-1)  # (len(groups) * width,)
 
 
+def copy_without_block_weights(model: nn.Module) -> nn.Module:
+    """A deep copy of `model` whose q/k/v/o/gate/up/down parameters are *shared*, not copied.
+
+    `apply_plan` replaces every one of those projections with a freshly sliced `nn.Linear`, so
+    copying their weights first (about 80% of a decoder's parameters) would only raise the peak
+    memory and cost time. After slicing, the copy shares no tensor with `model`.
+    """
+    memo: dict[int, object] = {}
+    for proj in layer_projections(model):
+        for lin in (proj.q_proj, proj.k_proj, proj.v_proj, proj.o_proj, proj.gate_proj, proj.up_proj, proj.down_proj):
+            for param in lin.parameters(recurse=False):
+                memo[id(param)] = param
+    return copy.deepcopy(model, memo)
+
+
 def apply_plan(
     model: nn.Module, plan: PruningPlan, *, inplace: bool = False, check_fingerprint: bool = True
 ) -> nn.Module:
@@ -66,7 +81,7 @@ def apply_plan(
 
         raise PlanMismatch("the plan's layer widths do not match this model's; was it made for another model?")
     if not inplace:
-        model = copy.deepcopy(model)
+        model = copy_without_block_weights(model)
     d, g = shape.head_dim, shape.group_size
     arch = get_architecture(model)
     for proj, layer in zip(layer_projections(model), plan.layers):

@@ -104,6 +104,24 @@ def test_apply_plan_never_mutates_the_callers_model_unless_asked():
     assert same is model and count_parameters(model) == plan.stats["params_after"]
 
 
+def test_the_copy_shares_block_weights_only_until_they_are_sliced():
+    from nirvana.slicing import copy_without_block_weights
+
+    model = tiny_model("qwen2")  # q/k/v carry biases: those are shared too
+    projections = [(p.q_proj, p.o_proj, p.down_proj) for p in layer_projections(model)]
+    block = {id(w) for lins in projections for lin in lins for w in lin.parameters()}
+    clone = copy_without_block_weights(model)
+    shared = {id(w) for w in clone.parameters()} & {id(w) for w in model.parameters()}
+    assert block <= shared and all(id(p) not in shared for p in model.model.embed_tokens.parameters())
+    pruned = apply_plan(model, plan_for(model, 0.0))  # keeps every unit, yet owns every tensor
+    dense_ptrs = {t.data_ptr() for t in model.state_dict().values()}
+    assert not dense_ptrs & {t.data_ptr() for t in pruned.state_dict().values()}
+    with torch.no_grad():
+        for p in pruned.parameters():
+            p.zero_()
+    assert all(p.abs().sum() > 0 for p in model.parameters())
+
+
 def test_backward_works_after_slicing():
     model = tiny_model("qwen2")
     sliced = apply_plan(model, plan_for(model, 0.5))
