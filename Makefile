@@ -28,6 +28,7 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check --exclude "*.md" .
 	$(BIN)/python -m pytest -q
 
 test-fast: $(STAMP)
@@ -35,6 +36,7 @@ test-fast: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check --exclude "*.md" .
 	$(BIN)/hadolint Dockerfile
 
 bench-speed: $(STAMP)

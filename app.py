@@ -29,6 +29,7 @@ PAGES = [
     st.Page("pages/calibration.py", title="4 · Calibration", icon=":material/target:"),
     st.Page("pages/prune.py", title="5 · Prune & compare", icon=":material/content_cut:"),
     st.Page("pages/sweep.py", title="6 · Sweep", icon=":material/monitoring:"),
+    st.Page("pages/evidence.py", title="7 · Evidence", icon=":material/fact_check:"),
     st.Page("pages/runs.py", title="Past runs", icon=":material/history:"),
 ]
 

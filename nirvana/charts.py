@@ -26,6 +26,14 @@ COLORSCALE = "Viridis"
 # Overlay for pruned units: transparent (kept) -> dark (pruned); z is the pruned fraction of a cell.
 PRUNED_OVERLAY = [[0.0, "rgba(0,0,0,0)"], [1.0, "rgba(20,20,20,0.72)"]]
 NEURON_MODES = ("sorted", "index")
+# One colour per pruning criterion, shared by the app and the benchmark plots.
+CRITERION_COLORS = {
+    "nirvana": "#1f77b4",
+    "magnitude": "#d62728",
+    "random": "#7f7f7f",
+    "taylor": "#2ca02c",
+    "wanda": "#9467bd",
+}
 
 
 def as_array(x) -> np.ndarray:
@@ -312,6 +320,56 @@ def sweep_chart(
         )
     fig.update_layout(showlegend=False)
     return _layout(fig, title, 340)
+
+
+def criteria_chart(
+    rows: Sequence[dict],
+    *,
+    y_title: str,
+    log_y: bool = True,
+    reference: float | None = None,
+    reference_label: str = "dense",
+    title: str = "Quality against sparsity",
+) -> go.Figure:
+    """One line per (criterion, allocation) from rows `{criterion, allocation, sparsity, value}`.
+
+    Global allocation is drawn solid, uniform dashed, one colour per criterion; `reference` (the
+    dense model's value) is a dotted horizontal line.
+    """
+    fig = go.Figure()
+    lines: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for r in rows:
+        lines.setdefault((r["criterion"], r["allocation"]), []).append((float(r["sparsity"]), float(r["value"])))
+    for (criterion, allocation), pts in lines.items():
+        pts.sort()
+        hover = f"{criterion}, {allocation}<br>sparsity %{{x:.2f}}<br>{y_title} %{{y:.4g}}<extra></extra>"
+        fig.add_trace(
+            go.Scatter(
+                x=[p[0] for p in pts],
+                y=[p[1] for p in pts],
+                mode="lines+markers",
+                name=f"{criterion} ({allocation})",
+                line={"color": CRITERION_COLORS.get(criterion), "dash": "solid" if allocation == "global" else "dash"},
+                marker={"symbol": "circle" if allocation == "global" else "x"},
+                hovertemplate=hover,
+            )
+        )
+    if reference is not None and lines:
+        # a trace, not add_hline + annotation: plotly places annotations on log axes by exponent
+        xs = [p[0] for pts in lines.values() for p in pts]
+        fig.add_trace(
+            go.Scatter(
+                x=[min(xs), max(xs)],
+                y=[reference, reference],
+                mode="lines",
+                name=reference_label,
+                line={"color": "black", "dash": "dot"},
+                hovertemplate=f"{reference_label}: %{{y:.4g}}<extra></extra>",
+            )
+        )
+    fig.update_xaxes(title_text="target block sparsity")
+    fig.update_yaxes(title_text=y_title, type="log" if log_y else "linear")
+    return _layout(fig, title, 420)
 
 
 def pareto_front(xs: Sequence[float], ys: Sequence[float]) -> list[int]:

@@ -2,7 +2,8 @@
 
 The fingerprint hashes the config (shapes, dtype) and a strided sample of every parameter, so
 two checkpoints of one architecture never share cached scores, while hashing stays fast for
-billion-parameter models (a few thousand values per tensor, not all of them).
+billion-parameter models (a few thousand values per tensor, not all of them). Weights that
+accelerate offloaded (on `meta` outside forward) are sampled from their store.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ def model_fingerprint(model: torch.nn.Module) -> str:
     h.update(json.dumps(cfg, sort_keys=True, default=str).encode())
     for name, p in model.state_dict().items():
         h.update(name.encode() + str(tuple(p.shape)).encode() + str(p.dtype).encode())
-        if p.device.type == "meta" or p.numel() == 0:
+        if p.device.type == "meta":
+            p = _offloaded(model, name)
+        if p is None or p.numel() == 0:
             continue
         flat = p.detach().reshape(-1)
         step = max(1, flat.numel() // _SAMPLES)
@@ -31,6 +34,19 @@ def model_fingerprint(model: torch.nn.Module) -> str:
             sample = sample.float()
         h.update(sample.contiguous().numpy().tobytes())
     return h.hexdigest()[:16]
+
+
+def _offloaded(model: torch.nn.Module, name: str) -> torch.Tensor | None:
+    """The stored tensor behind an accelerate-offloaded (meta) entry, so offloaded and resident
+    loads of one checkpoint share a fingerprint; None when there is no stored copy."""
+    from nirvana.hook_saliency import _offloaded_weight
+
+    prefix, _, attr = name.rpartition(".")
+    try:
+        module = model.get_submodule(prefix)
+    except AttributeError:
+        return None
+    return _offloaded_weight(module, attr)
 
 
 def content_key(*parts) -> str:

@@ -274,8 +274,9 @@ def load_model(
     get_architecture(model)  # gguf files have no separate config to check first
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    return LoadedModel(model, tokenizer, name, source, time.perf_counter() - start, notes,
-                       import_seconds=import_seconds)
+    return LoadedModel(
+        model, tokenizer, name, source, time.perf_counter() - start, notes, import_seconds=import_seconds
+    )
 
 
 def _load_tokenizer(src, name: str, trust_remote_code: bool, local_files_only: bool):

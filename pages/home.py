@@ -71,7 +71,8 @@ def main() -> None:
         "3. **Allocation**: drag sparsity and γ; see instantly which units go, per layer, and what it saves.\n"
         "4. **Calibration**: pick the calibration batch by KL divergence.\n"
         "5. **Prune & compare**: slice the model; compare perplexity, generations, speed and memory.\n"
-        "6. **Sweep**: quality and speed against sparsity and γ; pick a target on the Pareto chart."
+        "6. **Sweep**: quality and speed against sparsity and γ; pick a target on the Pareto chart.\n"
+        "7. **Evidence**: the committed benchmark of five criteria, global vs uniform, KL-selected calibration."
     )
     st.caption(
         "Pipeline: scores → plan (JSON) → apply → smaller model. Moving a slider recomputes only the plan from "

@@ -21,8 +21,13 @@ def make_shape(L=4, hkv=4, g=2, d=16, inter=256, D=128) -> ModelShape:
 def make_scores(shape: ModelShape, seed=0) -> Scores:
     gen = torch.Generator().manual_seed(seed)
     L = shape.num_layers
-    return Scores(torch.rand(L, shape.num_kv_heads[0], generator=gen),
-                  torch.rand(L, shape.intermediate[0], generator=gen), "random", "fp", None)
+    return Scores(
+        torch.rand(L, shape.num_kv_heads[0], generator=gen),
+        torch.rand(L, shape.intermediate[0], generator=gen),
+        "random",
+        "fp",
+        None,
+    )
 
 
 LLAMA_8B = ModelShape("llama", 32, 4096, 128, 4, (8,) * 32, (14336,) * 32, 128256, False)

@@ -323,3 +323,43 @@ def test_runs_page_lists_past_runs_in_a_new_session_and_reopens_a_plan(at):
     fresh.button(key="load_run_plan").click().run()
     no_errors(fresh)
     assert fresh.session_state["plan"].to_dict() == plan.to_dict()
+
+
+def test_evidence_page_shows_the_committed_benchmark_and_its_claims(at):
+    from nirvana.bench.quality import read_rows
+    from nirvana.bench.quality_report import committed_reports, config_from_rows, summarize, verdicts
+
+    at.switch_page("pages/evidence.py").run()
+    no_errors(at)
+    path = committed_reports()[0]
+    rows = read_rows(path)
+    counts = verdicts(summarize(rows, config_from_rows(rows)))
+    won, n = counts["global_beats_uniform"]["ppl_wikitext2"]
+    assert metrics(at)["Global + γ beats uniform"] == f"{won} of {n}"
+    spec = chart(at, "WikiText-2 perplexity against sparsity")
+    global_rows = [r for r in rows if r["allocation"] == "global" and r["calib_seed"] in ("0", "")]
+    names = {f"{r['criterion']} (global)" for r in global_rows}
+    assert {t["name"] for t in spec["data"]} == {*names, "dense"}
+    dense = next(t for t in spec["data"] if t["name"] == "dense")
+    assert set(decode(dense["y"])) == {float(next(r for r in rows if r["criterion"] == "dense")["ppl_wikitext2"])}
+    at.multiselect(key="evidence_alloc").set_value(["uniform"]).run()
+    at.radio(key="evidence_measure").set_value("kl").run()
+    spec = chart(at, "KL to dense")
+    assert all(t["name"].endswith("(uniform)") for t in spec["data"]) and spec["data"]  # KL has no dense line
+    nirvana = next(t for t in spec["data"] if t["name"] == "nirvana (uniform)")
+    want = sorted(
+        (float(r["sparsity"]), float(r["kl"]))
+        for r in rows
+        if r["criterion"] == "nirvana" and r["allocation"] == "uniform"
+    )
+    assert list(decode(nirvana["x"])) == [s for s, _ in want]
+    assert list(decode(nirvana["y"])) == pytest.approx([kl for _, kl in want])
+
+
+def test_evidence_page_without_a_benchmark_says_how_to_make_one(at, monkeypatch, tmp_path):
+    import nirvana.bench.quality as q
+
+    monkeypatch.setattr(q, "DEFAULT_OUT", tmp_path)
+    at.switch_page("pages/evidence.py").run()
+    no_errors(at)
+    assert any("python -m nirvana bench quality" in i.value for i in at.info)

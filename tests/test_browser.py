@@ -214,6 +214,13 @@ def test_demo_path_in_a_real_browser(server):
         _idle(page)
         expect(page.get_by_text("Tokens evaluated")).to_be_visible()
         page.screenshot(path=str(SHOTS / "05-prune.png"), full_page=False)
+
+        # 6. The committed benchmark: claims counted and the curves of every criterion.
+        _nav(page, "7 · Evidence")
+        expect(page.get_by_text("NIRVANA beats magnitude")).to_be_visible(timeout=30_000)
+        expect(page.locator(".js-plotly-plot").first).to_be_visible(timeout=30_000)
+        _idle(page)
+        page.screenshot(path=str(SHOTS / "06-evidence.png"), full_page=False)
         browser.close()
     timings["note"] = "wall seconds seen in the browser, from click to result, on the machine that ran the test"
     timings["load_average_1min_at_end"] = os.getloadavg()[0]

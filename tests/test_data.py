@@ -46,8 +46,12 @@ def test_text_and_jsonl_files(tmp_path):
 
 @pytest.mark.parametrize(
     "content, match",
-    [(b"", "holds no text"), (b"  \n\n ", "holds no text"), (b"\x00\x01\x02abc", "looks binary"),
-     (b"\xff\xfe\xfa", "not UTF-8")],
+    [
+        (b"", "holds no text"),
+        (b"  \n\n ", "holds no text"),
+        (b"\x00\x01\x02abc", "looks binary"),
+        (b"\xff\xfe\xfa", "not UTF-8"),
+    ],
 )
 def test_bad_files_are_rejected(tmp_path, content, match):
     path = tmp_path / "bad.txt"

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from nirvana.allocation import allocate
+from nirvana.fingerprint import model_fingerprint
 from nirvana.hook_saliency import hook_saliency, resolve_method
 from nirvana.models import resolve_device, resolve_dtype
 from nirvana.scorers import compute_scores, gradient_saliency, nirvana_objective
@@ -79,8 +80,9 @@ def test_offloaded_model_slices_like_the_plain_one(offloaded):
     ids = random_batch(n=2, t=12).input_ids
     with torch.no_grad():
         want = apply_plan(plain, plan)(ids).logits
-        got = apply_plan(model, plan, check_fingerprint=False)(ids).logits
+        got = apply_plan(model, plan)(ids).logits  # the plan's fingerprint check passes: same weights
     torch.testing.assert_close(got, want)
+    assert model_fingerprint(model) == model_fingerprint(plain)
 
 
 def test_device_map_cpu_load_scores_and_slices(tmp_path):

@@ -25,8 +25,21 @@ def test_smollm2_architecture_facts(smollm2):
 
 def test_prune_cli_end_to_end(tmp_path, capsys, smollm2, smollm2_dir):
     out = tmp_path / "p50"
-    code = main(["prune", "--model", str(smollm2_dir), "--sparsity", "0.5", "--samples", "4", "--seq-len", "64",
-                 "--out", str(out)])
+    code = main(
+        [
+            "prune",
+            "--model",
+            str(smollm2_dir),
+            "--sparsity",
+            "0.5",
+            "--samples",
+            "4",
+            "--seq-len",
+            "64",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     report = json.loads((out / "report.json").read_text())
     assert report["params_after"] < report["params_before"] == 134_515_008

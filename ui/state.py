@@ -28,6 +28,7 @@ PERSISTENT_WIDGETS = (
     *("ppl_dataset", "ppl_tokens", "ppl_window", "prompts", "max_new_tokens", "chat_template"),
     *("speed_batches", "speed_new_tokens", "speed_repeats"),
     *("sweep_metric", "sweep_sparsities", "sweep_gammas", "sweep_tokens", "sweep_speed"),
+    *("evidence_measure", "evidence_criteria", "evidence_alloc"),
 )
 RESULT_KEYS = ("scores", "scores2", "calib_info", "plan", "pruned", "evals", "kl_selection", "sweep")
 

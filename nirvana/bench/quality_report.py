@@ -10,17 +10,47 @@ import statistics
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from nirvana.charts import CRITERION_COLORS
+
 if TYPE_CHECKING:
     from nirvana.bench.quality import QualityConfig
 
-# One colour per criterion, shared by its global (solid) and uniform (dashed) lines.
-CRITERION_COLORS = {
-    "nirvana": "#1f77b4",
-    "magnitude": "#d62728",
-    "random": "#7f7f7f",
-    "taylor": "#2ca02c",
-    "wanda": "#9467bd",
-}
+
+def committed_reports(directory: Path | None = None) -> list[Path]:
+    """The quality CSVs under `benchmarks/quality/` (or `directory`), one per model, newest first."""
+    from nirvana.bench.quality import DEFAULT_OUT
+
+    folder = Path(directory or DEFAULT_OUT)
+    paths = folder.glob("quality-*.csv") if folder.is_dir() else []
+    return sorted(paths, key=lambda p: p.stat().st_mtime, reverse=True)
+
+
+def config_from_rows(rows: list[dict], csv_path: Path | None = None) -> QualityConfig:
+    """The grid a CSV actually holds, as a `QualityConfig` (for summarising a committed report)."""
+    from nirvana.bench.quality import CRITERIA, QualityConfig
+
+    pruned = [r for r in rows if r["criterion"] != "dense"]
+    present = {r["criterion"] for r in pruned}
+    order = [c for c in CRITERIA if c in present] + sorted(present - set(CRITERIA))
+    seeds: dict[tuple, set] = {}
+    for r in pruned:
+        if r["allocation"] == "global" and r["calib_seed"] != "":
+            seeds.setdefault((r["criterion"], r["sparsity"]), set()).add(r["calib_seed"])
+    candidates = max((len(v) for v in seeds.values()), default=1)
+    config = QualityConfig(
+        model=rows[0]["model"] if rows else "?",
+        criteria=tuple(order),
+        sparsities=tuple(sorted({float(r["sparsity"]) for r in pruned})),
+        uniform_criteria=tuple(
+            c for c in order if any(r["criterion"] == c and r["allocation"] == "uniform" for r in pruned)
+        ),
+        select_criteria=tuple(c for c in order if any(len(v) > 1 for (cc, _), v in seeds.items() if cc == c)),
+        candidates=candidates,
+        tokens=int(rows[0]["token_budget"]) if rows else 0,
+    )
+    if csv_path is not None:
+        config.out_dir = Path(csv_path).parent
+    return config
 
 
 def _f(row: dict, col: str) -> float:

@@ -1,0 +1,179 @@
+"""Evidence: the committed quality benchmark (every criterion, allocation and sparsity), with the
+paper's three claims counted, so a visitor sees measurements rather than promises."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import streamlit as st
+
+from nirvana import charts
+from nirvana.bench.quality import read_rows
+from nirvana.bench.quality_report import committed_reports, config_from_rows, summarize, verdicts
+from ui import frame
+from ui.errors import guard
+
+EXPLANATION = """
+**What is shown.** The quality benchmark committed with this code (`benchmarks/quality/`),
+measured by `python -m nirvana bench quality`: five pruning criteria (NIRVANA, loss-Taylor,
+Wanda-style, magnitude, random), each with NIRVANA's global ranking + γ and with the same
+sparsity in every layer (uniform), at several sparsities, plus KL-guided calibration for the
+criteria that use data. Every number is a measurement on the machine named below; nothing here
+is computed live.
+
+**How to read it.** Lower perplexity is better; the dotted line is the dense model. Solid lines
+use global allocation, dashed lines uniform. Three claims of the paper are counted across the
+grid: NIRVANA's saliency beats weight magnitude; global allocation beats uniform; the
+calibration batch chosen by KL beats a randomly drawn one (the median of the K candidates).
+Where NIRVANA does not win (on SmolLM2-135M, loss-Taylor does), this page says so.
+
+**Reproduce.** `python -m nirvana bench quality --model smollm2-135m` (about 75 minutes on a
+2-core CPU; resumable), then reload this page.
+"""
+
+MEASURES = {"ppl_wikitext2": "WikiText-2 perplexity", "ppl_ptb": "PTB perplexity", "kl": "KL to dense (nats/token)"}
+CLAIMS = (
+    ("nirvana_beats_magnitude", "NIRVANA beats magnitude", "sparsities"),
+    ("global_beats_uniform", "Global + γ beats uniform", "(criterion, sparsity) pairs"),
+    ("selected_beats_median", "KL-selected batch beats the median", "(criterion, sparsity) pairs"),
+)
+
+
+@st.cache_data(show_spinner=False)
+def _load(path: str, mtime: float) -> tuple[list[dict], dict, dict]:
+    """Rows, a summary and the claim counts of one committed CSV (`mtime` keys the cache)."""
+    rows = read_rows(Path(path))
+    config = config_from_rows(rows, Path(path))
+    summary = summarize(rows, config)
+    return rows, summary, verdicts(summary)
+
+
+def _header(rows: list[dict]) -> None:
+    finished = sorted(r["finished_utc"] for r in rows)
+    minutes = sum(float(r["seconds"]) for r in rows) / 60
+    first = rows[0]
+    gammas = sorted({r["gamma"] for r in rows if r.get("gamma")})
+    st.caption(
+        f"{len(rows)} rows measured {finished[0]} – {finished[-1]} UTC ({minutes:.0f} min) on {first['machine']}. "
+        f"Perplexity on the first {int(first['token_budget']):,} tokens of WikiText-2 test and PTB validation, "
+        f"{first['window']}-token windows; KL on the held-out anchor {first['anchor']}; γ = {'/'.join(gammas)}."
+    )
+
+
+def _claims(counts: dict) -> None:
+    cols = st.columns(len(CLAIMS))
+    for col, (key, label, unit) in zip(cols, CLAIMS):
+        (won, n), (won_ptb, _) = counts[key]["ppl_wikitext2"], counts[key]["ppl_ptb"]
+        col.metric(
+            label,
+            f"{won} of {n}" if n else "not measured",
+            delta=f"PTB: {won_ptb} of {n}" if n else None,
+            delta_color="off",
+            delta_arrow="off",
+            help=f"Counted over {unit} on WikiText-2 perplexity (PTB below).",
+        )
+
+
+def _curves(rows: list[dict], summary: dict) -> None:
+    criteria = sorted({r["criterion"] for r in rows if r["criterion"] != "dense"})
+    c = st.columns([2, 3, 2])
+    measure = c[0].radio("Measure", list(MEASURES), format_func=MEASURES.get, key="evidence_measure")
+    chosen = c[1].multiselect("Criteria", criteria, default=criteria, key="evidence_criteria")
+    allocations = c[2].multiselect("Allocation", ["global", "uniform"], default=["global"], key="evidence_alloc")
+    points = [
+        {**r, "value": r[measure]}
+        for r in rows
+        if r["criterion"] in chosen and r["allocation"] in allocations and r["calib_seed"] in ("0", "")
+    ]
+    dense = summary["dense"]
+    reference = float(dense[measure]) if dense and measure != "kl" else None
+    title = f"{MEASURES[measure]} against sparsity (calibration seed 0)"
+    figure = charts.criteria_chart(points, y_title=MEASURES[measure], reference=reference, title=title)
+    st.plotly_chart(figure, key="evidence_chart")
+
+
+def _winners(summary: dict) -> None:
+    table = pd.DataFrame(
+        {
+            "sparsity": w["sparsity"],
+            "winner": w["winner"],
+            "winner PPL": round(w["ppl"], 2),
+            "runner-up": w["runner_up"],
+            "margin (% lower PPL)": round(w["margin_pct"], 1) if w["margin_pct"] is not None else None,
+            "NIRVANA rank": w["nirvana_rank"],
+            "NIRVANA PPL": round(w["nirvana_ppl"], 2) if w["nirvana_ppl"] else None,
+        }
+        for w in summary["winners"]
+    )
+    st.markdown("##### Winner per sparsity on WikiText-2 (global allocation, the same calibration batch)")
+    st.dataframe(table, hide_index=True)
+
+
+def _ablations(summary: dict) -> None:
+    ab = summary["ablations"]
+    with st.expander("Global + γ vs uniform, every criterion"):
+        st.dataframe(
+            pd.DataFrame(
+                {
+                    "sparsity": a["sparsity"],
+                    "criterion": a["criterion"],
+                    "global PPL": float(a["global"]["ppl_wikitext2"]),
+                    "uniform PPL": float(a["uniform"]["ppl_wikitext2"]),
+                }
+                for a in ab["global_vs_uniform"]
+            ),
+            hide_index=True,
+        )
+        st.caption("WikiText-2 perplexity. Wanda-style and random scores are not comparable across layers.")
+    with st.expander("KL-selected calibration vs the median of K candidates"):
+        st.dataframe(
+            pd.DataFrame(
+                {
+                    "sparsity": a["sparsity"],
+                    "criterion": a["criterion"],
+                    "K": a["k"],
+                    "chosen seed": a["chosen_seed"],
+                    "selected PPL": float(a["chosen"]["ppl_wikitext2"]),
+                    "median PPL": a["median_ppl_wikitext2"],
+                    "best of K PPL": a["best_ppl_wikitext2"],
+                }
+                for a in ab["kl_selected_vs_random"]
+            ),
+            hide_index=True,
+        )
+        st.caption("The choice is made on anchor KL, before any perplexity is seen; perplexity is on test text.")
+
+
+def main() -> None:
+    st.title("7 · Evidence")
+    frame.explain(EXPLANATION)
+    reports = committed_reports()
+    if not reports:
+        st.info(
+            "No quality benchmark in `benchmarks/quality/` yet. Run "
+            "`python -m nirvana bench quality --model smollm2-135m` and reload this page."
+        )
+        return
+    path = reports[0]
+    if len(reports) > 1:
+        path = st.selectbox("Benchmark", reports, format_func=lambda p: p.stem.removeprefix("quality-"))
+    with guard("reading the committed benchmark") as g:
+        rows, summary, counts = _load(str(path), path.stat().st_mtime)
+    if g.failed:
+        return
+    if not rows:
+        st.info(f"`{path.name}` has no rows yet: the benchmark writes one per finished measurement.")
+        return
+    st.markdown(f"**Model:** `{rows[0]['model']}`")
+    _header(rows)
+    _claims(counts)
+    _curves(rows, summary)
+    _winners(summary)
+    _ablations(summary)
+    with st.expander("Every row (CSV)"):
+        st.dataframe(pd.DataFrame(rows), hide_index=True)
+        st.download_button("Download CSV", path.read_bytes(), file_name=path.name, mime="text/csv", on_click="ignore")
+
+
+main()
