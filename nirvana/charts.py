@@ -372,6 +372,27 @@ def criteria_chart(
     return _layout(fig, title, 420)
 
 
+def gamma_chart(points: Sequence[dict], gamma_star: float, title: str = "KL to dense against γ") -> go.Figure:
+    """KL against gamma, one line per sparsity, from `{sparsity, gamma, kl}` points; γ* dashed."""
+    fig = go.Figure()
+    for sparsity in sorted({float(p["sparsity"]) for p in points}):
+        pts = sorted((float(p["gamma"]), float(p["kl"])) for p in points if float(p["sparsity"]) == sparsity)
+        best = min(pts, key=lambda p: p[1])
+        fig.add_trace(
+            go.Scatter(
+                x=[p[0] for p in pts],
+                y=[p[1] for p in pts],
+                mode="lines+markers",
+                name=f"sparsity {sparsity:g} (best γ {best[0]:g})",
+                hovertemplate=f"sparsity {sparsity:g}<br>γ %{{x:.3g}}<br>KL %{{y:.4f}}<extra></extra>",
+            )
+        )
+    fig.add_vline(x=gamma_star, line_dash="dash", line_color=PRUNED)
+    fig.update_xaxes(title_text="γ (share of neurons pruned / share of KV groups pruned)", type="log")
+    fig.update_yaxes(title_text="KL to dense (nats/token)", type="log")
+    return _layout(fig, title, 400)
+
+
 def pareto_front(xs: Sequence[float], ys: Sequence[float]) -> list[int]:
     """Indices of points not dominated when x is maximised (speed) and y minimised (perplexity/KL)."""
     front = []

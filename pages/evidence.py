@@ -9,6 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from nirvana import charts
+from nirvana.bench.gamma import committed_gamma
 from nirvana.bench.quality import read_rows
 from nirvana.bench.quality_report import committed_reports, config_from_rows, summarize, verdicts
 from ui import frame
@@ -145,6 +146,42 @@ def _ablations(summary: dict) -> None:
         st.caption("The choice is made on anchor KL, before any perplexity is seen; perplexity is on test text.")
 
 
+def _gamma(model: str) -> None:
+    data = committed_gamma(model)
+    st.markdown("##### Is the analytic γ* the best split? (beyond the paper)")
+    if data is None:
+        st.caption(f"No γ benchmark for `{model}` yet: `python -m nirvana bench gamma --model {model}`.")
+        return
+    g_star = data["gamma_default"]
+    st.caption(
+        f"KL to dense on the anchor {data['anchor']} over a γ grid, from cached scores (no new gradients); "
+        f"measured {data['started_utc']} UTC on {data['machine']}. γ* = {g_star:.3g} is the dashed line."
+    )
+    names = list(data["criteria"])
+    tabs = st.tabs(names)
+    for tab, criterion in zip(tabs, names):
+        result = data["criteria"][criterion]
+        with tab:
+            figure = charts.gamma_chart(result["points"], g_star, title=f"{criterion}: KL to dense against γ")
+            st.plotly_chart(figure, key=f"evidence_gamma_{criterion}")
+            rows = []
+            for s, best in result["best"].items():
+                star = next(
+                    (p["kl"] for p in result["points"] if p["sparsity"] == float(s) and p["gamma"] == round(g_star, 4)),
+                    None,
+                )
+                rows.append(
+                    {
+                        "sparsity": float(s),
+                        "KL at γ*": star,
+                        "best γ": best["gamma"],
+                        "KL at best γ": best["kl"],
+                        "KL cut vs γ* (%)": round(100 * (1 - best["kl"] / star), 1) if star else None,
+                    }
+                )
+            st.dataframe(pd.DataFrame(rows), hide_index=True)
+
+
 def main() -> None:
     st.title("7 · Evidence")
     frame.explain(EXPLANATION)
@@ -171,6 +208,7 @@ def main() -> None:
     _curves(rows, summary)
     _winners(summary)
     _ablations(summary)
+    _gamma(rows[0]["model"])
     with st.expander("Every row (CSV)"):
         st.dataframe(pd.DataFrame(rows), hide_index=True)
         st.download_button("Download CSV", path.read_bytes(), file_name=path.name, mime="text/csv", on_click="ignore")

@@ -356,6 +356,19 @@ def test_evidence_page_shows_the_committed_benchmark_and_its_claims(at):
     assert list(decode(nirvana["y"])) == pytest.approx([kl for _, kl in want])
 
 
+def test_evidence_page_shows_the_committed_gamma_curves(at):
+    from nirvana.bench.gamma import committed_gamma
+
+    at.switch_page("pages/evidence.py").run()
+    no_errors(at)
+    data = committed_gamma("smollm2-135m")
+    assert data is not None, "benchmarks/gamma/gamma-smollm2-135m.json is committed"
+    result = data["criteria"]["nirvana"]
+    spec = chart(at, "nirvana: KL to dense against γ")
+    want = {f"sparsity {float(s):g} (best γ {b['gamma']:g})" for s, b in result["best"].items()}
+    assert {t["name"] for t in spec["data"]} == want
+
+
 def test_evidence_page_without_a_benchmark_says_how_to_make_one(at, monkeypatch, tmp_path):
     import nirvana.bench.quality as q
 

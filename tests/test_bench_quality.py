@@ -119,3 +119,17 @@ def test_text_prefix_gives_the_same_windows_as_the_whole_text(smollm2):
     full, _ = make_windows(smollm2.tokenizer, text.joined("\n\n"), 512, 1024)
     part, _ = make_windows(smollm2.tokenizer, prefix.joined("\n\n"), 512, 1024)
     assert full.shape == (2, 512) and bool((full == part).all())
+
+
+def test_a_fixed_gamma_writes_its_own_csv():
+    assert q.QualityConfig().csv_path.name == "quality-smollm2-135m.csv"  # gamma* (analytic)
+    assert q.QualityConfig(gamma=6.0).csv_path.name == "quality-smollm2-135m-gamma6.csv"
+    assert q.QualityConfig(gamma=2.5).csv_path != q.QualityConfig(gamma=3.0).csv_path
+    assert (q.QualityConfig().plot_prefix, q.QualityConfig(gamma=4.0).plot_prefix) == ("quality", "quality-gamma4")
+
+
+def test_committed_reports_list_the_analytic_gamma_runs_first(tmp_path):
+    for name in ("quality-b-gamma4.csv", "quality-b.csv", "quality-a-gamma6.csv", "quality-a.csv", "other.csv"):
+        (tmp_path / name).write_text("model\n")
+    names = [p.name for p in qr.committed_reports(tmp_path)]
+    assert names == ["quality-a.csv", "quality-b.csv", "quality-a-gamma6.csv", "quality-b-gamma4.csv"]

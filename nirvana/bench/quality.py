@@ -96,8 +96,15 @@ class QualityConfig:
         return f"{a.source}:{a.samples}x{a.seq_len}:seed{a.seed}{used}"
 
     @property
+    def plot_prefix(self) -> str:
+        """`quality` for the analytic-gamma run; `quality-gamma4` etc. for a fixed gamma (plots stay apart)."""
+        return "quality" if self.gamma is None else f"quality-gamma{self.gamma:g}"
+
+    @property
     def csv_path(self) -> Path:
-        return Path(self.out_dir) / f"quality-{self.model.replace('/', '_')}.csv"
+        """One CSV per model; a fixed `--gamma` gets its own file (rows are keyed without gamma)."""
+        suffix = "" if self.gamma is None else f"-gamma{self.gamma:g}"
+        return Path(self.out_dir) / f"quality-{self.model.replace('/', '_')}{suffix}.csv"
 
 
 @dataclass(frozen=True)
@@ -331,11 +338,8 @@ def run_quality(config: QualityConfig, log=print, progress=None) -> list[dict]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    def floats(text):
-        return tuple(float(x) for x in text.split(",") if x.strip())
-
-    def names(text):
-        return tuple(x.strip() for x in text.split(",") if x.strip())
+    from nirvana.cli.common import parse_float_list as floats
+    from nirvana.cli.common import parse_name_list as names
 
     p.add_argument("--model", default="smollm2-135m")
     p.add_argument("--criteria", type=names, default=CRITERIA, help="comma-separated criteria")

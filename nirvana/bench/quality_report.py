@@ -17,12 +17,13 @@ if TYPE_CHECKING:
 
 
 def committed_reports(directory: Path | None = None) -> list[Path]:
-    """The quality CSVs under `benchmarks/quality/` (or `directory`), one per model, newest first."""
+    """The quality CSVs under `benchmarks/quality/` (or `directory`): the analytic-gamma runs first
+    (one per model), then the runs at a fixed `--gamma`; by name within each group."""
     from nirvana.bench.quality import DEFAULT_OUT
 
     folder = Path(directory or DEFAULT_OUT)
     paths = folder.glob("quality-*.csv") if folder.is_dir() else []
-    return sorted(paths, key=lambda p: p.stat().st_mtime, reverse=True)
+    return sorted(paths, key=lambda p: ("-gamma" in p.stem, p.name))
 
 
 def config_from_rows(rows: list[dict], csv_path: Path | None = None) -> QualityConfig:
@@ -186,12 +187,18 @@ def _header(rows: list[dict], config: QualityConfig) -> list[str]:
         f"- KL(P_dense || P_pruned): mean nats per token on the anchor set {config.anchor_label} "
         "(summed over the vocabulary, fp32); the anchor shares no document with any calibration batch",
         f"- Calibration: {config.samples} x {config.seq_len} tokens from {config.pool}, candidate seed 0 for every "
-        f"data-driven criterion; gamma = {'gamma* (analytic)' if config.gamma is None else config.gamma}"
-        f" = {'/'.join(gamma_used)}; align {config.align}",
+        f"data-driven criterion; gamma = "
+        + (f"gamma* (analytic) = {'/'.join(gamma_used)}" if config.gamma is None else f"{config.gamma:g} (fixed)")
+        + f"; align {config.align}",
         f"- Grid: criteria {', '.join(config.criteria)} with global allocation; uniform allocation for "
-        f"{', '.join(config.uniform_criteria) or 'none'}; KL-guided calibration (K = {config.candidates}, seeds "
-        f"0..{config.candidates - 1}) for {', '.join(config.select_criteria) or 'none'} (magnitude and random "
-        f"use no calibration data); sparsities {', '.join(f'{s:g}' for s in config.sparsities)}",
+        f"{', '.join(config.uniform_criteria) or 'none'}; "
+        + (
+            f"KL-guided calibration (K = {config.candidates}, seeds 0..{config.candidates - 1}) for "
+            f"{', '.join(config.select_criteria)} (magnitude and random use no calibration data)"
+            if config.select_criteria
+            else "no KL-guided calibration"
+        )
+        + f"; sparsities {', '.join(f'{s:g}' for s in config.sparsities)}",
         *([f"- Note: {config.note}"] if config.note else []),
         "",
     ]
@@ -211,8 +218,68 @@ def _verdict_lines(summary: dict) -> list[str]:
     lines = ["## The paper's claims, counted", ""]
     for text, key, unit in claims:
         (w, n), (p, _) = v[key]["ppl_wikitext2"], v[key]["ppl_ptb"]
-        lines.append(f"- {text}: WikiText-2 in {w} of {n} {unit}, PTB in {p} of {n}.")
+        lines.append(
+            f"- {text}: WikiText-2 in {w} of {n} {unit}, PTB in {p} of {n}." if n else f"- {text}: not in this grid."
+        )
     return [*lines, ""]
+
+
+def _has_ablations(summary: dict) -> bool:
+    return any(summary["ablations"].values())
+
+
+def _ablation_lines(ab: dict) -> list[str]:
+    """The three ablation tables; those the grid does not hold are left out."""
+    sections = [
+        (
+            "Ablation 1: NIRVANA score vs magnitude (global allocation)",
+            [],
+            [
+                "| sparsity | NIRVANA wt2 | PTB | KL | magnitude wt2 | PTB | KL |",
+                "|---:|---:|---:|---:|---:|---:|---:|",
+            ],
+            [
+                f"| {a['sparsity']:g} | {_ppl3(a['nirvana'])} | {_ppl3(a['magnitude'])} |"
+                for a in ab["nirvana_vs_magnitude"]
+            ],
+        ),
+        (
+            "Ablation 2: global ranking with gamma vs uniform per-layer sparsity",
+            [],
+            [
+                "| sparsity | criterion | global wt2 | PTB | KL | uniform wt2 | PTB | KL |",
+                "|---:|---|---:|---:|---:|---:|---:|---:|",
+            ],
+            [
+                f"| {a['sparsity']:g} | {a['criterion']} | {_ppl3(a['global'])} | {_ppl3(a['uniform'])} |"
+                for a in ab["global_vs_uniform"]
+            ],
+        ),
+        (
+            "Ablation 3: KL-selected calibration vs a randomly drawn batch (median of the K candidates)",
+            [
+                "The selection is made on anchor KL, so the selected KL is the minimum by construction; the "
+                "perplexities are on held-out test text and are the fair comparison.",
+                "",
+            ],
+            [
+                "| sparsity | criterion | K | chosen seed | selected wt2 | PTB | KL | median wt2 | median PTB "
+                "| median KL | best wt2 |",
+                "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+            ],
+            [
+                f"| {a['sparsity']:g} | {a['criterion']} | {a['k']} | {a['chosen_seed']} | {_ppl3(a['chosen'])} | "
+                f"{a['median_ppl_wikitext2']:.2f} | {a['median_ppl_ptb']:.2f} | {a['median_kl']:.4f} | "
+                f"{a['best_ppl_wikitext2']:.2f} |"
+                for a in ab["kl_selected_vs_random"]
+            ],
+        ),
+    ]
+    lines = []
+    for title, intro, header, rows in sections:
+        if rows:
+            lines += ["", f"## {title}", "", *intro, *header, *rows]
+    return lines or ["", "(No ablation in this grid: it holds neither magnitude, uniform rows nor K > 1 candidates.)"]
 
 
 def markdown_report(rows: list[dict], config: QualityConfig, summary: dict) -> str:
@@ -247,45 +314,11 @@ def markdown_report(rows: list[dict], config: QualityConfig, summary: dict) -> s
         if w["nirvana_rank"] and w["winner"] != "nirvana":
             text += f"; nirvana ranks {w['nirvana_rank']} ({w['nirvana_ppl']:.2f})"
         lines.append(text + ". Ranking: " + ", ".join(f"{c} {p:.2f}" for c, p in w["ranking"]))
-    ab = summary["ablations"]
-    lines += [
-        "",
-        "## Ablation 1: NIRVANA score vs magnitude (global allocation)",
-        "",
-        "| sparsity | NIRVANA wt2 | PTB | KL | magnitude wt2 | PTB | KL |",
-        "|---:|---:|---:|---:|---:|---:|---:|",
-        *(
-            f"| {a['sparsity']:g} | {_ppl3(a['nirvana'])} | {_ppl3(a['magnitude'])} |"
-            for a in ab["nirvana_vs_magnitude"]
-        ),
-        "",
-        "## Ablation 2: global ranking with gamma vs uniform per-layer sparsity",
-        "",
-        "| sparsity | criterion | global wt2 | PTB | KL | uniform wt2 | PTB | KL |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|",
-        *(
-            f"| {a['sparsity']:g} | {a['criterion']} | {_ppl3(a['global'])} | {_ppl3(a['uniform'])} |"
-            for a in ab["global_vs_uniform"]
-        ),
-        "",
-        "## Ablation 3: KL-selected calibration vs a randomly drawn batch (median of the K candidates)",
-        "",
-        "The selection is made on anchor KL, so the selected KL is the minimum by construction; the "
-        "perplexities are on held-out test text and are the fair comparison.",
-        "",
-        "| sparsity | criterion | K | chosen seed | selected wt2 | PTB | KL | median wt2 | median PTB | median KL "
-        "| best wt2 |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-        *(
-            f"| {a['sparsity']:g} | {a['criterion']} | {a['k']} | {a['chosen_seed']} | {_ppl3(a['chosen'])} | "
-            f"{a['median_ppl_wikitext2']:.2f} | {a['median_ppl_ptb']:.2f} | {a['median_kl']:.4f} | "
-            f"{a['best_ppl_wikitext2']:.2f} |"
-            for a in ab["kl_selected_vs_random"]
-        ),
-        "",
-        "Plots: `quality_ppl.png` (PPL and KL vs sparsity), `quality_ablations.png`.",
-        "",
-    ]
+    lines += _ablation_lines(summary["ablations"])
+    plots = [f"`{config.plot_prefix}_ppl.png` (PPL and KL vs sparsity)"]
+    if _has_ablations(summary):
+        plots.append(f"`{config.plot_prefix}_ablations.png`")
+    lines += ["", "Plots: " + ", ".join(plots) + ".", ""]
     return "\n".join(lines)
 
 
@@ -395,8 +428,10 @@ def plot_report(rows: list[dict], config: QualityConfig, summary: dict, out_dir:
 
     matplotlib.use("Agg")
     out_dir = Path(out_dir)
-    paths = [out_dir / "quality_ppl.png", out_dir / "quality_ablations.png"]
+    paths = [out_dir / f"{config.plot_prefix}_ppl.png", out_dir / f"{config.plot_prefix}_ablations.png"]
     _plot_curves(rows, config, summary, paths[0])
+    if not _has_ablations(summary):
+        return paths[:1]
     _plot_ablations(config, summary, paths[1])
     return paths
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import importlib
 
-BENCH_MODULES = ("nirvana.bench.speed", "nirvana.bench.gpu", "nirvana.bench.quality")
+BENCH_MODULES = ("nirvana.bench.speed", "nirvana.bench.gpu", "nirvana.bench.quality", "nirvana.bench.gamma")
 
 
 def register(sub) -> None:

@@ -77,6 +77,10 @@ def parse_float_list(text: str) -> list[float]:
     return [float(x) for x in text.split(",") if x.strip()]
 
 
+def parse_name_list(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
 def parse_int_list(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip()]
 

@@ -1,0 +1,198 @@
+"""Gamma benchmark (beyond the paper): is the analytic gamma* the best MLP/attention split?
+
+    python -m nirvana bench gamma --model smollm2-135m [--criteria nirvana,taylor] [--sparsities 0.1,0.2,0.3,0.5]
+
+For every criterion and sparsity, KL(P_dense || P_pruned) on the anchor set over a grid of gamma
+values (`nirvana.gamma_search`: one allocation, slice and anchor forward per point, no new
+scores). Scores use calibration seed 0 drawn away from the anchor, the same batch as
+`bench quality` and `gamma-search`, so they come from the score cache when those ran before.
+Writes `benchmarks/gamma/gamma-<model>.json`, `.md` and `.png`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+import time
+from pathlib import Path
+
+DEFAULT_OUT = Path(__file__).resolve().parents[2] / "benchmarks" / "gamma"
+GAMMAS = (0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0)
+
+
+def run_gamma_bench(args, log) -> dict:
+    from nirvana.allocation import default_gamma
+    from nirvana.bench.quality import machine_label
+    from nirvana.calib_select import AnchorSpec, anchor_batch, candidate_batch
+    from nirvana.gamma_search import gamma_grid, gamma_search
+    from nirvana.kl import DenseReference
+    from nirvana.models import load_model
+    from nirvana.scorers import SCORERS, compute_scores
+    from nirvana.shapes import model_shape
+
+    start = time.perf_counter()
+    lm = load_model(args.model, dtype="float32")
+    spec = AnchorSpec(samples=args.anchor_samples, seq_len=args.anchor_seq_len)
+    anchor = anchor_batch(lm.tokenizer, spec)
+    reference = DenseReference(lm.model, anchor.input_ids)
+    grid = gamma_grid(model_shape(lm.model), [*args.gammas, round(default_gamma(model_shape(lm.model)), 4)])
+    out = {
+        "model": args.model,
+        "machine": machine_label(),
+        "started_utc": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S"),
+        "anchor": f"{spec.source}:{spec.samples}x{spec.seq_len}:seed{spec.seed}",
+        "calibration": f"{args.samples}x{args.seq_len} from {spec.source}, seed 0",
+        "gammas": grid,
+        "criteria": {},
+    }
+    for criterion in args.criteria:
+        batch = None
+        if SCORERS[criterion][1]:
+            batch = candidate_batch(
+                lm.tokenizer, anchor, source=spec.source, samples=args.samples, seq_len=args.seq_len, seed=0
+            )
+        t = time.perf_counter()
+        scores = compute_scores(lm.model, criterion, batch)
+        log(f"{criterion} scores: {'cache' if scores.meta.get('cache_hit') else f'{time.perf_counter() - t:.0f} s'}")
+        result = gamma_search(
+            lm.model,
+            scores,
+            reference,
+            gammas=grid,
+            sparsities=args.sparsities,
+            progress=lambda f, m, c=criterion: log(f"{c} [{f:.0%}] {m}"),
+        )
+        out["gamma_default"] = result.gamma_default
+        out["criteria"][criterion] = result.to_dict()
+    out["seconds"] = round(time.perf_counter() - start, 1)
+    return out
+
+
+def _kl(points, sparsity, gamma) -> float | None:
+    return next((p["kl"] for p in points if p["sparsity"] == sparsity and p["gamma"] == gamma), None)
+
+
+def markdown_report(data: dict) -> str:
+    g_star = data["gamma_default"]
+    lines = [
+        f"# Gamma benchmark: {data['model']}",
+        "",
+        f"- Run: {data['started_utc']} UTC, {data['seconds'] / 60:.0f} min; machine: {data['machine']}",
+        f"- KL(P_dense || P_pruned), mean nats per token on the anchor {data['anchor']} (disjoint from the "
+        f"calibration batch, {data['calibration']}); global allocation, align 8",
+        f"- gamma* (analytic) = {g_star:.4g}; gamma = share of neurons pruned / share of KV groups pruned",
+        "",
+    ]
+    for criterion, result in data["criteria"].items():
+        points = result["points"]
+        sparsities = sorted({p["sparsity"] for p in points})
+        lines += [
+            f"## {criterion}",
+            "",
+            "| gamma | " + " | ".join(f"KL at {s:g}" for s in sparsities) + " |",
+            "|---:|" + "---:|" * len(sparsities),
+        ]
+        for gamma in data["gammas"]:
+            cells = []
+            for s in sparsities:
+                kl = _kl(points, s, gamma)
+                best = result["best"][str(s)]["gamma"] == gamma
+                cells.append("" if kl is None else (f"**{kl:.4f}**" if best else f"{kl:.4f}"))
+            label = f"{gamma:g}" + (" (gamma*)" if abs(gamma - round(g_star, 4)) < 1e-9 else "")
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
+        lines.append("")
+        for s in sparsities:
+            best = result["best"][str(s)]
+            at_star = _kl(points, s, round(g_star, 4))
+            if at_star:
+                cut = 100 * (1 - best["kl"] / at_star)
+                lines.append(
+                    f"- sparsity {s:g}: best gamma {best['gamma']:g} (KL {best['kl']:.4f}), {cut:.1f}% below gamma*"
+                )
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plot_report(data: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    criteria = list(data["criteria"])
+    fig, axes = plt.subplots(1, len(criteria), figsize=(6 * len(criteria), 4.5), squeeze=False)
+    for ax, criterion in zip(axes[0], criteria):
+        points = data["criteria"][criterion]["points"]
+        for s in sorted({p["sparsity"] for p in points}):
+            pts = sorted((p["gamma"], p["kl"]) for p in points if p["sparsity"] == s)
+            ax.plot(*zip(*pts), marker="o", label=f"sparsity {s:g}")
+        ax.axvline(data["gamma_default"], color="black", linestyle=":", label="gamma*")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("gamma (share of neurons pruned / share of KV groups pruned)")
+        ax.set_ylabel("KL to dense (nats/token)")
+        ax.set_title(f"{data['model']}: {criterion}")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_outputs(data: dict, out_dir: Path) -> list[Path]:
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = out_dir / f"gamma-{data['model'].replace('/', '_')}"
+    paths = [stem.with_suffix(".json"), stem.with_suffix(".md"), stem.with_suffix(".png")]
+    paths[0].write_text(json.dumps(data, indent=1) + "\n")
+    paths[1].write_text(markdown_report(data))
+    plot_report(data, paths[2])
+    return paths
+
+
+def committed_gamma(model: str, directory: Path | None = None) -> dict | None:
+    """The committed gamma benchmark of `model`, or None when there is none."""
+    path = Path(directory or DEFAULT_OUT) / f"gamma-{model.replace('/', '_')}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from nirvana.cli.common import parse_float_list as floats
+    from nirvana.cli.common import parse_name_list as names
+
+    p.add_argument("--model", default="smollm2-135m")
+    p.add_argument("--criteria", type=names, default=("nirvana", "taylor"), help="comma-separated criteria")
+    p.add_argument("--sparsities", type=floats, default=(0.1, 0.2, 0.3, 0.5))
+    p.add_argument("--gammas", type=floats, default=GAMMAS, help="grid (the analytic gamma* is always added)")
+    p.add_argument("--samples", type=int, default=32)
+    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--anchor-samples", type=int, default=128)
+    p.add_argument("--anchor-seq-len", type=int, default=64)
+    p.add_argument("--out-dir", type=Path, default=DEFAULT_OUT)
+
+
+def cmd_gamma(args) -> int:
+    from nirvana.scorers import SCORERS
+
+    unknown = [c for c in args.criteria if c not in SCORERS]
+    if unknown:
+        from nirvana.errors import InvalidInput
+
+        raise InvalidInput(f"unknown criteria {unknown}; accepted: {', '.join(SCORERS)}.")
+
+    def log(msg):
+        print(f"{dt.datetime.now(dt.UTC):%H:%M:%S} {msg}", file=sys.stderr, flush=True)
+
+    data = run_gamma_bench(args, log)
+    paths = write_outputs(data, args.out_dir)
+    print(paths[1].read_text())
+    log("wrote " + ", ".join(str(p) for p in paths))
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("gamma", help="KL to dense over a gamma grid per criterion and sparsity (JSON, md, PNG)")
+    add_arguments(p)
+    p.set_defaults(func=cmd_gamma)

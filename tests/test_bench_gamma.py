@@ -1,0 +1,38 @@
+"""Gamma benchmark: every (criterion, sparsity, gamma) point measured once, best = argmin KL, outputs written."""
+
+from __future__ import annotations
+
+import argparse
+
+import nirvana.bench.gamma as gb
+
+
+def test_gamma_bench_measures_the_grid_and_writes_its_report(tiny_with_tokenizer_dir, tmp_path):
+    parser = argparse.ArgumentParser()
+    gb.add_arguments(parser)
+    small = ["--samples", "2", "--seq-len", "32", "--anchor-samples", "4", "--anchor-seq-len", "16"]
+    grid = ["--criteria", "nirvana,random", "--sparsities", "0.3,0.5", "--gammas", "0.5,2"]
+    args = parser.parse_args(["--model", str(tiny_with_tokenizer_dir), *grid, *small, "--out-dir", str(tmp_path)])
+    data = gb.run_gamma_bench(args, log=lambda m: None)
+    g_star = round(data["gamma_default"], 4)
+    assert data["gammas"] == sorted({0.5, 2.0, g_star})
+    for criterion in ("nirvana", "random"):
+        result = data["criteria"][criterion]
+        points = result["points"]
+        assert {(p["sparsity"], p["gamma"]) for p in points} == {(s, g) for s in (0.3, 0.5) for g in data["gammas"]}
+        for s in (0.3, 0.5):
+            kls = [p["kl"] for p in points if p["sparsity"] == s]
+            assert result["best"][str(s)]["kl"] == min(kls) and all(k > 0 for k in kls)
+    _, md, png = gb.write_outputs({**data, "seconds": 1.0}, tmp_path)
+    assert gb.committed_gamma(str(tiny_with_tokenizer_dir), tmp_path)["gammas"] == data["gammas"]
+    text = md.read_text()
+    assert "(gamma*)" in text and "**" in text and "below gamma*" in text
+    assert png.stat().st_size > 1000
+
+
+def test_unknown_criterion_is_refused_with_the_accepted_list(capsys):
+    from nirvana.cli import main
+
+    assert main(["bench", "gamma", "--criteria", "nirvana,bogus"]) == 2
+    err = capsys.readouterr().err
+    assert "bogus" in err and "accepted" in err and "Traceback" not in err
