@@ -38,7 +38,7 @@ COPY nirvana ./nirvana
 RUN pip install --no-deps .
 
 COPY app.py ./
-COPY pages ./pages
+COPY app_pages ./app_pages
 COPY ui ./ui
 COPY assets ./assets
 COPY .streamlit ./.streamlit

@@ -86,7 +86,7 @@ def tiny(app_env):
 
 
 def compute(at, **choices):
-    at.switch_page("pages/saliency.py").run()
+    at.switch_page("app_pages/saliency.py").run()
     for key, value in choices.items():
         widget = at.selectbox(key=key) if key.startswith(("criterion", "calib_source")) else at.number_input(key=key)
         widget.set_value(value).run()
@@ -114,7 +114,7 @@ def test_landing_page_shows_the_three_ideas_and_scores_in_one_click(at, tiny):
 
 
 def test_model_page_shows_architecture_and_survives_a_bad_model(at):
-    at.switch_page("pages/model.py").run()
+    at.switch_page("app_pages/model.py").run()
     no_errors(at)
     m = metrics(at)
     assert (m["Layers L"], m["Query / KV heads"], m["Head dim d"], m["MLP width I"]) == ("2", "4 / 2", "8", "48")
@@ -151,7 +151,7 @@ def test_allocation_follows_the_sliders_from_cached_scores(at, tiny):
     from nirvana.shapes import model_shape
 
     compute(at, criterion="magnitude")
-    at.switch_page("pages/allocation.py").run()
+    at.switch_page("app_pages/allocation.py").run()
     no_errors(at)
     shape = model_shape(tiny.model)
     scores = compute_scores(tiny.model, "magnitude", None, use_cache=False)
@@ -185,10 +185,10 @@ def test_prune_page_compares_dense_and_pruned(at, tiny, tmp_path):
     from nirvana.shapes import count_parameters
 
     compute(at, criterion="magnitude")
-    at.switch_page("pages/allocation.py").run()
+    at.switch_page("app_pages/allocation.py").run()
     at.slider(key="sparsity").set_value(0.5).run()
     plan = at.session_state["plan"]
-    at.switch_page("pages/prune.py").run()
+    at.switch_page("app_pages/prune.py").run()
     at.button(key="apply_plan").click().run()
     no_errors(at)
     assert any(s.value.startswith("Pruned copy:") for s in at.success)
@@ -222,7 +222,7 @@ def test_prune_page_compares_dense_and_pruned(at, tiny, tmp_path):
     reloaded = load_pruned(tmp_path / "pruned")
     assert reloaded.plan["layers"] == plan.to_dict()["layers"]
     # The saved folder loads back on the Model page, recognised as a pruned model.
-    at.switch_page("pages/model.py").run()
+    at.switch_page("app_pages/model.py").run()
     at.radio(key="model_source").set_value("Local directory").run()
     at.text_input(key="model_dir").set_value(str(tmp_path / "pruned")).run()
     at.button(key="load_model").click().run()
@@ -233,7 +233,7 @@ def test_prune_page_compares_dense_and_pruned(at, tiny, tmp_path):
 
 
 def test_calibration_page_chooses_the_lowest_kl(at):
-    at.switch_page("pages/calibration.py").run()
+    at.switch_page("app_pages/calibration.py").run()
     no_errors(at)
     for key, value in (("kl_candidates", 2), ("kl_samples", 2), ("kl_seq_len", 32), ("kl_anchor", 2)):
         at.number_input(key=key).set_value(value).run()
@@ -253,7 +253,7 @@ def test_calibration_page_chooses_the_lowest_kl(at):
 
 def test_sweep_page_measures_points_and_loads_a_plan(at):
     compute(at, criterion="magnitude")
-    at.switch_page("pages/sweep.py").run()
+    at.switch_page("app_pages/sweep.py").run()
     no_errors(at)
     at.radio(key="sweep_metric").set_value("kl").run()
     at.text_input(key="sweep_sparsities").set_value("0.5").run()
@@ -282,7 +282,7 @@ def test_unexpected_errors_become_a_friendly_box(at, monkeypatch):
         raise RuntimeError("boom")
 
     monkeypatch.setattr(nirvana.scorers, "compute_scores", broken)
-    at.switch_page("pages/saliency.py").run()
+    at.switch_page("app_pages/saliency.py").run()
     at.selectbox(key="criterion").set_value("random").run()
     at.button(key="compute_saliency").click().run()
     assert not at.exception
@@ -291,7 +291,7 @@ def test_unexpected_errors_become_a_friendly_box(at, monkeypatch):
 
 
 def test_invalid_input_shows_the_library_message(at):
-    at.switch_page("pages/saliency.py").run()
+    at.switch_page("app_pages/saliency.py").run()
     at.selectbox(key="calib_source").set_value("custom").run()
     at.text_input(key="calib_path").set_value("/no/such/file.txt").run()
     at.button(key="compute_saliency").click().run()
@@ -304,17 +304,17 @@ def test_runs_page_lists_past_runs_in_a_new_session_and_reopens_a_plan(at):
     from streamlit.testing.v1 import AppTest
 
     compute(at, criterion="magnitude")
-    at.switch_page("pages/allocation.py").run()
+    at.switch_page("app_pages/allocation.py").run()
     at.slider(key="sparsity").set_value(0.5).run()
     plan = at.session_state["plan"]
-    at.switch_page("pages/prune.py").run()
+    at.switch_page("app_pages/prune.py").run()
     at.button(key="apply_plan").click().run()
     no_errors(at)
     assert any("Recorded as run" in s.value for s in at.success)
     # A new session (as after a restart: nothing in session state) finds the run on disk.
     fresh = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
     fresh.run()
-    fresh.switch_page("pages/runs.py").run()
+    fresh.switch_page("app_pages/runs.py").run()
     no_errors(fresh)
     table = fresh.dataframe[0].value
     assert table["kind"].tolist() == ["prune"] and table["sparsity"].iloc[0] == 0.5
@@ -329,7 +329,7 @@ def test_evidence_page_shows_the_committed_benchmark_and_its_claims(at):
     from nirvana.bench.quality import read_rows
     from nirvana.bench.quality_report import committed_reports, config_from_rows, summarize, verdicts
 
-    at.switch_page("pages/evidence.py").run()
+    at.switch_page("app_pages/evidence.py").run()
     no_errors(at)
     path = committed_reports()[0]
     rows = read_rows(path)
@@ -359,7 +359,7 @@ def test_evidence_page_shows_the_committed_benchmark_and_its_claims(at):
 def test_evidence_page_shows_the_committed_gamma_curves(at):
     from nirvana.bench.gamma import committed_gamma
 
-    at.switch_page("pages/evidence.py").run()
+    at.switch_page("app_pages/evidence.py").run()
     no_errors(at)
     data = committed_gamma("smollm2-135m")
     assert data is not None, "benchmarks/gamma/gamma-smollm2-135m.json is committed"
@@ -373,6 +373,13 @@ def test_evidence_page_without_a_benchmark_says_how_to_make_one(at, monkeypatch,
     import nirvana.bench.quality as q
 
     monkeypatch.setattr(q, "DEFAULT_OUT", tmp_path)
-    at.switch_page("pages/evidence.py").run()
+    at.switch_page("app_pages/evidence.py").run()
     no_errors(at)
     assert any("python -m nirvana bench quality" in i.value for i in at.info)
+
+
+def test_no_legacy_pages_folder_beside_the_entry_file():
+    """A `pages/` folder beside app.py turns on streamlit's legacy auto-discovery on a fresh server:
+    a deep link (e.g. /allocation) then runs that file without the router and lists raw file names."""
+    assert not (ROOT / "pages").exists()
+    assert all((ROOT / "app_pages" / f"{name}.py").exists() for name in ("home", "allocation", "evidence", "runs"))

@@ -143,7 +143,7 @@ def _load(row: dict) -> None:
     st.session_state.gamma = float(row["gamma"])
     state.clear("pruned", "evals")
     st.session_state.pop("plan", None)
-    st.switch_page("pages/allocation.py")
+    st.switch_page("app_pages/allocation.py")
 
 
 def main() -> None:

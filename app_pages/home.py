@@ -28,7 +28,7 @@ def main() -> None:
         fire = ":material/local_fire_department:"
         if st.button("Compute saliency now", type="primary", icon=fire, width="stretch", key="quick_start"):
             state.put("autorun_saliency", True)
-            st.switch_page("pages/saliency.py")
+            st.switch_page("app_pages/saliency.py")
 
     st.subheader("The three ideas")
     one, two, three = st.columns(3)
