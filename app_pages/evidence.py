@@ -12,6 +12,7 @@ from nirvana import charts
 from nirvana.bench.gamma import committed_gamma
 from nirvana.bench.quality import read_rows
 from nirvana.bench.quality_report import committed_reports, config_from_rows, summarize, verdicts
+from nirvana.bench.speed import committed_speed
 from ui import frame
 from ui.errors import guard
 
@@ -182,6 +183,35 @@ def _gamma(model: str) -> None:
             st.dataframe(pd.DataFrame(rows), hide_index=True)
 
 
+def _speed() -> None:
+    data = committed_speed()
+    st.markdown("##### Does the smaller model run faster? (measured)")
+    if data is None:
+        st.caption("No speed benchmark yet: `python -m nirvana bench speed --model smollm2-135m`.")
+        return
+    m = data["machine"]
+    st.caption(
+        f"{data['model']}, {data['date_utc']} on {m['device_name']} ({m['device']}, {m['threads']} thread(s), "
+        f"{m['dtype']}); prompt {m['prompt_len']} tokens, {m['new_tokens']} new tokens, {m['statistic']} of "
+        f"{m['repeats']}. Ideal = dense FLOPs / pruned FLOPs of the phase. `{data['command']}`"
+    )
+    table = pd.DataFrame(
+        {
+            "sparsity": r["sparsity"],
+            "batch": r["batch_size"],
+            "params (M)": round(r["params"] / 1e6, 1),
+            "prefill ×": round(r["prefill_speedup"], 2),
+            "prefill ideal ×": round(r["prefill_ideal"], 2),
+            "decode ×": round(r["decode_speedup"], 2),
+            "decode ideal ×": round(r["decode_ideal"], 2),
+            "decode tok/s": round(r["decode_tokens_per_s"], 1),
+            "peak MiB": round(r["peak_memory_mib"]),
+        }
+        for r in data["rows"]
+    )
+    st.dataframe(table, hide_index=True)
+
+
 def main() -> None:
     st.title("7 · Evidence")
     frame.explain(EXPLANATION)
@@ -191,6 +221,7 @@ def main() -> None:
             "No quality benchmark in `benchmarks/quality/` yet. Run "
             "`python -m nirvana bench quality --model smollm2-135m` and reload this page."
         )
+        _speed()
         return
     path = reports[0]
     if len(reports) > 1:
@@ -209,6 +240,7 @@ def main() -> None:
     _winners(summary)
     _ablations(summary)
     _gamma(rows[0]["model"])
+    _speed()
     with st.expander("Every row (CSV)"):
         st.dataframe(pd.DataFrame(rows), hide_index=True)
         st.download_button("Download CSV", path.read_bytes(), file_name=path.name, mime="text/csv", on_click="ignore")

@@ -78,6 +78,11 @@ def main() -> None:
         "Pipeline: scores → plan (JSON) → apply → smaller model. Moving a slider recomputes only the plan from "
         "cached scores (milliseconds); gradients are computed once per model and calibration batch."
     )
+    st.page_link(
+        "app_pages/evidence.py",
+        label="Does it work? The measured comparison with four other criteria, including where NIRVANA loses",
+        icon=":material/fact_check:",
+    )
 
 
 main()

@@ -352,6 +352,13 @@ def test_evidence_page_shows_the_committed_benchmark_and_its_claims(at):
         for r in rows
         if r["criterion"] == "nirvana" and r["allocation"] == "uniform"
     )
+    from nirvana.bench.speed import committed_speed
+
+    speed = next(d.value for d in at.dataframe if "decode ×" in d.value.columns)
+    rows_speed = committed_speed()["rows"]
+    assert len(speed) == len(rows_speed) and list(speed["decode ×"]) == [
+        round(r["decode_speedup"], 2) for r in rows_speed
+    ]
     assert list(decode(nirvana["x"])) == [s for s, _ in want]
     assert list(decode(nirvana["y"])) == pytest.approx([kl for _, kl in want])
 

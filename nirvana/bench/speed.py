@@ -19,7 +19,7 @@ from pathlib import Path
 from nirvana.cli.common import add_model_args, load_from_args, parse_float_list, parse_int_list, stderr_progress
 from nirvana.errors import InvalidInput
 
-DEFAULT_OUT = Path("benchmarks/speed")
+DEFAULT_OUT = Path(__file__).resolve().parents[2] / "benchmarks" / "speed"
 COLUMNS = (
     "sparsity",
     "achieved_block_sparsity",
@@ -223,6 +223,12 @@ def plot(result: dict, path: Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def committed_speed(directory: Path | None = None) -> dict | None:
+    """The committed speed benchmark (`speed.json`: metadata and one row per sparsity x batch), or None."""
+    path = Path(directory or DEFAULT_OUT) / "speed.json"
+    return json.loads(path.read_text()) if path.exists() else None
 
 
 def write_outputs(result: dict, out_dir: Path) -> list[Path]:
