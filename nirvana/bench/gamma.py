@@ -70,7 +70,8 @@ def run_gamma_bench(args, log) -> dict:
     return out
 
 
-def _kl(points, sparsity, gamma) -> float | None:
+def kl_at(points, sparsity: float, gamma: float) -> float | None:
+    """The measured KL of (sparsity, gamma) among a search's points, or None when not on the grid."""
     return next((p["kl"] for p in points if p["sparsity"] == sparsity and p["gamma"] == gamma), None)
 
 
@@ -97,7 +98,7 @@ def markdown_report(data: dict) -> str:
         for gamma in data["gammas"]:
             cells = []
             for s in sparsities:
-                kl = _kl(points, s, gamma)
+                kl = kl_at(points, s, gamma)
                 best = result["best"][str(s)]["gamma"] == gamma
                 cells.append("" if kl is None else (f"**{kl:.4f}**" if best else f"{kl:.4f}"))
             label = f"{gamma:g}" + (" (gamma*)" if abs(gamma - round(g_star, 4)) < 1e-9 else "")
@@ -105,7 +106,7 @@ def markdown_report(data: dict) -> str:
         lines.append("")
         for s in sparsities:
             best = result["best"][str(s)]
-            at_star = _kl(points, s, round(g_star, 4))
+            at_star = kl_at(points, s, round(g_star, 4))
             if at_star:
                 cut = 100 * (1 - best["kl"] / at_star)
                 lines.append(
