@@ -40,7 +40,7 @@ smaller still, because embeddings are never pruned.
 """
 
 
-def _sliders(shape: ModelShape) -> tuple[float, float, int]:
+def _sliders(shape: ModelShape, criterion: str) -> tuple[float, float, int]:
     gamma_star = default_gamma(shape)
     gamma_default = round(round(gamma_star / GAMMA_STEP) * GAMMA_STEP, 2)
     gamma_max = float(max(10.0, math.ceil(3 * gamma_star)))
@@ -68,8 +68,29 @@ def _sliders(shape: ModelShape) -> tuple[float, float, int]:
         c2.button(f"Reset γ to γ* = {gamma_default:.2f}", key="reset_gamma", on_click=_set_gamma, args=(gamma_default,))
     else:
         c2.caption(f"γ is at the analytic default γ* = {gamma_star:.3f}")
+    _gamma_hint(c2, criterion, float(sparsity), gamma_star, gamma_max)
     align = c3.select_slider("Align kept neurons to", aligns, key="align", help="1 = no rounding")
     return float(sparsity), float(gamma), int(align)
+
+
+def _gamma_hint(where, criterion: str, sparsity: float, gamma_star: float, gamma_max: float) -> None:
+    """What the committed γ benchmark of this model measured near this sparsity (Evidence page)."""
+    from nirvana.bench.gamma import committed_gamma, kl_at
+
+    data = committed_gamma(state.spec().name)
+    result = (data or {}).get("criteria", {}).get(criterion)
+    if not result or not result["best"]:
+        return
+    nearest = min(result["best"], key=lambda s: abs(float(s) - sparsity))
+    best = result["best"][nearest]
+    at_star = kl_at(result["points"], float(nearest), round(gamma_star, 4))
+    versus = f" vs {at_star:.3f} at γ*" if at_star else ""
+    where.caption(
+        f"Measured on this model ({criterion}, sparsity {float(nearest):g}, Evidence page): the lowest KL to dense is "
+        f"at γ = {best['gamma']:g} (KL {best['kl']:.3f}{versus})."
+    )
+    if abs(best["gamma"] - st.session_state.gamma) > 1e-9 and best["gamma"] <= gamma_max:
+        where.button(f"Try γ = {best['gamma']:g}", key="try_best_gamma", on_click=_set_gamma, args=(best["gamma"],))
 
 
 def _set_gamma(value: float) -> None:
@@ -114,7 +135,7 @@ def _metrics(shape: ModelShape, plan, uniform) -> None:
 @st.fragment
 def _interactive(scores_key: str, scores, shape: ModelShape) -> None:
     """Sliders and everything they drive. A fragment: a slider move reruns only this part of the page."""
-    sparsity, gamma, align = _sliders(shape)
+    sparsity, gamma, align = _sliders(shape, scores.criterion)
     with guard("allocating the pruning budget") as g:
         plan = resources.plan_for(scores, scores_key, shape.to_dict(), sparsity, gamma, align, "global")
         uniform = resources.plan_for(scores, scores_key, shape.to_dict(), sparsity, gamma, align, "uniform")

@@ -178,6 +178,30 @@ def test_allocation_follows_the_sliders_from_cached_scores(at, tiny):
     assert at.session_state["plan"].settings["sparsity"] == 0.3
 
 
+def test_allocation_points_to_the_measured_best_gamma(at, app_env, monkeypatch, tmp_path):
+    import json
+
+    import nirvana.bench.gamma as gb
+
+    points = [
+        {"sparsity": s, "gamma": g, "kl": kl}
+        for s, g, kl in ((0.2, 1.0, 0.9), (0.2, 3.0, 0.5), (0.5, 1.0, 2.0), (0.5, 3.0, 2.5))
+    ]
+    best = {"0.2": points[1], "0.5": points[2]}
+    data = {"gamma_default": 1.0, "criteria": {"magnitude": {"points": points, "best": best}}}
+    (tmp_path / f"gamma-{str(app_env).replace('/', '_')}.json").write_text(json.dumps(data))
+    monkeypatch.setattr(gb, "DEFAULT_OUT", tmp_path)
+    compute(at, criterion="magnitude")
+    at.switch_page("app_pages/allocation.py").run()
+    at.slider(key="sparsity").set_value(0.25).run()  # nearest measured sparsity: 0.2
+    captions = [c.value for c in at.caption]
+    assert any("sparsity 0.2" in c and "γ = 3 (KL 0.500 vs 0.900 at γ*)" in c for c in captions), captions
+    at.button(key="try_best_gamma").click().run()
+    no_errors(at)
+    assert at.slider(key="gamma").value == 3.0
+    assert at.session_state["plan"].settings["gamma"] == 3.0
+
+
 def test_prune_page_compares_dense_and_pruned(at, tiny, tmp_path):
     from nirvana.checkpoint import load_pruned
     from nirvana.generation import generate
