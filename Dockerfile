@@ -41,6 +41,8 @@ COPY app.py ./
 COPY app_pages ./app_pages
 COPY ui ./ui
 COPY assets ./assets
+# The committed benchmark outputs: the Evidence page and the Allocation page's gamma hint read them.
+COPY benchmarks ./benchmarks
 COPY .streamlit ./.streamlit
 
 # The "nirvana" user created above, by number so hosts and Kubernetes (runAsNonRoot) can check it.
