@@ -95,6 +95,18 @@ def compute(at, **choices):
     return at
 
 
+def apply_a_plan(at, sparsity: float):
+    """Magnitude scores, a plan at `sparsity` from the Allocation page, applied on the Prune page."""
+    compute(at, criterion="magnitude")
+    at.switch_page("app_pages/allocation.py").run()
+    at.slider(key="sparsity").set_value(sparsity).run()
+    plan = at.session_state["plan"]
+    at.switch_page("app_pages/prune.py").run()
+    at.button(key="apply_plan").click().run()
+    no_errors(at)
+    return plan
+
+
 def test_landing_page_shows_the_three_ideas_and_scores_in_one_click(at, tiny):
     from nirvana.calibration import calibration_batch
     from nirvana.scorers import compute_scores
@@ -208,13 +220,7 @@ def test_prune_page_compares_dense_and_pruned(at, tiny, tmp_path):
     from nirvana.perplexity import perplexity
     from nirvana.shapes import count_parameters
 
-    compute(at, criterion="magnitude")
-    at.switch_page("app_pages/allocation.py").run()
-    at.slider(key="sparsity").set_value(0.5).run()
-    plan = at.session_state["plan"]
-    at.switch_page("app_pages/prune.py").run()
-    at.button(key="apply_plan").click().run()
-    no_errors(at)
+    plan = apply_a_plan(at, 0.5)
     assert any(s.value.startswith("Pruned copy:") for s in at.success)
     at.number_input(key="ppl_tokens").set_value(256).run()
     at.selectbox(key="ppl_window").set_value(128).run()
@@ -327,13 +333,7 @@ def test_invalid_input_shows_the_library_message(at):
 def test_runs_page_lists_past_runs_in_a_new_session_and_reopens_a_plan(at):
     from streamlit.testing.v1 import AppTest
 
-    compute(at, criterion="magnitude")
-    at.switch_page("app_pages/allocation.py").run()
-    at.slider(key="sparsity").set_value(0.5).run()
-    plan = at.session_state["plan"]
-    at.switch_page("app_pages/prune.py").run()
-    at.button(key="apply_plan").click().run()
-    no_errors(at)
+    plan = apply_a_plan(at, 0.5)
     assert any("Recorded as run" in s.value for s in at.success)
     # A new session (as after a restart: nothing in session state) finds the run on disk.
     fresh = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
