@@ -143,6 +143,13 @@ def _interactive(scores_key: str, scores, shape: ModelShape) -> None:
         return
     state.put("plan", plan)
     _metrics(shape, plan, uniform)
+    compare = None
+    second = state.get("scores2")
+    if second is not None and second[1].criterion != scores.criterion:
+        key2, scores2 = second
+        with guard("allocating for the second criterion"):
+            other = resources.plan_for(scores2, key2, shape.to_dict(), sparsity, gamma, align, "global")
+            compare = (scores2.criterion, other.kept_kv_groups, other.kept_neurons)
     left, right = st.columns([1, 1])
     left.plotly_chart(
         charts.kept_units_bars(
@@ -153,9 +160,15 @@ def _interactive(scores_key: str, scores, shape: ModelShape) -> None:
             uniform.kept_kv_groups,
             uniform.kept_neurons,
             title=f"Kept units per layer at s = {sparsity:.2f}, γ = {gamma:.2f}",
+            compare=compare,
         ),
         key="kept_bars",
     )
+    if compare is not None:
+        left.caption(
+            f"Diamonds: {compare[0]} (the second criterion of the Saliency page) ranked globally at the same "
+            "settings. Criteria whose scores grow with depth (Wanda-style) empty the first layers."
+        )
     attn_mask, mlp_mask = charts.pruned_masks(plan)
     right.plotly_chart(
         charts.kv_heatmap(scores.attn, attn_mask, title="Which KV groups go (darkened, ×)"), key="kv_overlay"

@@ -210,8 +210,13 @@ def kept_units_bars(
     uniform_kv: Sequence[int] | None = None,
     uniform_neurons: Sequence[int] | None = None,
     title: str = "Kept units per layer",
+    compare: tuple[str, Sequence[int], Sequence[int]] | None = None,
 ) -> go.Figure:
-    """Kept KV groups and kept neurons per layer (bars: global ranking; markers: uniform allocation)."""
+    """Kept KV groups and kept neurons per layer (bars: global ranking; markers: uniform allocation).
+
+    `compare = (criterion, kept_kv, kept_neurons)` adds a second criterion's global allocation as
+    diamonds, so two criteria's per-layer cuts can be read against each other.
+    """
     layers = list(range(len(kept_kv)))
     fig = make_subplots(
         rows=2,
@@ -243,6 +248,23 @@ def kept_units_bars(
                     marker={"size": 5},
                     hovertemplate="layer %{x}<br>kept %{y}<extra>uniform</extra>",
                     legendgroup="uniform",
+                    showlegend=row == 1,
+                ),
+                row,
+                1,
+            )
+    if compare is not None:
+        name, kv, neurons = compare
+        for row, values in ((1, kv), (2, neurons)):
+            fig.add_trace(
+                go.Scatter(
+                    x=layers,
+                    y=list(values),
+                    mode="markers",
+                    name=f"{name} (global)",
+                    marker={"symbol": "diamond", "size": 7, "color": CRITERION_COLORS.get(name, PRUNED)},
+                    hovertemplate=f"layer %{{x}}<br>kept %{{y}}<extra>{name}</extra>",
+                    legendgroup="compare",
                     showlegend=row == 1,
                 ),
                 row,

@@ -190,6 +190,21 @@ def test_allocation_follows_the_sliders_from_cached_scores(at, tiny):
     assert at.session_state["plan"].settings["sparsity"] == 0.3
 
 
+def test_allocation_overlays_the_second_criterion(at, tiny):
+    from nirvana.allocation import allocate
+    from nirvana.shapes import model_shape
+
+    compute(at, criterion="magnitude", criterion2="random")
+    at.switch_page("app_pages/allocation.py").run()
+    at.slider(key="sparsity").set_value(0.5).run()
+    no_errors(at)
+    gamma = at.slider(key="gamma").value
+    other = allocate(at.session_state["scores2"][1], model_shape(tiny.model), 0.5, gamma, align=8)
+    traces = [t for t in chart(at, "Kept units per layer")["data"] if t["name"] == "random (global)"]
+    assert [decode(t["y"]).tolist() for t in traces] == [other.kept_kv_groups, other.kept_neurons]
+    assert any("Diamonds: random" in c.value for c in at.caption)
+
+
 def test_allocation_points_to_the_measured_best_gamma(at, app_env, monkeypatch, tmp_path):
     import json
 
