@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import streamlit as st
 
@@ -73,11 +74,26 @@ def _sliders(shape: ModelShape, criterion: str) -> tuple[float, float, int]:
     return float(sparsity), float(gamma), int(align)
 
 
+def _measured_gamma(model: str) -> dict | None:
+    """The committed gamma benchmark of `model`, read from disk once per file version (slider moves reuse it)."""
+    from nirvana.bench.gamma import gamma_path
+
+    path = gamma_path(model)
+    return _read_gamma(str(path), path.stat().st_mtime) if path.exists() else None
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def _read_gamma(path: str, mtime: float) -> dict:
+    import json
+
+    return json.loads(Path(path).read_text())
+
+
 def _gamma_hint(where, criterion: str, sparsity: float, gamma_star: float, gamma_max: float) -> None:
     """What the committed γ benchmark of this model measured near this sparsity (Evidence page)."""
-    from nirvana.bench.gamma import committed_gamma, kl_at
+    from nirvana.bench.gamma import kl_at
 
-    data = committed_gamma(state.spec().name)
+    data = _measured_gamma(state.spec().name)
     result = (data or {}).get("criteria", {}).get(criterion)
     if not result or not result["best"]:
         return

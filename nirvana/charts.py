@@ -236,40 +236,26 @@ def kept_units_bars(
             showlegend=row == 1,
         )
         fig.add_trace(bar, row, 1)
+    overlays = []  # (kv, neurons, name, group, style): one marker trace per subplot row each
     if uniform_kv is not None and uniform_neurons is not None:
-        for row, values in ((1, uniform_kv), (2, uniform_neurons)):
-            fig.add_trace(
-                go.Scatter(
-                    x=layers,
-                    y=list(values),
-                    mode="lines+markers",
-                    name="uniform allocation",
-                    line={"color": UNIFORM, "dash": "dot"},
-                    marker={"size": 5},
-                    hovertemplate="layer %{x}<br>kept %{y}<extra>uniform</extra>",
-                    legendgroup="uniform",
-                    showlegend=row == 1,
-                ),
-                row,
-                1,
-            )
+        style = {"mode": "lines+markers", "line": {"color": UNIFORM, "dash": "dot"}, "marker": {"size": 5}}
+        overlays.append((uniform_kv, uniform_neurons, "uniform allocation", "uniform", style))
     if compare is not None:
         name, kv, neurons = compare
+        marker = {"symbol": "diamond", "size": 7, "color": CRITERION_COLORS.get(name, PRUNED)}
+        overlays.append((kv, neurons, f"{name} (global)", name, {"mode": "markers", "marker": marker}))
+    for kv, neurons, name, group, style in overlays:
         for row, values in ((1, kv), (2, neurons)):
-            fig.add_trace(
-                go.Scatter(
-                    x=layers,
-                    y=list(values),
-                    mode="markers",
-                    name=f"{name} (global)",
-                    marker={"symbol": "diamond", "size": 7, "color": CRITERION_COLORS.get(name, PRUNED)},
-                    hovertemplate=f"layer %{{x}}<br>kept %{{y}}<extra>{name}</extra>",
-                    legendgroup="compare",
-                    showlegend=row == 1,
-                ),
-                row,
-                1,
+            trace = go.Scatter(
+                x=layers,
+                y=list(values),
+                name=name,
+                hovertemplate=f"layer %{{x}}<br>kept %{{y}}<extra>{group}</extra>",
+                legendgroup=group,
+                showlegend=row == 1,
+                **style,
             )
+            fig.add_trace(trace, row, 1)
     fig.update_yaxes(range=[0, kv_total * 1.05], row=1, col=1)
     fig.update_yaxes(range=[0, neuron_total * 1.05], row=2, col=1)
     fig.update_xaxes(title_text="layer", row=2, col=1)

@@ -36,3 +36,8 @@ def test_unknown_criterion_is_refused_with_the_accepted_list(capsys):
     assert main(["bench", "gamma", "--criteria", "nirvana,bogus"]) == 2
     err = capsys.readouterr().err
     assert "bogus" in err and "accepted" in err and "Traceback" not in err
+
+
+def test_output_paths_keep_dotted_model_names(tmp_path):
+    names = [p.name for p in gb.output_paths("Qwen/Qwen2.5-7B", tmp_path)]
+    assert names == ["gamma-Qwen_Qwen2.5-7B.json", "gamma-Qwen_Qwen2.5-7B.md", "gamma-Qwen_Qwen2.5-7B.png"]

@@ -145,17 +145,27 @@ def plot_report(data: dict, path: Path) -> None:
 def write_outputs(data: dict, out_dir: Path) -> list[Path]:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    stem = out_dir / f"gamma-{data['model'].replace('/', '_')}"
-    paths = [stem.with_suffix(".json"), stem.with_suffix(".md"), stem.with_suffix(".png")]
+    paths = output_paths(data["model"], out_dir)
     paths[0].write_text(json.dumps(data, indent=1) + "\n")
     paths[1].write_text(markdown_report(data))
     plot_report(data, paths[2])
     return paths
 
 
+def gamma_path(model: str, directory: Path | None = None) -> Path:
+    return Path(directory or DEFAULT_OUT) / f"gamma-{model.replace('/', '_')}.json"
+
+
+def output_paths(model: str, directory: Path | None = None) -> list[Path]:
+    """JSON, markdown and PNG of one model (string suffixes: a name like Qwen2.5-7B has a dot)."""
+    json_path = gamma_path(model, directory)
+    base = str(json_path)[: -len(".json")]
+    return [json_path, Path(base + ".md"), Path(base + ".png")]
+
+
 def committed_gamma(model: str, directory: Path | None = None) -> dict | None:
     """The committed gamma benchmark of `model`, or None when there is none."""
-    path = Path(directory or DEFAULT_OUT) / f"gamma-{model.replace('/', '_')}.json"
+    path = gamma_path(model, directory)
     return json.loads(path.read_text()) if path.exists() else None
 
 
