@@ -8,9 +8,9 @@ from pathlib import Path
 import streamlit as st
 
 from nirvana import charts
-from nirvana.allocation import MAX_SPARSITY, default_gamma
-from nirvana.flops import DEFAULT_CONTEXT, flops_per_token
-from nirvana.shapes import ModelShape
+from nirvana.measure.flops import DEFAULT_CONTEXT, flops_per_token
+from nirvana.models.shapes import ModelShape
+from nirvana.pruning.allocation import MAX_SPARSITY, default_gamma
 from ui import frame, resources, state
 from ui.errors import guard
 

@@ -6,9 +6,9 @@ import pandas as pd
 import streamlit as st
 
 from nirvana import charts
-from nirvana.allocation import default_gamma
-from nirvana.scorers import SCORERS
-from nirvana.shapes import ModelShape
+from nirvana.models.shapes import ModelShape
+from nirvana.pruning.allocation import default_gamma
+from nirvana.scoring.criteria import SCORERS
 from ui import frame, resources, state
 from ui.errors import guard
 from ui.progress import progress_status
@@ -71,7 +71,7 @@ def _controls(shape: ModelShape) -> dict:
 
 
 def _run(lm, choice: dict) -> None:
-    from nirvana.calib_select import AnchorSpec, select_calibration
+    from nirvana.search.calibration import AnchorSpec, select_calibration
 
     with (
         guard("selecting the calibration batch") as g,
@@ -98,7 +98,7 @@ def _run(lm, choice: dict) -> None:
 
 
 def _results(lm, selection) -> None:
-    from nirvana.calib_select import chosen_batch
+    from nirvana.search.calibration import chosen_batch
 
     seeds = [c.seed for c in selection.candidates]
     kls = [c.kl for c in selection.candidates]

@@ -8,7 +8,7 @@ import pandas as pd
 import streamlit as st
 import torch
 
-from nirvana.models import REGISTRY
+from nirvana.models.loading import REGISTRY
 from ui import frame, resources, state
 from ui.errors import guard
 from ui.resources import ModelSpec

@@ -9,9 +9,9 @@ import pandas as pd
 import streamlit as st
 
 from nirvana.errors import NirvanaError
-from nirvana.flops import ideal_speedup, phase_flops
-from nirvana.models import cache_dir
-from nirvana.shapes import count_parameters, model_shape
+from nirvana.measure.flops import ideal_speedup, phase_flops
+from nirvana.models.shapes import count_parameters, model_shape
+from nirvana.store.paths import cache_dir
 from ui import evals, frame, state
 from ui.errors import guard
 from ui.progress import progress_status
@@ -47,7 +47,7 @@ def _apply(lm, plan) -> None:
     row = st.columns([2, 3])
     label = "Apply the plan again" if current else "Apply the plan (slice a copy)"
     if row[0].button(label, type="primary" if not current else "secondary", key="apply_plan"):
-        from nirvana.slicing import apply_plan
+        from nirvana.pruning.slicing import apply_plan
 
         with guard("applying the plan") as g, st.spinner("Slicing a copy of the model…"):
             start = time.perf_counter()
@@ -81,7 +81,7 @@ def _apply(lm, plan) -> None:
 
 def _record(kind: str, lm, plan, summary: dict, metrics: dict | None = None) -> str | None:
     """Write this result under the runs folder (atomically) so it survives a restart (Runs page)."""
-    from nirvana.runs import record_run
+    from nirvana.store.runs import record_run
 
     with guard("recording the run") as g:
         settings = {**(plan.settings if plan is not None else {}), "model": lm.name}
@@ -167,7 +167,7 @@ def _perplexity(lm, pruned) -> None:
 
 
 def _default_prompts() -> str:
-    from nirvana.generation import load_prompts
+    from nirvana.measure.generation import load_prompts
 
     try:
         return "\n".join(p["prompt"] for p in load_prompts()[:3])
@@ -333,7 +333,7 @@ def _save(lm, plan, pruned) -> None:
     default = cache_dir() / "pruned" / f"{name}-s{plan.settings['sparsity']:.2f}-g{plan.settings['gamma']:.2f}"
     folder = st.text_input("Save the pruned model to", value=str(default), key="save_dir")
     if st.button("Save pruned model", key="save_pruned"):
-        from nirvana.checkpoint import save_pruned
+        from nirvana.models.checkpoint import save_pruned
 
         with guard("saving the pruned model") as g, st.spinner("Writing safetensors…"):
             path = save_pruned(pruned["model"], lm.tokenizer, plan, folder)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from nirvana.fingerprint import model_fingerprint
-from nirvana.runs import list_runs, open_run
+from nirvana.store.fingerprint import model_fingerprint
+from nirvana.store.runs import list_runs, open_run
 from ui import frame, state
 from ui.errors import guard
 

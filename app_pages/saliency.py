@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from nirvana import charts
-from nirvana.scorers import SCORERS
+from nirvana.scoring.criteria import SCORERS
 from ui import frame, resources, state
 from ui.errors import guard
 from ui.progress import progress_status

@@ -6,8 +6,8 @@ import pandas as pd
 import streamlit as st
 
 from nirvana import charts
-from nirvana.allocation import default_gamma
-from nirvana.shapes import ModelShape
+from nirvana.models.shapes import ModelShape
+from nirvana.pruning.allocation import default_gamma
 from ui import frame, resources, state
 from ui.errors import guard
 from ui.progress import progress_status

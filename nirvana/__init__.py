@@ -12,9 +12,7 @@ The pipeline is four separate steps, each a plain function:
 This package never imports streamlit.
 """
 
-from nirvana.allocation import allocate, default_gamma
-from nirvana.calibration import CalibrationBatch, calibration_batch
-from nirvana.checkpoint import load_pruned, save_pruned
+from nirvana.data.calibration import CalibrationBatch, calibration_batch
 from nirvana.errors import (
     CorruptCheckpoint,
     DatasetNotFound,
@@ -25,12 +23,15 @@ from nirvana.errors import (
     PlanMismatch,
     UnsupportedArchitecture,
 )
-from nirvana.models import DEFAULT_MODEL, LoadedModel, load_model
-from nirvana.plan import PruningPlan
-from nirvana.scorers import SCORERS, compute_scores
-from nirvana.scores import Scores
-from nirvana.shapes import ModelShape, count_block_parameters, count_parameters, model_shape
-from nirvana.slicing import apply_plan
+from nirvana.models.checkpoint import load_pruned, save_pruned
+from nirvana.models.loaded import LoadedModel
+from nirvana.models.loading import DEFAULT_MODEL, load_model
+from nirvana.models.shapes import ModelShape, count_block_parameters, count_parameters, model_shape
+from nirvana.pruning.allocation import allocate, default_gamma
+from nirvana.pruning.plan import PruningPlan
+from nirvana.pruning.slicing import apply_plan
+from nirvana.scoring.criteria import SCORERS, compute_scores
+from nirvana.scoring.scores import Scores
 
 __version__ = "0.1.0"
 

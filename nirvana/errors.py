@@ -16,7 +16,7 @@ class InvalidInput(NirvanaError, ValueError):
 
 
 class UnsupportedArchitecture(NirvanaError):
-    """The model is not a decoder-only LM with an adapter in `nirvana.architectures`."""
+    """The model is not a decoder-only LM with an adapter in `nirvana.models.architectures`."""
 
 
 class ModelNotFound(NirvanaError):

@@ -55,7 +55,7 @@ def persistent_cache(monkeypatch):
 @pytest.fixture(scope="session")
 def smollm2():
     """The real SmolLM2-135M (fp32, CPU), loaded once per session. Never mutate it: copy or apply_plan."""
-    from nirvana.models import load_model
+    from nirvana.models.loading import load_model
 
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     return _with_persistent_cache(lambda: load_model("smollm2-135m", dtype="float32", device="cpu"))
@@ -64,14 +64,14 @@ def smollm2():
 @pytest.fixture(scope="session")
 def smollm2_dir(smollm2):
     """Path of the converted SmolLM2 safetensors folder."""
-    from nirvana.models import embedded_model_dir
+    from nirvana.models.loading import embedded_model_dir
 
     return _with_persistent_cache(lambda: embedded_model_dir("smollm2-135m"))
 
 
 @pytest.fixture
 def tiny_llama():
-    from nirvana.tiny import tiny_model
+    from nirvana.models.tiny import tiny_model
 
     return tiny_model("llama")
 
@@ -79,7 +79,7 @@ def tiny_llama():
 @pytest.fixture(scope="session")
 def tiny_with_tokenizer_dir(tmp_path_factory, smollm2):
     """A tiny random Llama saved with SmolLM2's tokenizer (vocab 49152): a real model folder for CLI tests."""
-    from nirvana.tiny import tiny_model
+    from nirvana.models.tiny import tiny_model
 
     path = tmp_path_factory.mktemp("tiny-llama-tok")
     model = tiny_model("llama", vocab_size=len(smollm2.tokenizer))
@@ -89,7 +89,7 @@ def tiny_with_tokenizer_dir(tmp_path_factory, smollm2):
 
 
 def random_batch(vocab: int = 64, n: int = 4, t: int = 16, seed: int = 0):
-    from nirvana.calibration import CalibrationBatch
+    from nirvana.data.calibration import CalibrationBatch
 
     ids = torch.randint(0, vocab, (n, t), generator=torch.Generator().manual_seed(seed))
     return CalibrationBatch(ids, "random-ids", seed)

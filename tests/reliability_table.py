@@ -25,8 +25,8 @@ def tiny_with_tokenizer(folder: Path) -> Path:
     """The same model as the `tiny_with_tokenizer_dir` fixture: a tiny Llama with SmolLM2's tokenizer."""
     from transformers import AutoTokenizer
 
-    from nirvana.models import embedded_model_dir
-    from nirvana.tiny import tiny_model
+    from nirvana.models.loading import embedded_model_dir
+    from nirvana.models.tiny import tiny_model
 
     tok = AutoTokenizer.from_pretrained(embedded_model_dir("smollm2-135m"))
     tiny_model("llama", vocab_size=len(tok)).save_pretrained(folder)
@@ -48,10 +48,10 @@ def cell(text: str, tmp: str) -> str:
 
 def extra_cases(i, tiny, tmp: Path) -> dict:
     """Inputs of the other tests (safety, runs, locks), with what each produced."""
-    from nirvana.locks import Busy, heavy_work
-    from nirvana.models import load_model
-    from nirvana.runs import open_run
-    from nirvana.safety import check_upload
+    from nirvana.guard.locks import Busy, heavy_work
+    from nirvana.guard.safety import check_upload
+    from nirvana.models.loading import load_model
+    from nirvana.store.runs import open_run
 
     evil = tmp / "remote-code"
     evil.mkdir()
@@ -96,7 +96,7 @@ def extra_cases(i, tiny, tmp: Path) -> dict:
             release.set()
             t.join()
 
-    from nirvana.data import load_text
+    from nirvana.data.text import load_text
 
     return {
         "model path outside NIRVANA_MODEL_ROOTS": with_env(
@@ -121,8 +121,8 @@ def extra_cases(i, tiny, tmp: Path) -> dict:
 def main() -> None:
     from test_bad_input import CLI_CASES, LIBRARY_CASES, build_inputs, run_cli
 
-    from nirvana.models import load_model
-    from nirvana.scorers import compute_scores
+    from nirvana.models.loading import load_model
+    from nirvana.scoring.criteria import compute_scores
 
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
@@ -171,7 +171,7 @@ where a number is expected) also exits 2, with the usage line.
 FOOTER = """
 ## Nothing lost, nothing shared, nothing unsafe
 
-- **Runs folder** (`nirvana/runs.py`): every `prune` is recorded under `NIRVANA_RUNS_DIR`
+- **Runs folder** (`nirvana/store/runs.py`): every `prune` is recorded under `NIRVANA_RUNS_DIR`
   (default `<cache>/runs`) as `plan.json`, `scores.json` (reference), `report.json`,
   `metrics.json`, `run.json`. It is written into `.tmp-<id>/` and renamed into place after
   `run.json`, so a run killed with SIGKILL midway is never listed (`tests/test_runs.py` kills a real
@@ -181,10 +181,10 @@ FOOTER = """
 - **Cached scores** are keyed by the model fingerprint, the criterion and the calibration batch
   hash: another model (same shapes, other weights, or one weight changed on the tiny model) or
   another batch is a cache miss; the same weights reloaded from disk are a hit.
-- **One heavy job per device** (`nirvana/locks.py`): an in-process lock (app sessions are threads)
+- **One heavy job per device** (`nirvana/guard/locks.py`): an in-process lock (app sessions are threads)
   plus a `filelock` file lock under `<cache>/locks/` (CLI processes). A waiting job is told
   `waiting for <who> on <device>`; a holder killed with SIGKILL frees the device at once.
-- **Safety** (`nirvana/safety.py`): local model paths limited to `NIRVANA_MODEL_ROOTS` and text
+- **Safety** (`nirvana/guard/safety.py`): local model paths limited to `NIRVANA_MODEL_ROOTS` and text
   paths to `NIRVANA_TEXT_ROOTS` when set (symlinks resolved; the cache dir always allowed); size
   limits on text (64 MB), plan (32 MB), .npy (64 MB) and uploaded (20 MB) files; weights read
   from safetensors only (`use_safetensors=True`; `.npy` with `allow_pickle=False`);

@@ -7,11 +7,11 @@ import math
 import pytest
 import torch
 
-from nirvana.allocation import allocate, budget_fractions, default_gamma
 from nirvana.errors import InvalidInput
-from nirvana.plan import PruningPlan
-from nirvana.scores import Scores
-from nirvana.shapes import ModelShape
+from nirvana.models.shapes import ModelShape
+from nirvana.pruning.allocation import allocate, budget_fractions, default_gamma
+from nirvana.pruning.plan import PruningPlan
+from nirvana.scoring.scores import Scores
 
 
 def make_shape(L=4, hkv=4, g=2, d=16, inter=256, D=128) -> ModelShape:

@@ -14,9 +14,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nirvana.allocation import MAX_SPARSITY, allocate
-from nirvana.scores import Scores
-from nirvana.shapes import ModelShape
+from nirvana.models.shapes import ModelShape
+from nirvana.pruning.allocation import MAX_SPARSITY, allocate
+from nirvana.scoring.scores import Scores
 
 
 @st.composite

@@ -80,7 +80,7 @@ def at(app_env):
 
 @pytest.fixture
 def tiny(app_env):
-    from nirvana.models import load_model
+    from nirvana.models.loading import load_model
 
     return load_model(str(app_env), dtype="float32", device="cpu")
 
@@ -108,8 +108,8 @@ def apply_a_plan(at, sparsity: float):
 
 
 def test_landing_page_shows_the_three_ideas_and_scores_in_one_click(at, tiny):
-    from nirvana.calibration import calibration_batch
-    from nirvana.scorers import compute_scores
+    from nirvana.data.calibration import calibration_batch
+    from nirvana.scoring.criteria import compute_scores
 
     no_errors(at)
     text = " ".join(m.value for m in at.markdown)
@@ -142,7 +142,7 @@ def test_model_page_shows_architecture_and_survives_a_bad_model(at):
 
 
 def test_saliency_compares_two_criteria_and_views(at, tiny):
-    from nirvana.scorers import compute_scores
+    from nirvana.scoring.criteria import compute_scores
 
     compute(at, criterion="magnitude", criterion2="random")
     titles = list(charts_by_title(at))
@@ -158,9 +158,9 @@ def test_saliency_compares_two_criteria_and_views(at, tiny):
 
 
 def test_allocation_follows_the_sliders_from_cached_scores(at, tiny):
-    from nirvana.allocation import allocate, default_gamma
-    from nirvana.scorers import compute_scores
-    from nirvana.shapes import model_shape
+    from nirvana.models.shapes import model_shape
+    from nirvana.pruning.allocation import allocate, default_gamma
+    from nirvana.scoring.criteria import compute_scores
 
     compute(at, criterion="magnitude")
     at.switch_page("app_pages/allocation.py").run()
@@ -191,8 +191,8 @@ def test_allocation_follows_the_sliders_from_cached_scores(at, tiny):
 
 
 def test_allocation_overlays_the_second_criterion(at, tiny):
-    from nirvana.allocation import allocate
-    from nirvana.shapes import model_shape
+    from nirvana.models.shapes import model_shape
+    from nirvana.pruning.allocation import allocate
 
     compute(at, criterion="magnitude", criterion2="random")
     at.switch_page("app_pages/allocation.py").run()
@@ -230,10 +230,10 @@ def test_allocation_points_to_the_measured_best_gamma(at, app_env, monkeypatch, 
 
 
 def test_prune_page_compares_dense_and_pruned(at, tiny, tmp_path):
-    from nirvana.checkpoint import load_pruned
-    from nirvana.generation import generate
-    from nirvana.perplexity import perplexity
-    from nirvana.shapes import count_parameters
+    from nirvana.measure.generation import generate
+    from nirvana.measure.perplexity import perplexity
+    from nirvana.models.checkpoint import load_pruned
+    from nirvana.models.shapes import count_parameters
 
     plan = apply_a_plan(at, 0.5)
     assert any(s.value.startswith("Pruned copy:") for s in at.success)
@@ -321,12 +321,12 @@ def test_sweep_page_measures_points_and_loads_a_plan(at):
 
 
 def test_unexpected_errors_become_a_friendly_box(at, monkeypatch):
-    import nirvana.scorers
+    import nirvana.scoring.criteria
 
     def broken(*args, **kwargs):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(nirvana.scorers, "compute_scores", broken)
+    monkeypatch.setattr(nirvana.scoring.criteria, "compute_scores", broken)
     at.switch_page("app_pages/saliency.py").run()
     at.selectbox(key="criterion").set_value("random").run()
     at.button(key="compute_saliency").click().run()

@@ -108,12 +108,12 @@ def build_inputs(d: Path, tiny_dir: Path) -> Inputs:
     """Write every bad input under `d`, from the good tiny model folder `tiny_dir`."""
     import transformers as tf
 
-    from nirvana.allocation import allocate
-    from nirvana.checkpoint import save_pruned
-    from nirvana.models import load_model
-    from nirvana.scorers import compute_scores
-    from nirvana.shapes import model_shape
-    from nirvana.slicing import apply_plan
+    from nirvana.models.checkpoint import save_pruned
+    from nirvana.models.loading import load_model
+    from nirvana.models.shapes import model_shape
+    from nirvana.pruning.allocation import allocate
+    from nirvana.pruning.slicing import apply_plan
+    from nirvana.scoring.criteria import compute_scores
 
     _write_bad_texts(d)
     lm = load_model(str(tiny_dir))
@@ -140,14 +140,14 @@ def build_inputs(d: Path, tiny_dir: Path) -> Inputs:
 
 @pytest.fixture(scope="module")
 def tiny(inputs):
-    from nirvana.models import load_model
+    from nirvana.models.loading import load_model
 
     return load_model(str(inputs.tiny))
 
 
 def _scores(tiny, **overrides):
-    from nirvana.scores import Scores
-    from nirvana.shapes import model_shape
+    from nirvana.models.shapes import model_shape
+    from nirvana.scoring.scores import Scores
 
     shape = model_shape(tiny.model)
     L, hkv, inter = shape.num_layers, shape.num_kv_heads[0], shape.intermediate[0]
@@ -158,7 +158,7 @@ def _scores(tiny, **overrides):
 
 def _allocate(**kwargs):
     def run(inputs, tiny):
-        from nirvana.allocation import allocate
+        from nirvana.pruning.allocation import allocate
 
         scores, shape = _scores(tiny)
         return allocate(scores, shape, **{"sparsity": 0.5, **kwargs})
@@ -168,7 +168,7 @@ def _allocate(**kwargs):
 
 def _calibrate(source="pydoc", samples=2, seq_len=8):
     def run(inputs, tiny):
-        from nirvana.calibration import calibration_batch
+        from nirvana.data.calibration import calibration_batch
 
         src = str(getattr(inputs, source)) if source.endswith(("_txt", "_jsonl")) else source
         return calibration_batch(tiny.tokenizer, src, samples=samples, seq_len=seq_len)
@@ -178,8 +178,8 @@ def _calibrate(source="pydoc", samples=2, seq_len=8):
 
 def _score_npy(name):
     def run(inputs, tiny):
-        from nirvana.calibration import load_npy
-        from nirvana.scorers import compute_scores
+        from nirvana.data.calibration import load_npy
+        from nirvana.scoring.criteria import compute_scores
 
         return compute_scores(tiny.model, "nirvana", load_npy(inputs.dir / name), use_cache=False)
 
@@ -188,7 +188,7 @@ def _score_npy(name):
 
 def _text(name):
     def run(inputs, tiny):
-        from nirvana.data import load_text
+        from nirvana.data.text import load_text
 
         return load_text(str(inputs.dir / name) if "." in name else name)
 
@@ -197,7 +197,7 @@ def _text(name):
 
 def _load(path_of):
     def run(inputs, tiny):
-        from nirvana.models import load_model
+        from nirvana.models.loading import load_model
 
         return load_model(path_of(inputs))
 
@@ -206,7 +206,7 @@ def _load(path_of):
 
 def _plan(name):
     def run(inputs, tiny):
-        from nirvana.plan import PruningPlan
+        from nirvana.pruning.plan import PruningPlan
 
         return PruningPlan.load(inputs.dir / name)
 
@@ -214,14 +214,14 @@ def _plan(name):
 
 
 def _apply_other_plan(inputs, tiny):
-    from nirvana.plan import PruningPlan
-    from nirvana.slicing import apply_plan
+    from nirvana.pruning.plan import PruningPlan
+    from nirvana.pruning.slicing import apply_plan
 
     return apply_plan(tiny.model, PruningPlan.load(inputs.dir / "otherfp.json"))
 
 
 def _scores_of_another_shape(inputs, tiny):
-    from nirvana.allocation import allocate
+    from nirvana.pruning.allocation import allocate
 
     scores, shape = _scores(tiny, mlp=torch.rand(2, 40))
     return allocate(scores, shape, 0.5)
@@ -304,7 +304,7 @@ LIBRARY_CASES = {
     "model-unsupported-gpt2": (
         _load(lambda i: str(i.gpt2)),
         UnsupportedArchitecture,
-        ["model_type 'gpt2' is not supported", "add a row to nirvana.architectures.ARCHITECTURES"],
+        ["model_type 'gpt2' is not supported", "add a row to nirvana.models.architectures.ARCHITECTURES"],
     ),
     "plan-not-json": (_plan("notjson.json"), PlanMismatch, ["plan is not valid JSON"]),
     "plan-not-an-object": (_plan("list.json"), PlanMismatch, ["must be a JSON object"]),
@@ -486,8 +486,8 @@ def run_cli(argv: list[str]) -> tuple[int, str]:
 @pytest.fixture(scope="module")
 def other_scores(inputs):
     """Scores of the tiny model, to be offered to a different model (`--scores`)."""
-    from nirvana.models import load_model
-    from nirvana.scorers import compute_scores
+    from nirvana.models.loading import load_model
+    from nirvana.scoring.criteria import compute_scores
 
     compute_scores(load_model(str(inputs.tiny)).model, "magnitude", use_cache=False).save(inputs.dir / "other_scores")
 

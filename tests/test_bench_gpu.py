@@ -75,9 +75,9 @@ def test_full_size_allocation_on_meta_weights():
     """The 8B benchmark's build and allocation path at full size, with weights on `meta` (no memory)."""
     import torch
 
-    from nirvana.allocation import allocate
-    from nirvana.scorers import compute_scores
-    from nirvana.shapes import model_shape
+    from nirvana.models.shapes import model_shape
+    from nirvana.pruning.allocation import allocate
+    from nirvana.scoring.criteria import compute_scores
 
     model = gpu.build_model(gpu.LLAMA_31_8B, torch.bfloat16, "meta")
     shape = model_shape(model)

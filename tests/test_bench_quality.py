@@ -8,9 +8,9 @@ import pytest
 
 import nirvana.bench.quality as q
 import nirvana.bench.quality_report as qr
-from nirvana.calib_select import AnchorSpec
-from nirvana.data import load_text
-from nirvana.perplexity import make_windows
+from nirvana.data.text import load_text
+from nirvana.measure.perplexity import make_windows
+from nirvana.search.calibration import AnchorSpec
 
 
 def _config(model_dir, tmp_path, **kw):

@@ -8,17 +8,17 @@ import json
 import pytest
 import torch
 
-import nirvana.calib_select as cs
-from nirvana.allocation import allocate
-from nirvana.calibration import calibration_batch
+import nirvana.search.calibration as cs
 from nirvana.cli import main
+from nirvana.data.calibration import calibration_batch
 from nirvana.errors import InvalidInput
-from nirvana.fingerprint import model_fingerprint
-from nirvana.kl import DenseReference, kl_to_dense
-from nirvana.scorers import compute_scores
-from nirvana.shapes import model_shape
-from nirvana.slicing import apply_plan
-from nirvana.tiny import tiny_model
+from nirvana.measure.kl import DenseReference, kl_to_dense
+from nirvana.models.shapes import model_shape
+from nirvana.models.tiny import tiny_model
+from nirvana.pruning.allocation import allocate
+from nirvana.pruning.slicing import apply_plan
+from nirvana.scoring.criteria import compute_scores
+from nirvana.store.fingerprint import model_fingerprint
 
 
 class CharTokenizer:

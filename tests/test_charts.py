@@ -10,9 +10,9 @@ import torch
 from conftest import decode
 
 from nirvana import charts
-from nirvana.allocation import allocate
-from nirvana.scores import Scores
-from nirvana.shapes import model_shape
+from nirvana.models.shapes import model_shape
+from nirvana.pruning.allocation import allocate
+from nirvana.scoring.scores import Scores
 
 
 def as_json(fig) -> dict:

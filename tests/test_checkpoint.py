@@ -8,13 +8,13 @@ import pytest
 import torch
 from conftest import random_batch
 
-from nirvana.allocation import allocate
-from nirvana.checkpoint import load_pruned, save_pruned
 from nirvana.errors import CorruptCheckpoint
-from nirvana.scorers import compute_scores
-from nirvana.shapes import model_shape
-from nirvana.slicing import apply_plan
-from nirvana.tiny import tiny_model
+from nirvana.models.checkpoint import load_pruned, save_pruned
+from nirvana.models.shapes import model_shape
+from nirvana.models.tiny import tiny_model
+from nirvana.pruning.allocation import allocate
+from nirvana.pruning.slicing import apply_plan
+from nirvana.scoring.criteria import compute_scores
 
 
 def pruned_tiny(family="qwen2", sparsity=0.5, attn_implementation="eager", **overrides):

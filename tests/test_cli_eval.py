@@ -37,11 +37,11 @@ def corpus(tmp_path_factory) -> Path:
 def pruned_tiny_dir(tiny_with_tokenizer_dir, tmp_path_factory) -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from nirvana.allocation import allocate
-    from nirvana.checkpoint import save_pruned
-    from nirvana.scorers import compute_scores
-    from nirvana.shapes import model_shape
-    from nirvana.slicing import apply_plan
+    from nirvana.models.checkpoint import save_pruned
+    from nirvana.models.shapes import model_shape
+    from nirvana.pruning.allocation import allocate
+    from nirvana.pruning.slicing import apply_plan
+    from nirvana.scoring.criteria import compute_scores
 
     model = AutoModelForCausalLM.from_pretrained(tiny_with_tokenizer_dir).eval()
     tok = AutoTokenizer.from_pretrained(tiny_with_tokenizer_dir)

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from nirvana.calibration import calibration_batch, load_npy
-from nirvana.data import load_text
+from nirvana.data.calibration import calibration_batch, load_npy
+from nirvana.data.text import load_text
 from nirvana.errors import DatasetNotFound, InvalidInput
 
 
@@ -91,7 +91,7 @@ def test_npy_calibration(tmp_path):
 
 
 def test_unset_data_dir_finds_the_shared_folder_beside_the_checkout(monkeypatch, tmp_path):
-    from nirvana import data
+    from nirvana.data import text as data
 
     monkeypatch.delenv("NIRVANA_DATA_DIR", raising=False)
     monkeypatch.setattr(data, "SIBLING_DATA_DIR", tmp_path)

@@ -6,16 +6,16 @@ import json
 
 import pytest
 
-import nirvana.gamma_search as gs
-import nirvana.scorers as scorers
-from nirvana.allocation import allocate, default_gamma
+import nirvana.scoring.criteria as scorers
+import nirvana.search.gamma as gs
 from nirvana.cli import main
 from nirvana.errors import InvalidInput
-from nirvana.kl import DenseReference, kl_to_dense
-from nirvana.scorers import compute_scores
-from nirvana.shapes import model_shape
-from nirvana.slicing import apply_plan
-from nirvana.tiny import tiny_model
+from nirvana.measure.kl import DenseReference, kl_to_dense
+from nirvana.models.shapes import model_shape
+from nirvana.models.tiny import tiny_model
+from nirvana.pruning.allocation import allocate, default_gamma
+from nirvana.pruning.slicing import apply_plan
+from nirvana.scoring.criteria import compute_scores
 from tests.conftest import random_batch
 
 

@@ -7,7 +7,14 @@ import json
 import pytest
 
 from nirvana.errors import InvalidInput
-from nirvana.generation import DEFAULT_PROMPTS, generate, load_prompts, normalize_prompts, prompt_text, side_by_side
+from nirvana.measure.generation import (
+    DEFAULT_PROMPTS,
+    generate,
+    load_prompts,
+    normalize_prompts,
+    prompt_text,
+    side_by_side,
+)
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +74,7 @@ def test_sampling_is_reproducible_with_a_seed(tiny_lm):
 
 
 def test_side_by_side_rows(tiny_lm):
-    from nirvana.tiny import tiny_model
+    from nirvana.models.tiny import tiny_model
 
     model, tok = tiny_lm
     other = tiny_model("llama", seed=7, vocab_size=len(tok))

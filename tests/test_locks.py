@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from nirvana.locks import Busy, current_holder, device_key, heavy_work
+from nirvana.guard.locks import Busy, current_holder, device_key, heavy_work
 
 ROOT = Path(__file__).resolve().parents[1]
 WAIT = 60  # seconds: a safety net so a broken lock fails the test instead of hanging it
@@ -104,7 +104,7 @@ def test_timeout_raises_busy_with_a_clear_message():
 
 HOLDER = """
 import sys
-from nirvana.locks import heavy_work
+from nirvana.guard.locks import heavy_work
 with heavy_work("cpu", who="another process"):
     print("HOLDING", flush=True)
     sys.stdin.read()
@@ -134,7 +134,7 @@ def test_another_process_holding_the_device_blocks_us_until_it_dies():
 
 def test_a_cli_prune_waits_for_the_device_and_then_completes(tiny_with_tokenizer_dir, tmp_path):
     """Two jobs on one device: the CLI says it is waiting, runs only after the holder is done."""
-    from nirvana.runs import list_runs
+    from nirvana.store.runs import list_runs
 
     args = ["--model", str(tiny_with_tokenizer_dir), "--criterion", "magnitude", "--sparsity", "0.5"]
     argv = ["prune", *args, "--out", str(tmp_path / "o")]

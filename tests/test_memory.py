@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from nirvana import memory
-from nirvana.calibration import CalibrationBatch
+from nirvana.data.calibration import CalibrationBatch
 from nirvana.errors import OutOfMemory
-from nirvana.scorers import compute_scores
-from nirvana.shapes import count_block_parameters, count_parameters
-from nirvana.tiny import tiny_model
+from nirvana.guard import memory
+from nirvana.models.shapes import count_block_parameters, count_parameters
+from nirvana.models.tiny import tiny_model
+from nirvana.scoring.criteria import compute_scores
 
 
 def test_arch_sizes_match_the_built_model():
@@ -77,7 +77,7 @@ def test_oom_guard_turns_allocator_errors_into_out_of_memory():
 
 
 def test_load_model_checks_weights_fit_first(tiny_with_tokenizer_dir, monkeypatch):
-    from nirvana.models import load_model
+    from nirvana.models.loading import load_model
 
     monkeypatch.setattr(memory, "available_bytes", lambda device="cpu": 1000)
     with pytest.raises(OutOfMemory, match="loading needs about"):

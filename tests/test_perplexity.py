@@ -8,9 +8,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from nirvana.data import Text
+from nirvana.data.text import Text
 from nirvana.errors import InvalidInput
-from nirvana.perplexity import make_windows, perplexity, window_nll
+from nirvana.measure.perplexity import make_windows, perplexity, window_nll
 
 
 class CharTokenizer:

@@ -8,11 +8,12 @@ import warnings
 import pytest
 import torch
 
-from nirvana.architectures import layer_projections
 from nirvana.errors import InvalidInput
-from nirvana.hook_saliency import dense_weight, hook_saliency, resolve_method
-from nirvana.scorers import compute_scores, gradient_saliency, nirvana_objective
-from nirvana.tiny import tiny_model
+from nirvana.models.architectures import layer_projections
+from nirvana.models.tiny import tiny_model
+from nirvana.models.weights import dense_weight
+from nirvana.scoring.criteria import compute_scores, gradient_saliency, nirvana_objective
+from nirvana.scoring.hooks import hook_saliency, resolve_method
 from tests.conftest import random_batch
 
 pytest.importorskip("bitsandbytes")

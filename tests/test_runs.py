@@ -16,8 +16,8 @@ import torch
 from conftest import random_batch
 
 from nirvana.errors import CorruptCheckpoint, InvalidInput
-from nirvana.plan import PruningPlan
-from nirvana.runs import (
+from nirvana.pruning.plan import PruningPlan
+from nirvana.store.runs import (
     RUNS_ENV,
     RunNotFound,
     clean_incomplete,
@@ -33,9 +33,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _plan():
-    from nirvana.allocation import allocate
-    from nirvana.scores import Scores
-    from nirvana.shapes import ModelShape
+    from nirvana.models.shapes import ModelShape
+    from nirvana.pruning.allocation import allocate
+    from nirvana.scoring.scores import Scores
 
     shape = ModelShape("llama", 2, 32, 8, 2, (2, 2), (48, 48), 64, False, 10_000)
     gen = torch.Generator().manual_seed(0)
@@ -95,7 +95,7 @@ def test_runs_are_listed_newest_first_and_filtered_by_kind():
 
 
 def test_the_runs_root_comes_from_the_environment(tmp_path, monkeypatch):
-    from nirvana.models import cache_dir
+    from nirvana.store.paths import cache_dir
 
     assert runs_root() == cache_dir() / "runs"
     monkeypatch.setenv(RUNS_ENV, str(tmp_path / "elsewhere"))
@@ -154,7 +154,7 @@ def test_clean_incomplete_removes_only_runs_whose_writer_is_gone():
 
 KILLED_MIDWAY = """
 import sys, time
-import nirvana.checkpoint as checkpoint
+import nirvana.models.checkpoint as checkpoint
 
 real_save = checkpoint.save_pruned
 
@@ -207,13 +207,13 @@ def test_a_run_killed_midway_never_looks_complete(tiny_with_tokenizer_dir, tmp_p
 
 
 def test_an_interrupted_cli_prune_leaves_no_run(tiny_with_tokenizer_dir, tmp_path, monkeypatch):
-    import nirvana.checkpoint
+    import nirvana.models.checkpoint
     from nirvana.cli import main
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(nirvana.checkpoint, "save_pruned", interrupted)
+    monkeypatch.setattr(nirvana.models.checkpoint, "save_pruned", interrupted)
     argv = ["prune", "--model", str(tiny_with_tokenizer_dir), "--criterion", "magnitude", "--sparsity", "0.3"]
     err = io.StringIO()
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
@@ -226,8 +226,8 @@ def test_an_interrupted_cli_prune_leaves_no_run(tiny_with_tokenizer_dir, tmp_pat
 
 
 def test_cached_scores_are_never_reused_for_another_model_or_batch(tmp_path):
-    from nirvana.scorers import compute_scores
-    from nirvana.tiny import tiny_model
+    from nirvana.models.tiny import tiny_model
+    from nirvana.scoring.criteria import compute_scores
 
     a, b = tiny_model("llama", seed=0), tiny_model("llama", seed=1)  # same shapes, other weights
     x, y = random_batch(seed=0), random_batch(seed=1)
@@ -258,8 +258,8 @@ def test_cached_scores_are_never_reused_for_another_model_or_batch(tmp_path):
 def test_the_same_weights_reloaded_from_disk_do_reuse_the_cache(tmp_path):
     from transformers import AutoModelForCausalLM
 
-    from nirvana.scorers import compute_scores
-    from nirvana.tiny import tiny_model
+    from nirvana.models.tiny import tiny_model
+    from nirvana.scoring.criteria import compute_scores
 
     model = tiny_model("llama", seed=0)
     compute_scores(model, "magnitude")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from nirvana.errors import InvalidInput, ModelNotFound, NirvanaError
-from nirvana.safety import (
+from nirvana.guard.safety import (
     MODEL_ROOTS_ENV,
     TEXT_ROOTS_ENV,
     FileTooLarge,
@@ -56,7 +56,7 @@ def test_a_symlink_inside_a_root_pointing_outside_is_refused(roots):
 
 
 def test_the_cache_dir_is_always_allowed_and_hub_ids_are_not_paths(roots):
-    from nirvana.models import cache_dir
+    from nirvana.store.paths import cache_dir
 
     (cache_dir() / "models" / "x").mkdir(parents=True)
     check_local_path(cache_dir() / "models" / "x")
@@ -73,8 +73,8 @@ def test_an_empty_roots_setting_allows_only_the_cache(tmp_path, monkeypatch):
 
 
 def test_load_model_and_load_pruned_honour_the_model_roots(roots, tiny_with_tokenizer_dir):
-    from nirvana.checkpoint import load_pruned
-    from nirvana.models import load_model
+    from nirvana.models.checkpoint import load_pruned
+    from nirvana.models.loading import load_model
 
     with pytest.raises(PathNotAllowed, match="outside the folders"):
         load_model(str(tiny_with_tokenizer_dir))
@@ -86,7 +86,7 @@ def test_load_model_and_load_pruned_honour_the_model_roots(roots, tiny_with_toke
 
 
 def test_text_files_honour_the_text_roots(tmp_path, monkeypatch):
-    from nirvana.data import load_text
+    from nirvana.data.text import load_text
 
     allowed = tmp_path / "texts"
     allowed.mkdir()
@@ -100,8 +100,8 @@ def test_text_files_honour_the_text_roots(tmp_path, monkeypatch):
 
 
 def test_text_and_plan_files_over_the_size_limit_are_refused_before_reading(tmp_path, monkeypatch):
-    from nirvana.data import load_text
-    from nirvana.plan import PruningPlan
+    from nirvana.data.text import load_text
+    from nirvana.pruning.plan import PruningPlan
 
     big = tmp_path / "big.txt"
     big.write_text("word " * 1000)
@@ -155,7 +155,7 @@ def _custom_code_folder(base: Path, src: Path | None, model_type: str) -> tuple[
 
 
 def test_remote_code_is_refused_by_default_and_never_runs(tmp_path):
-    from nirvana.models import load_model
+    from nirvana.models.loading import load_model
 
     folder, marker = _custom_code_folder(tmp_path, None, "evilnet")
     with pytest.raises(InvalidInput, match="trust_remote_code=True") as info:
@@ -167,7 +167,7 @@ def test_remote_code_is_refused_by_default_and_never_runs(tmp_path):
 def test_a_known_model_type_with_custom_code_loads_the_builtin_class_without_running_it(
     tmp_path, tiny_with_tokenizer_dir
 ):
-    from nirvana.models import load_model
+    from nirvana.models.loading import load_model
 
     folder, marker = _custom_code_folder(tmp_path, tiny_with_tokenizer_dir, "llama")
     lm = load_model(str(folder))
@@ -179,7 +179,7 @@ def test_pickled_weights_are_refused_without_unpickling(tmp_path, tiny_with_toke
     import torch
     from safetensors.torch import load_file
 
-    from nirvana.models import load_model
+    from nirvana.models.loading import load_model
 
     folder = tmp_path / "bin-only"
     shutil.copytree(tiny_with_tokenizer_dir, folder)
@@ -195,8 +195,8 @@ def test_pickled_weights_are_refused_without_unpickling(tmp_path, tiny_with_toke
 
 
 def test_a_pruned_folder_with_only_pickled_weights_is_refused(tmp_path):
-    from nirvana.checkpoint import _read_state_dict
     from nirvana.errors import CorruptCheckpoint
+    from nirvana.models.checkpoint import _read_state_dict
 
     (tmp_path / "pytorch_model.bin").write_bytes(b"not even looked at")
     with pytest.raises(CorruptCheckpoint, match="pickled weights are never loaded"):
@@ -238,7 +238,7 @@ def test_no_unsafe_calls_in_the_source(rule):
 def test_trust_remote_code_defaults_to_false_everywhere():
     import inspect
 
-    from nirvana.models import load_model
+    from nirvana.models.loading import load_model
 
     assert inspect.signature(load_model).parameters["trust_remote_code"].default is False
     from nirvana.cli import build_parser

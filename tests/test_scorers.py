@@ -6,17 +6,17 @@ import pytest
 import torch
 from conftest import random_batch
 
-from nirvana.architectures import layer_projections
-from nirvana.scorers import SCORERS, compute_scores
-from nirvana.shapes import model_shape
-from nirvana.tiny import TINY_FAMILIES, tiny_model
+from nirvana.models.architectures import layer_projections
+from nirvana.models.shapes import model_shape
+from nirvana.models.tiny import TINY_FAMILIES, tiny_model
+from nirvana.scoring.criteria import SCORERS, compute_scores
 
 
 def brute_force_units(model, saliency_of) -> tuple[torch.Tensor, torch.Tensor]:
     """Sum elementwise saliency per unit with explicit loops over heads, rows and columns.
 
     `saliency_of(lin, "weight"|"bias")` returns the elementwise saliency tensor of that parameter.
-    Written without nirvana.units so the grouping is checked independently.
+    Written without nirvana.scoring.units so the grouping is checked independently.
     """
     shape = model_shape(model)
     d, g = shape.head_dim, shape.group_size
@@ -166,7 +166,7 @@ def test_cache_hit_skips_gradients(monkeypatch):
     def boom(*args, **kwargs):
         raise AssertionError("gradients recomputed on a cache hit")
 
-    monkeypatch.setattr("nirvana.scorers.gradient_saliency", boom)
+    monkeypatch.setattr("nirvana.scoring.criteria.gradient_saliency", boom)
     second = compute_scores(model, "nirvana", batch)
     assert second.meta["cache_hit"] is True
     assert torch.equal(first.mlp, second.mlp)

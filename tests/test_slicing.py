@@ -8,13 +8,13 @@ import pytest
 import torch
 from conftest import random_batch
 
-from nirvana.allocation import allocate
-from nirvana.architectures import layer_projections
 from nirvana.errors import PlanMismatch
-from nirvana.scorers import compute_scores
-from nirvana.shapes import count_block_parameters, count_parameters, model_shape
-from nirvana.slicing import apply_plan
-from nirvana.tiny import TINY_FAMILIES, tiny_model
+from nirvana.models.architectures import layer_projections
+from nirvana.models.shapes import count_block_parameters, count_parameters, model_shape
+from nirvana.models.tiny import TINY_FAMILIES, tiny_model
+from nirvana.pruning.allocation import allocate
+from nirvana.pruning.slicing import apply_plan
+from nirvana.scoring.criteria import compute_scores
 
 
 def masked_copy(model, plan):
@@ -105,7 +105,7 @@ def test_apply_plan_never_mutates_the_callers_model_unless_asked():
 
 
 def test_the_copy_shares_block_weights_only_until_they_are_sliced():
-    from nirvana.slicing import copy_without_block_weights
+    from nirvana.pruning.slicing import copy_without_block_weights
 
     model = tiny_model("qwen2")  # q/k/v carry biases: those are shared too
     projections = [(p.q_proj, p.o_proj, p.down_proj) for p in layer_projections(model)]

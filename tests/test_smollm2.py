@@ -7,10 +7,10 @@ import json
 import pytest
 import torch
 
-from nirvana.checkpoint import load_pruned
 from nirvana.cli import main
 from nirvana.cli.model_cmds import describe
-from nirvana.shapes import model_shape
+from nirvana.models.checkpoint import load_pruned
+from nirvana.models.shapes import model_shape
 
 pytestmark = pytest.mark.slow
 
@@ -61,11 +61,11 @@ def test_prune_cli_end_to_end(tmp_path, capsys, smollm2, smollm2_dir):
 
 
 def test_pruned_model_reload_gives_identical_logits(tmp_path, smollm2):
-    from nirvana.allocation import allocate
-    from nirvana.calibration import calibration_batch
-    from nirvana.checkpoint import save_pruned
-    from nirvana.scorers import compute_scores
-    from nirvana.slicing import apply_plan
+    from nirvana.data.calibration import calibration_batch
+    from nirvana.models.checkpoint import save_pruned
+    from nirvana.pruning.allocation import allocate
+    from nirvana.pruning.slicing import apply_plan
+    from nirvana.scoring.criteria import compute_scores
 
     batch = calibration_batch(smollm2.tokenizer, "wikitext2-valid", samples=4, seq_len=64, seed=0)
     scores = compute_scores(smollm2.model, "nirvana", batch)

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from nirvana.errors import InvalidInput
-from nirvana.flops import flops_breakdown, flops_per_token, ideal_speedup, phase_flops
-from nirvana.shapes import model_shape
-from nirvana.speed import PeakMemory, cpu_name, measure_speed, measure_speeds
+from nirvana.measure.flops import flops_breakdown, flops_per_token, ideal_speedup, phase_flops
+from nirvana.measure.speed import PeakMemory, cpu_name, measure_speed, measure_speeds
+from nirvana.models.shapes import model_shape
 
 FAST = {"prompt_len": 8, "new_tokens": 4, "repeats": 2, "warmup": 1}
 
@@ -48,7 +48,7 @@ def test_eos_does_not_stop_decode_early(tiny_llama):
 
 
 def test_models_are_measured_interleaved_on_the_same_prompts():
-    from nirvana.tiny import tiny_model
+    from nirvana.models.tiny import tiny_model
 
     a, b = tiny_model("llama", seed=0), tiny_model("llama", seed=1)
     seen = []
@@ -97,9 +97,9 @@ def test_flops_per_token_by_hand(tiny_llama):
 
 
 def test_ideal_speedup_of_a_pruned_model(tiny_llama):
-    from nirvana.allocation import allocate
-    from nirvana.scorers import compute_scores
-    from nirvana.slicing import apply_plan
+    from nirvana.pruning.allocation import allocate
+    from nirvana.pruning.slicing import apply_plan
+    from nirvana.scoring.criteria import compute_scores
 
     plan = allocate(compute_scores(tiny_llama, "random", use_cache=False), model_shape(tiny_llama), 0.5, align=1)
     pruned = model_shape(apply_plan(tiny_llama, plan))

@@ -57,7 +57,7 @@ def hand_accuracy(model, tok) -> tuple[float, float]:
 def test_local_task_runs_offline_and_matches_a_hand_computation(tiny_lm, offline_harness):
     import lm_eval
 
-    from nirvana.tasks import run_tasks
+    from nirvana.measure.tasks import run_tasks
 
     model, tok = tiny_lm
     result = run_tasks(model, tok, [TASK], include_path=FIXTURES)
@@ -73,7 +73,7 @@ def test_local_task_runs_offline_and_matches_a_hand_computation(tiny_lm, offline
 
 
 def test_unknown_task_names_are_refused_with_suggestions(tiny_lm, offline_harness):
-    from nirvana.tasks import run_tasks
+    from nirvana.measure.tasks import run_tasks
 
     model, tok = tiny_lm
     with pytest.raises(InvalidInput, match="nirvana_tiny_qa"):

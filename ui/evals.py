@@ -3,14 +3,14 @@
 Each wrapper calls the library function and stores the result in a shared `Memo` keyed by the
 model identity (`model_key`: the spec key, plus the plan hash for a pruned copy) and every
 setting, so returning to a page shows the last result without recomputing. Heavy work runs
-under `nirvana.locks.heavy_work` (one job per device).
+under `nirvana.guard.locks.heavy_work` (one job per device).
 """
 
 from __future__ import annotations
 
 import hashlib
 
-from nirvana.fingerprint import content_key
+from nirvana.store.fingerprint import content_key
 from ui.resources import heavy, memo, model_device
 
 SPEED_BATCH_SIZES_CPU = (1, 4)
@@ -28,7 +28,7 @@ def pruned_model_key(spec_key: str, plan) -> str:
 
 def perplexity(model, tokenizer, model_key: str, dataset: str, tokens: int, window: int, progress=None):
     """`nirvana.perplexity.perplexity` with the paper's windows, memoised; returns a dict."""
-    from nirvana.perplexity import perplexity as ppl
+    from nirvana.measure.perplexity import perplexity as ppl
 
     key = content_key("ppl", model_key, dataset, tokens, window)
 
@@ -49,8 +49,8 @@ def speed(
     new_tokens: int = 16,
     repeats: int = 2,
 ):
-    """Measured prefill/decode speed and peak memory (`nirvana.speed.measure_speed`), memoised."""
-    from nirvana.speed import measure_speed
+    """Measured prefill/decode speed and peak memory (`nirvana.measure.speed.measure_speed`), memoised."""
+    from nirvana.measure.speed import measure_speed
 
     if batch_sizes is None:
         batch_sizes = SPEED_BATCH_SIZES_CPU if model_device(model) == "cpu" else SPEED_BATCH_SIZES_GPU
@@ -79,8 +79,8 @@ def forget_speed() -> None:
 def generate(
     model, tokenizer, model_key: str, prompts: list[str], max_new_tokens: int, chat: bool = True, progress=None
 ) -> list[dict]:
-    """Greedy continuations of each prompt (`nirvana.generation.generate`), memoised."""
-    from nirvana.generation import generate as generate_rows
+    """Greedy continuations of each prompt (`nirvana.measure.generation.generate`), memoised."""
+    from nirvana.measure.generation import generate as generate_rows
 
     key = content_key("generate", model_key, prompts, max_new_tokens, chat)
 

@@ -48,7 +48,7 @@ def need_scores() -> tuple[str, object] | None:
 
 def scored_model():
     """(model, scores key, scores, shape) once a model is loaded and scored; else None (info box shown)."""
-    from nirvana.shapes import ModelShape
+    from nirvana.models.shapes import ModelShape
     from ui import resources
 
     scores_entry = need_scores()

@@ -3,7 +3,7 @@
 - The loaded model is an `st.cache_resource` singleton shared by every session. It is NEVER
   modified: pruning goes through `apply_plan`, which returns a copy, and that copy lives in the
   session that made it. Gradient scoring temporarily sets `requires_grad` and `.grad` on the
-  shared model, so heavy work runs under `nirvana.locks.heavy_work` (one job per device).
+  shared model, so heavy work runs under `nirvana.guard.locks.heavy_work` (one job per device).
 - Fast pure functions (plans) use `st.cache_data`, keyed by content.
 - Long work with progress (scores, evaluations) cannot use `st.cache_data`, which would record
   and replay the progress updates; it goes through `Memo`, a small content-keyed LRU shared by
@@ -19,8 +19,9 @@ from dataclasses import asdict, dataclass
 
 import streamlit as st
 
-from nirvana.fingerprint import content_key
-from nirvana.models import LoadedModel, load_model
+from nirvana.models.loaded import LoadedModel
+from nirvana.models.loading import load_model
+from nirvana.store.fingerprint import content_key
 
 
 @dataclass(frozen=True)
@@ -70,11 +71,11 @@ def model_device(model) -> str:
 
 
 def heavy(model, progress=None):
-    """One heavy job per device across sessions and processes (`nirvana.locks.heavy_work`).
+    """One heavy job per device across sessions and processes (`nirvana.guard.locks.heavy_work`).
 
     It also serialises gradient scoring on the shared model, which writes `.grad` on its weights.
     """
-    from nirvana.locks import heavy_work
+    from nirvana.guard.locks import heavy_work
 
     on_wait = (lambda message: progress(0.0, message)) if progress else None
     return heavy_work(model_device(model), on_wait, who="an explorer session")
@@ -123,14 +124,14 @@ def memo(namespace: str) -> Memo:
 @st.cache_data(max_entries=32, show_spinner=False)
 def calibration(_tokenizer, model_key: str, source: str, samples: int, seq_len: int, seed: int):
     """`calibration_batch`, cached by (model, source, N, T, seed); tokenizing the pool takes seconds."""
-    from nirvana.calibration import calibration_batch
+    from nirvana.data.calibration import calibration_batch
 
     return calibration_batch(_tokenizer, source, samples=samples, seq_len=seq_len, seed=seed, fallback=True)
 
 
 def scores_for(lm: LoadedModel, spec: ModelSpec, criterion: str, batch, seed: int, micro_batch: int, progress=None):
     """`compute_scores` through the shared memo (and the library's disk cache), one job per device."""
-    from nirvana.scorers import SCORERS, compute_scores
+    from nirvana.scoring.criteria import SCORERS, compute_scores
 
     needs_data = SCORERS[criterion][1] if criterion in SCORERS else True
     key = content_key("scores", spec.key, criterion, batch.hash if needs_data else None, seed)
@@ -152,8 +153,8 @@ def scores_for(lm: LoadedModel, spec: ModelSpec, criterion: str, batch, seed: in
 @st.cache_data(max_entries=512, show_spinner=False)
 def plan_for(_scores, scores_key: str, shape: dict, sparsity: float, gamma: float, align: int, allocation: str):
     """`allocate` (pure tensor work, ~10 ms) cached by scores and settings; returns a fresh copy."""
-    from nirvana.allocation import allocate
-    from nirvana.shapes import ModelShape
+    from nirvana.models.shapes import ModelShape
+    from nirvana.pruning.allocation import allocate
 
     return allocate(_scores, ModelShape.from_dict(shape), sparsity, gamma, align, allocation)
 
@@ -168,7 +169,7 @@ def model_facts(_lm: LoadedModel, spec_key: str) -> dict:
 
 @st.cache_data(max_entries=16, show_spinner=False)
 def shape_dict(_lm: LoadedModel, spec_key: str) -> dict:
-    from nirvana.shapes import model_shape
+    from nirvana.models.shapes import model_shape
 
     return model_shape(_lm.model).to_dict()
 
@@ -177,7 +178,7 @@ def planned_shape(shape: dict, plan):
     """The `ModelShape` a plan leads to (per-layer widths from the plan), for FLOPs before/after."""
     import dataclasses
 
-    from nirvana.shapes import ModelShape
+    from nirvana.models.shapes import ModelShape
 
     return dataclasses.replace(
         ModelShape.from_dict(shape),

@@ -15,7 +15,7 @@ import time
 import streamlit as st
 import torch
 
-from nirvana.models import DEFAULT_MODEL
+from nirvana.models.loading import DEFAULT_MODEL
 from ui.resources import ModelSpec, is_loaded, load, mark_loaded
 
 # Keys of widgets whose values must survive page switches (streamlit drops the state of widgets

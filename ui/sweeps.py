@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from nirvana.allocation import allocate
-from nirvana.flops import ideal_speedup
-from nirvana.shapes import ModelShape, model_shape
-from nirvana.slicing import apply_plan
+from nirvana.measure.flops import ideal_speedup
+from nirvana.models.shapes import ModelShape, model_shape
+from nirvana.pruning.allocation import allocate
+from nirvana.pruning.slicing import apply_plan
 
 QUALITY = {"perplexity": "perplexity", "kl": "KL to dense (nats/token)"}
 
@@ -48,8 +48,8 @@ def run_sweep(lm, scores, settings: SweepSettings, progress=None) -> list[dict]:
     points = sweep_points(settings)
     reference = None
     if settings.metric == "kl":
-        from nirvana.calib_select import AnchorSpec, anchor_batch
-        from nirvana.kl import DenseReference
+        from nirvana.measure.kl import DenseReference
+        from nirvana.search.calibration import AnchorSpec, anchor_batch
 
         anchor = anchor_batch(lm.tokenizer, AnchorSpec(samples=settings.anchor_samples, seq_len=settings.anchor_len))
         reference = DenseReference(lm.model, anchor.input_ids)
@@ -98,10 +98,10 @@ def _sub(progress, i: int, n: int):
 
 def _quality(lm, model, settings: SweepSettings, reference, progress) -> float:
     if settings.metric == "kl":
-        from nirvana.kl import kl_to_dense
+        from nirvana.measure.kl import kl_to_dense
 
         return kl_to_dense(model, reference, progress)
-    from nirvana.perplexity import perplexity
+    from nirvana.measure.perplexity import perplexity
 
     result = perplexity(
         model,
@@ -116,7 +116,7 @@ def _quality(lm, model, settings: SweepSettings, reference, progress) -> float:
 
 
 def _decode_speed(model, settings: SweepSettings, progress) -> float:
-    from nirvana.speed import measure_speed
+    from nirvana.measure.speed import measure_speed
 
     result = measure_speed(
         model, batch_sizes=(1,), prompt_len=32, new_tokens=settings.speed_new_tokens, repeats=1, warmup=1

@@ -1,4 +1,4 @@
-"""Peak memory of one SmolLM2-135M scoring pass (CPU, fp32), hooks vs autograd, vs nirvana.memory's estimate.
+"""Peak memory of one SmolLM2-135M scoring pass (CPU, fp32), hooks vs autograd, vs nirvana.guard.memory's estimate.
 
 Run one method per process so each peak is its own:
     python benchmarks/memory/measure.py hooks 32 128 [micro_batch]
@@ -16,10 +16,10 @@ import time
 import psutil
 import torch
 
-from nirvana.calibration import CalibrationBatch
-from nirvana.memory import GIB, estimate_scoring
-from nirvana.models import load_model
-from nirvana.scorers import compute_scores
+from nirvana.data.calibration import CalibrationBatch
+from nirvana.guard.memory import GIB, estimate_scoring
+from nirvana.models.loading import load_model
+from nirvana.scoring.criteria import compute_scores
 
 
 def main(method: str, n: int, t: int, micro_batch: int = 0) -> dict:

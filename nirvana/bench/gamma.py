@@ -3,7 +3,7 @@
     python -m nirvana bench gamma --model smollm2-135m [--criteria nirvana,taylor] [--sparsities 0.1,0.2,0.3,0.5]
 
 For every criterion and sparsity, KL(P_dense || P_pruned) on the anchor set over a grid of gamma
-values (`nirvana.gamma_search`: one allocation, slice and anchor forward per point, no new
+values (`nirvana.search.gamma`: one allocation, slice and anchor forward per point, no new
 scores). Scores use calibration seed 0 drawn away from the anchor, the same batch as
 `bench quality` and `gamma-search`, so they come from the score cache when those ran before.
 Writes `benchmarks/gamma/gamma-<model>.json`, `.md` and `.png`.
@@ -23,14 +23,14 @@ GAMMAS = (0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0)
 
 
 def run_gamma_bench(args, log) -> dict:
-    from nirvana.allocation import default_gamma
     from nirvana.bench.quality import machine_label
-    from nirvana.calib_select import AnchorSpec, anchor_batch, candidate_batch
-    from nirvana.gamma_search import gamma_grid, gamma_search
-    from nirvana.kl import DenseReference
-    from nirvana.models import load_model
-    from nirvana.scorers import SCORERS, compute_scores
-    from nirvana.shapes import model_shape
+    from nirvana.measure.kl import DenseReference
+    from nirvana.models.loading import load_model
+    from nirvana.models.shapes import model_shape
+    from nirvana.pruning.allocation import default_gamma
+    from nirvana.scoring.criteria import SCORERS, compute_scores
+    from nirvana.search.calibration import AnchorSpec, anchor_batch, candidate_batch
+    from nirvana.search.gamma import gamma_grid, gamma_search
 
     start = time.perf_counter()
     lm = load_model(args.model, dtype="float32")
@@ -185,7 +185,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_gamma(args) -> int:
-    from nirvana.scorers import SCORERS
+    from nirvana.scoring.criteria import SCORERS
 
     unknown = [c for c in args.criteria if c not in SCORERS]
     if unknown:

@@ -6,7 +6,7 @@
 The model is built from the Llama-3.1-8B config written below (speed and memory do not depend
 on weight values), scored with the seeded `random` criterion, and pruned with the real
 allocation (global ranking, default gamma, align 8) and physical slicing. Speed comes from
-`nirvana.speed.measure_speeds` (dense and pruned runs interleaved, median of repeats):
+`nirvana.measure.speed.measure_speeds` (dense and pruned runs interleaved, median of repeats):
 
 - prefill throughput: B x T prompt tokens per second of one forward at batch B = 32; this is
   the quantity of the paper's table (12.41 -> 19.50 ktokens/s at 50% on one A100: an 8B model
@@ -104,10 +104,10 @@ def weight_bytes(model) -> int:
 
 def prune(model, sparsity: float, align: int = 8, seed: int = 0):
     """Random scores -> real allocation (global, default gamma, `align`) -> physically sliced copy."""
-    from nirvana.allocation import allocate
-    from nirvana.scorers import compute_scores
-    from nirvana.shapes import model_shape
-    from nirvana.slicing import apply_plan
+    from nirvana.models.shapes import model_shape
+    from nirvana.pruning.allocation import allocate
+    from nirvana.pruning.slicing import apply_plan
+    from nirvana.scoring.criteria import compute_scores
 
     scores = compute_scores(model, "random", seed=seed, use_cache=False)
     plan = allocate(scores, model_shape(model), sparsity, align=align)
@@ -115,7 +115,7 @@ def prune(model, sparsity: float, align: int = 8, seed: int = 0):
 
 
 def _summary(name: str, model, speed: dict, plan=None) -> dict:
-    from nirvana.shapes import count_block_parameters, count_parameters
+    from nirvana.models.shapes import count_block_parameters, count_parameters
 
     point = speed["results"][0]
     weights = weight_bytes(model)
@@ -158,9 +158,9 @@ def run_gpu_bench(
     progress=None,
 ) -> dict:
     """Build, prune and time dense vs pruned; return the JSON-ready result (see module docstring)."""
-    from nirvana.memory import oom_guard
-    from nirvana.models import resolve_device
-    from nirvana.speed import device_info, measure_speeds
+    from nirvana.guard.memory import oom_guard
+    from nirvana.measure.speed import device_info, measure_speeds
+    from nirvana.models.loading import resolve_device
 
     device = resolve_device(device)
     if tiny:
@@ -224,7 +224,7 @@ def add_arguments(p) -> None:
 
 def cmd_gpu(args) -> int:
     from nirvana.errors import InvalidInput
-    from nirvana.models import resolve_device
+    from nirvana.models.loading import resolve_device
 
     device = resolve_device(args.device)
     if not args.tiny and not device.startswith("cuda"):

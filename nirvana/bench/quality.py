@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nirvana.bench.quality_report import write_report
-from nirvana.calib_select import AnchorSpec
+from nirvana.search.calibration import AnchorSpec
 
 CRITERIA = ("nirvana", "magnitude", "random", "taylor", "wanda")
 DATA_DRIVEN = ("nirvana", "taylor", "wanda")  # the criteria whose scores depend on calibration data
@@ -122,7 +122,7 @@ def plan_jobs(config: QualityConfig) -> list[Job]:
     interest: 0.2 and 0.5 by default), every criterion with global allocation, the uniform rows
     and the extra KL-selection candidates; then the same for the remaining sparsities.
     """
-    from nirvana.scorers import SCORERS
+    from nirvana.scoring.criteria import SCORERS
 
     def seed0(c):
         return 0 if SCORERS[c][1] else None
@@ -195,10 +195,10 @@ class _Runner:
     """Holds the model, anchor, dense reference and per-(criterion, seed) scores across rows."""
 
     def __init__(self, config: QualityConfig, log):
-        from nirvana.calib_select import anchor_batch
-        from nirvana.data import load_text
-        from nirvana.models import load_model
-        from nirvana.shapes import model_shape
+        from nirvana.data.text import load_text
+        from nirvana.models.loading import load_model
+        from nirvana.models.shapes import model_shape
+        from nirvana.search.calibration import anchor_batch
 
         self.config, self.log = config, log
         self.lm = load_model(config.model, dtype="float32")
@@ -212,7 +212,7 @@ class _Runner:
 
     @property
     def reference(self):
-        from nirvana.kl import DenseReference
+        from nirvana.measure.kl import DenseReference
 
         if self._reference is None:
             t = time.perf_counter()
@@ -222,8 +222,8 @@ class _Runner:
         return self._reference
 
     def scores(self, criterion: str, seed: int | None):
-        from nirvana.calib_select import candidate_batch
-        from nirvana.scorers import compute_scores
+        from nirvana.scoring.criteria import compute_scores
+        from nirvana.search.calibration import candidate_batch
 
         key = (criterion, seed)
         if key not in self._scores:
@@ -247,10 +247,10 @@ class _Runner:
         return out
 
     def run(self, job: Job) -> dict:
-        from nirvana.allocation import allocate, default_gamma
-        from nirvana.kl import kl_to_dense
-        from nirvana.shapes import count_parameters
-        from nirvana.slicing import apply_plan
+        from nirvana.measure.kl import kl_to_dense
+        from nirvana.models.shapes import count_parameters
+        from nirvana.pruning.allocation import allocate, default_gamma
+        from nirvana.pruning.slicing import apply_plan
 
         t = time.perf_counter()
         c = self.config
@@ -304,7 +304,7 @@ def text_prefix(text, tokenizer, tokens: int, margin: int = 64):
 
 def evaluate_ppl(model, tokenizer, dataset, tokens: int, window: int) -> tuple[float, int]:
     """(perplexity, tokens evaluated) on the first `tokens` tokens of `dataset`, `window`-token windows."""
-    from nirvana.perplexity import perplexity
+    from nirvana.measure.perplexity import perplexity
 
     result = perplexity(model, tokenizer, dataset, seq_len=window, max_tokens=tokens)
     return float(result.ppl), int(result.tokens)

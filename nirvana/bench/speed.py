@@ -2,7 +2,7 @@
 
 The model is scored once with the nirvana criterion on a calibration batch (default 32 x 128
 of WikiText-2 validation), a plan is allocated per sparsity and applied to a copy; then all
-models are measured together with `nirvana.speed.measure_speeds` (repeats interleaved, so load
+models are measured together with `nirvana.measure.speed.measure_speeds` (repeats interleaved, so load
 on a shared machine hits every model alike). Output under `benchmarks/speed/`: speed.md (the
 table with date, machine, torch version and threads), speed.csv, speed.png and speed.json (raw).
 """
@@ -63,11 +63,11 @@ def register(bench_sub) -> None:
 
 def pruned_models(lm, sparsities, *, calib="wikitext2-valid", samples=32, seq_len=128, seed=0, progress=None):
     """{sparsity: (model, plan or None)}; sparsity 0 is the dense model itself."""
-    from nirvana.allocation import allocate
-    from nirvana.calibration import calibration_batch
-    from nirvana.scorers import compute_scores
-    from nirvana.shapes import model_shape
-    from nirvana.slicing import apply_plan
+    from nirvana.data.calibration import calibration_batch
+    from nirvana.models.shapes import model_shape
+    from nirvana.pruning.allocation import allocate
+    from nirvana.pruning.slicing import apply_plan
+    from nirvana.scoring.criteria import compute_scores
 
     models = {}
     if any(s > 0 for s in sparsities):
@@ -99,9 +99,9 @@ def run_speed_bench(
     progress=None,
 ) -> dict:
     """Measure every sparsity's model; rows are (sparsity, batch size) with speed-ups against sparsity 0."""
-    from nirvana.flops import flops_per_token, phase_flops
-    from nirvana.shapes import model_shape
-    from nirvana.speed import measure_speeds
+    from nirvana.measure.flops import flops_per_token, phase_flops
+    from nirvana.measure.speed import measure_speeds
+    from nirvana.models.shapes import model_shape
 
     sparsities = sorted({float(s) for s in sparsities})
     if any(not 0 <= s < 1 for s in sparsities):
@@ -178,7 +178,7 @@ def markdown_table(result: dict) -> str:
         f"- peak memory: {m['memory_method']}",
         f"- pruning: nirvana scores on {result['calibration']['source']} "
         f"{result['calibration']['samples']}x{result['calibration']['seq_len']}, seed {result['calibration']['seed']}",
-        "- ideal = dense FLOPs / pruned FLOPs of the phase (nirvana.flops.phase_flops); "
+        "- ideal = dense FLOPs / pruned FLOPs of the phase (nirvana.measure.flops.phase_flops); "
         "speed-up = pruned / dense tok/s (wall clock); CPU-time speed-up = the same from process CPU seconds "
         "(robust to other processes on a shared CPU when threads = 1)",
         "",

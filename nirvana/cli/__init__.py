@@ -40,7 +40,7 @@ def fail(message: str, code: int = 2) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    from nirvana.memory import oom_guard
+    from nirvana.guard.memory import oom_guard
 
     try:
         with oom_guard(f"`{args.command}`"):  # an OOM anywhere becomes the same numbers-and-options message

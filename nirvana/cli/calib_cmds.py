@@ -54,7 +54,7 @@ def register(sub) -> None:
 
 def run_selection(args, lm, *, candidates: int, pool: str, anchor, seeds=None):
     """KL-guided calibration from parsed flags; `select-calib` and `prune --select-calib K` share it."""
-    from nirvana.calib_select import select_calibration
+    from nirvana.search.calibration import select_calibration
 
     return select_calibration(
         lm.model,
@@ -77,7 +77,7 @@ def run_selection(args, lm, *, candidates: int, pool: str, anchor, seeds=None):
 
 
 def _anchor_spec(args):
-    from nirvana.calib_select import AnchorSpec
+    from nirvana.search.calibration import AnchorSpec
 
     return AnchorSpec(args.pool, args.anchor_samples, args.anchor_seq_len, args.anchor_seed)
 
@@ -107,11 +107,11 @@ def cmd_select_calib(args) -> int:
 
 
 def cmd_gamma_search(args) -> int:
-    from nirvana.calib_select import anchor_batch, candidate_batch
-    from nirvana.gamma_search import gamma_grid, gamma_search
-    from nirvana.kl import DenseReference
-    from nirvana.scorers import SCORERS, compute_scores
-    from nirvana.shapes import model_shape
+    from nirvana.measure.kl import DenseReference
+    from nirvana.models.shapes import model_shape
+    from nirvana.scoring.criteria import SCORERS, compute_scores
+    from nirvana.search.calibration import anchor_batch, candidate_batch
+    from nirvana.search.gamma import gamma_grid, gamma_search
 
     t0 = time.perf_counter()
     with heavy(args, "gamma-search"):

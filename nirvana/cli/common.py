@@ -6,7 +6,7 @@ import json
 import os
 import sys
 
-from nirvana.models import DEFAULT_MODEL
+from nirvana.models.loading import DEFAULT_MODEL
 
 
 def add_model_args(p, default: str | None = DEFAULT_MODEL, flag: str = "--model") -> None:
@@ -33,7 +33,7 @@ def add_model_args(p, default: str | None = DEFAULT_MODEL, flag: str = "--model"
 
 
 def load_from_args(args, name: str | None = None):
-    from nirvana.models import load_model
+    from nirvana.models.loading import load_model
 
     return load_model(
         name or args.model,
@@ -48,7 +48,7 @@ def load_from_args(args, name: str | None = None):
 
 def heavy(args, what: str, model: str | None = None):
     """Hold the device for this command; while another job holds it, say so on stderr."""
-    from nirvana.locks import heavy_work
+    from nirvana.guard.locks import heavy_work
 
     return heavy_work(
         getattr(args, "device", "auto"),
@@ -59,7 +59,7 @@ def heavy(args, what: str, model: str | None = None):
 
 def record(kind: str, args, metrics: dict, summary: dict) -> str:
     """Write this command's settings and results under the runs folder; return the run id."""
-    from nirvana.runs import record_run
+    from nirvana.store.runs import record_run
 
     settings = {k: v for k, v in vars(args).items() if k != "func"}
     return record_run(kind, settings=settings, metrics=metrics, summary=summary)

@@ -87,14 +87,14 @@ def _datasets(args) -> list[str]:
 
 def static_facts(model) -> dict:
     """Parameters and analytic FLOPs per token (no measurement)."""
-    from nirvana.flops import summary
-    from nirvana.shapes import model_shape
+    from nirvana.measure.flops import summary
+    from nirvana.models.shapes import model_shape
 
     return summary(model_shape(model))
 
 
 def perplexities(model, tokenizer, args) -> dict:
-    from nirvana.perplexity import perplexity
+    from nirvana.measure.perplexity import perplexity
 
     out = {}
     for name in _datasets(args):
@@ -115,8 +115,8 @@ def perplexities(model, tokenizer, args) -> dict:
 
 def phase_ideals(dense_model, pruned_model, args) -> dict:
     """Ideal (FLOPs) speed-ups of prefill and decode at the measured prompt and generation lengths."""
-    from nirvana.flops import phase_flops
-    from nirvana.shapes import model_shape
+    from nirvana.measure.flops import phase_flops
+    from nirvana.models.shapes import model_shape
 
     d = phase_flops(model_shape(dense_model), args.prompt_len, args.new_tokens)
     p = phase_flops(model_shape(pruned_model), args.prompt_len, args.new_tokens)
@@ -135,14 +135,14 @@ def speed_kwargs(args) -> dict:
 
 
 def add_phase_flops(speed: dict, model, args) -> None:
-    from nirvana.flops import phase_flops
-    from nirvana.shapes import model_shape
+    from nirvana.measure.flops import phase_flops
+    from nirvana.models.shapes import model_shape
 
     speed["flops_per_token_phase"] = phase_flops(model_shape(model), args.prompt_len, args.new_tokens)
 
 
 def run_tasks_for(model, tokenizer, args) -> dict:
-    from nirvana.tasks import run_tasks
+    from nirvana.measure.tasks import run_tasks
 
     return run_tasks(
         model,
@@ -157,7 +157,7 @@ def run_tasks_for(model, tokenizer, args) -> dict:
 
 
 def generation_kwargs(args) -> dict:
-    from nirvana.generation import load_prompts
+    from nirvana.measure.generation import load_prompts
 
     return {
         "prompts": load_prompts(args.prompts),
@@ -174,14 +174,14 @@ def evaluate(lm, args) -> dict:
     if args.ppl:
         result["ppl"] = perplexities(lm.model, lm.tokenizer, args)
     if args.speed:
-        from nirvana.speed import measure_speed
+        from nirvana.measure.speed import measure_speed
 
         result["speed"] = measure_speed(lm.model, **speed_kwargs(args))
         add_phase_flops(result["speed"], lm.model, args)
     if args.tasks:
         result["tasks"] = run_tasks_for(lm.model, lm.tokenizer, args)
     if args.generate:
-        from nirvana.generation import generate
+        from nirvana.measure.generation import generate
 
         result["generations"] = generate(lm.model, lm.tokenizer, **generation_kwargs(args))
     return result
@@ -247,7 +247,7 @@ def compare(dense, pruned, args) -> dict:
         out["pruned"]["ppl"] = perplexities(pruned.model, pruned.tokenizer, args)
         ratios["ppl"] = {k: out["pruned"]["ppl"][k]["ppl"] / v["ppl"] for k, v in out["dense"]["ppl"].items()}
     if args.speed:
-        from nirvana.speed import measure_speeds
+        from nirvana.measure.speed import measure_speeds
 
         speeds = measure_speeds({"dense": dense.model, "pruned": pruned.model}, **speed_kwargs(args))
         for key, lm in (("dense", dense), ("pruned", pruned)):
@@ -268,7 +268,7 @@ def compare(dense, pruned, args) -> dict:
         }
         ratios["tasks_note"] = "pruned minus dense accuracy"
     if args.generate:
-        from nirvana.generation import side_by_side
+        from nirvana.measure.generation import side_by_side
 
         out["generations"] = side_by_side(
             dense.model, pruned.model, dense.tokenizer, pruned_tokenizer=pruned.tokenizer, **generation_kwargs(args)

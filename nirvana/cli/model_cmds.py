@@ -21,9 +21,9 @@ def register(sub) -> None:
 
 def describe(lm) -> dict:
     """The facts `info` prints and the app's Model page shows."""
-    from nirvana.allocation import default_gamma
-    from nirvana.architectures import get_architecture
-    from nirvana.shapes import count_block_parameters, model_shape
+    from nirvana.models.architectures import get_architecture
+    from nirvana.models.shapes import count_block_parameters, model_shape
+    from nirvana.pruning.allocation import default_gamma
 
     shape = model_shape(lm.model)
     return {

@@ -47,13 +47,13 @@ def register(sub) -> None:
 
 
 def _scores_for(args, lm):
-    from nirvana.calibration import calibration_batch
-    from nirvana.scorers import SCORERS, compute_scores
-    from nirvana.scores import Scores
+    from nirvana.data.calibration import calibration_batch
+    from nirvana.scoring.criteria import SCORERS, compute_scores
+    from nirvana.scoring.scores import Scores
 
     if getattr(args, "scores", None):
         from nirvana.errors import PlanMismatch
-        from nirvana.fingerprint import model_fingerprint
+        from nirvana.store.fingerprint import model_fingerprint
 
         scores = Scores.load(args.scores)
         if scores.fingerprint != model_fingerprint(lm.model):
@@ -90,8 +90,8 @@ def _scores_for(args, lm):
 
 def _selected_batch(args, lm):
     """KL-guided calibration (`--select-calib K`): the winning candidate batch, selection cached on disk."""
-    from nirvana.calib_select import AnchorSpec, chosen_batch
     from nirvana.cli.calib_cmds import run_selection
+    from nirvana.search.calibration import AnchorSpec, chosen_batch
 
     selection = run_selection(
         args, lm, candidates=args.select_calib, pool=args.calib, anchor=AnchorSpec(source=args.calib)
@@ -119,7 +119,7 @@ def cmd_score(args) -> int:
 
 def cmd_prune(args) -> int:
     """Prune under the device lock, recording the run in the runs folder (committed only when complete)."""
-    from nirvana.runs import new_run
+    from nirvana.store.runs import new_run
 
     settings = {k: getattr(args, k, None) for k in _SETTINGS}
     with _heavy(args, "prune"), new_run("prune", settings=settings) as run:
@@ -127,11 +127,11 @@ def cmd_prune(args) -> int:
 
 
 def _prune(args, run) -> int:
-    from nirvana.allocation import allocate, default_gamma, validate_settings
-    from nirvana.checkpoint import save_pruned
-    from nirvana.plan import PruningPlan
-    from nirvana.shapes import count_block_parameters, count_parameters, model_shape
-    from nirvana.slicing import apply_plan
+    from nirvana.models.checkpoint import save_pruned
+    from nirvana.models.shapes import count_block_parameters, count_parameters, model_shape
+    from nirvana.pruning.allocation import allocate, default_gamma, validate_settings
+    from nirvana.pruning.plan import PruningPlan
+    from nirvana.pruning.slicing import apply_plan
 
     out = _output_folder(args.out)
     timings = {}

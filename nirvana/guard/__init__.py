@@ -1,0 +1,1 @@
+"""Limits and protection: input safety, memory planning, one heavy job per device."""

@@ -1,0 +1,303 @@
+"""Memory planning: estimate a step's peak before running it, and turn OOM into a clear message.
+
+`estimate_scoring` adds up what a scoring pass allocates on top of the loaded weights:
+
+    weight grads      autograd: one `.grad` per block weight (model dtype); hooks: none, but an
+                      fp32 dW accumulator per block weight when micro-batching (k > 1 chunks)
+    activations       per token and layer, what backward keeps (norm inputs/outputs, q/k/v after
+                      RoPE, repeated k/v, attention probabilities [Hq, T], 4 MLP tensors of I)
+    logits            [n, T, V] in the model dtype plus fp32 copies for the objective and its
+                      gradient (the largest single item for 50k-250k vocabularies)
+    transient         the largest [out, in] fp32 temporaries of the saliency product
+
+`check_fits` compares that with what the device has free (CUDA: `torch.cuda.mem_get_info`,
+CPU: psutil's available memory) and raises `OutOfMemory` with the numbers and the options
+(smaller micro-batch, the hooks method, 8-bit loading, more GPUs). `oom_guard` is a context
+manager / decorator that turns an actual CUDA (or CPU allocator) out-of-memory error inside
+any step into the same `OutOfMemory`, so the CLI exits with a message and the app keeps running.
+
+Accuracy observed against a measured peak on SmolLM2-135M (CPU, fp32): see
+benchmarks/memory/README.md. It is a planning figure, not a guarantee: allocator caching,
+fragmentation and kernels' workspaces are not modelled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from nirvana.errors import OutOfMemory
+
+GIB = 1024**3
+SKIP_ENV = "NIRVANA_SKIP_MEMORY_CHECK"  # "1" disables the pre-flight check (never the OOM guard)
+
+
+def dtype_bytes(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+@dataclass(frozen=True)
+class ArchSizes:
+    """The few numbers of a decoder config that memory depends on."""
+
+    num_layers: int  # L
+    hidden_size: int  # D
+    intermediate_size: int  # I
+    num_heads: int  # Hq
+    num_kv_heads: int  # Hkv
+    head_dim: int  # d
+    vocab_size: int  # V
+    tied_embeddings: bool
+
+    @classmethod
+    def from_config(cls, config) -> ArchSizes:
+        from nirvana.models.architectures import text_config
+        from nirvana.models.shapes import head_dim_of
+
+        cfg = text_config(config)
+        return cls(
+            num_layers=cfg.num_hidden_layers,
+            hidden_size=cfg.hidden_size,
+            intermediate_size=cfg.intermediate_size,
+            num_heads=cfg.num_attention_heads,
+            num_kv_heads=cfg.num_key_value_heads,
+            head_dim=head_dim_of(cfg),
+            vocab_size=cfg.vocab_size,
+            tied_embeddings=bool(getattr(config, "tie_word_embeddings", False)),
+        )
+
+    @property
+    def block_weights(self) -> int:
+        """Weights of the seven projections of all layers."""
+        d, hq, hkv = self.head_dim, self.num_heads, self.num_kv_heads
+        per_layer = self.hidden_size * (2 * hq * d + 2 * hkv * d) + 3 * self.hidden_size * self.intermediate_size
+        return self.num_layers * per_layer
+
+    @property
+    def total_params(self) -> int:
+        embeddings = self.vocab_size * self.hidden_size * (1 if self.tied_embeddings else 2)
+        norms = (2 * self.num_layers + 1) * self.hidden_size
+        return self.block_weights + embeddings + norms
+
+    @property
+    def largest_projection(self) -> int:
+        return max(self.hidden_size * self.intermediate_size, self.hidden_size * self.num_heads * self.head_dim)
+
+
+@dataclass
+class MemoryEstimate:
+    """Bytes per component of one step, and the total (the planned peak above resident weights)."""
+
+    step: str
+    device: str
+    components: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        return sum(self.components.values())
+
+    def describe(self) -> str:
+        parts = ", ".join(f"{k} {v / GIB:.2f}" for k, v in self.components.items() if v)
+        return f"{self.total / GIB:.2f} GiB ({parts} GiB)"
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "total": self.total}
+
+
+def _activation_bytes_per_token(a: ArchSizes, seq_len: int, act_bytes: int) -> int:
+    """What backward keeps per token for all layers (see the module docstring)."""
+    d, hq, hkv = a.head_dim, a.num_heads, a.num_kv_heads
+    attn = 3 * hq * d + 2 * hkv * d + 2 * hq * d + 2 * hq * seq_len  # q,k,v (+rope), repeated kv, probs
+    per_layer = 4 * a.hidden_size + attn + 4 * a.intermediate_size
+    return a.num_layers * per_layer * act_bytes
+
+
+def estimate_scoring(
+    config,
+    *,
+    samples: int,
+    seq_len: int,
+    micro_batch: int = 0,
+    dtype: torch.dtype = torch.float32,
+    method: str = "autograd",
+    backward: bool = True,
+    quantization: str | None = None,
+    device: str = "cpu",
+) -> MemoryEstimate:
+    """Planned peak (bytes, above the loaded weights) of scoring `samples x seq_len` tokens.
+
+    `method` is "autograd" (weight `.grad` buffers) or "hooks" (none; fp32 accumulators when
+    micro-batching); `backward=False` is a forward-only pass (wanda's input norms).
+    """
+    a = ArchSizes.from_config(config)
+    n = min(micro_batch or samples, samples)
+    chunks = -(-samples // n)
+    act = dtype_bytes(dtype)
+    tokens = n * seq_len
+    est = MemoryEstimate("scoring", device)
+    if backward:
+        if method == "autograd":
+            est.components["weight grads"] = a.block_weights * act
+        elif chunks > 1:
+            est.components["dW accumulators (fp32)"] = a.block_weights * 4
+            est.notes.append("hooks with micro-batches accumulate dW in fp32 to equal the full-batch result")
+        est.components["activations"] = tokens * _activation_bytes_per_token(a, seq_len, act)
+        logit_copies = 3 if dtype == torch.float32 else 4  # logits, fp32 copy, objective temp, grad
+        est.components["logits"] = tokens * a.vocab_size * (act + (logit_copies - 1) * 4)
+        transient = 3 if method == "hooks" else 1
+        est.components["saliency temporaries"] = transient * a.largest_projection * 4
+    else:
+        # Without grad only one layer's activations live at a time; the logits are the bulk.
+        est.components["activations"] = tokens * (4 * a.hidden_size + 2 * a.intermediate_size) * act
+        est.components["logits"] = tokens * a.vocab_size * act
+    if quantization:
+        est.notes.append(f"{quantization} weights are de-quantized one projection at a time for the product")
+    return est
+
+
+def estimate_load(config, *, dtype: torch.dtype = torch.float32, quantization: str | None = None) -> MemoryEstimate:
+    """Bytes the weights take once loaded (8-bit: 1 byte per block weight, 4-bit: ~0.5 + scales)."""
+    a = ArchSizes.from_config(config)
+    act = dtype_bytes(dtype)
+    est = MemoryEstimate("loading", "")
+    rest = a.total_params - a.block_weights
+    if quantization == "8bit":
+        est.components["block weights (int8)"] = a.block_weights + a.num_layers * 8 * a.hidden_size * 4
+        rest_bytes = rest * 2  # bitsandbytes keeps the rest in fp16/bf16
+    elif quantization == "4bit":
+        est.components["block weights (4-bit)"] = a.block_weights // 2 + a.block_weights // 64 * 4
+        rest_bytes = rest * 2
+    else:
+        est.components["block weights"] = a.block_weights * act
+        rest_bytes = rest * act
+    est.components["embeddings, lm_head, norms"] = rest_bytes
+    return est
+
+
+def available_bytes(device: str | torch.device = "cpu") -> int:
+    """Free memory a new allocation can use: CUDA free + the caching allocator's reserve, or CPU available."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        free, _total = torch.cuda.mem_get_info(device)
+        return int(free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device))
+    import psutil
+
+    return int(psutil.virtual_memory().available)
+
+
+def model_devices(model) -> list[str]:
+    """Devices holding the model's weights (several for a dispatched `device_map` model)."""
+    device_map = getattr(model, "hf_device_map", None)
+    if device_map:
+        devices = []
+        for value in device_map.values():
+            name = f"cuda:{value}" if isinstance(value, int) else str(value)
+            if name == "disk":
+                continue
+            if name not in devices:
+                devices.append(name)
+        return devices or ["cpu"]
+    from nirvana.scoring.hooks import input_device
+
+    return [str(input_device(model))]  # the execution device of an accelerate-offloaded model
+
+
+def _options(step: str, device: str) -> str:
+    gpu = device.startswith("cuda")
+    options = [
+        "a smaller calibration batch or sequence length (N, T)",
+        "micro-batching (micro_batch / --micro-batch: activations and logits scale with it)",
+        "the hooks method (no weight-gradient buffers)",
+        "8-bit or 4-bit loading (--quantization 8bit)",
+    ]
+    if gpu:
+        options.append("more GPUs (--device-map auto, with max_memory per GPU)")
+    else:
+        options.append("a GPU machine (see docs/DEPLOY.md)")
+    return "; ".join(options)
+
+
+def check_fits(estimate: MemoryEstimate, available: int | None = None, headroom: float = 0.9) -> MemoryEstimate:
+    """Raise `OutOfMemory` when `estimate.total` exceeds `headroom` x the device's free memory.
+
+    Set NIRVANA_SKIP_MEMORY_CHECK=1 to skip (the estimate is conservative for sdpa attention).
+    """
+    if os.environ.get(SKIP_ENV, "").lower() in {"1", "true", "yes"}:
+        return estimate
+    device = estimate.device or "cpu"
+    if available is None:
+        available = sum(available_bytes(dev) for dev in device.split(","))
+    if estimate.total <= headroom * available:
+        return estimate
+    raise OutOfMemory(
+        f"{estimate.step} needs about {estimate.describe()} on {device}, but only "
+        f"{available / GIB:.2f} GiB is free there. Options: {_options(estimate.step, device)}. "
+        f"(Estimate from the config; set {SKIP_ENV}=1 to try anyway.)"
+    )
+
+
+def check_scoring_memory(
+    model, samples: int, seq_len: int, *, micro_batch: int = 0, method: str = "autograd", backward: bool = True
+) -> MemoryEstimate:
+    """Estimate and check a scoring pass on a loaded model; suggest a micro-batch that would fit.
+
+    For a model dispatched over several devices the free memory of all of them is pooled (an
+    approximation: activations follow the layers, the logits land on the last device).
+    """
+    devices = model_devices(model)
+    weight = next((p for p in model.parameters() if p.is_floating_point()), None)
+    dtype = weight.dtype if weight is not None else torch.float32
+    quant = getattr(getattr(model, "config", None), "quantization_config", None)
+    kwargs = dict(
+        samples=samples,
+        seq_len=seq_len,
+        dtype=dtype,
+        method=method,
+        backward=backward,
+        device=",".join(devices),
+        quantization="quantized" if quant else None,
+    )
+    try:
+        return check_fits(estimate_scoring(model.config, micro_batch=micro_batch, **kwargs))
+    except OutOfMemory as exc:
+        available = sum(available_bytes(dev) for dev in devices)
+        hint = ""
+        mb = micro_batch or samples
+        while mb > 1:
+            mb //= 2
+            if estimate_scoring(model.config, micro_batch=mb, **kwargs).total <= 0.9 * available:
+                hint = f" A micro-batch of {mb} would fit by this estimate."
+                break
+        raise OutOfMemory(f"{exc}{hint}") from None
+
+
+def is_oom(exc: BaseException) -> bool:
+    """CUDA out-of-memory, or the CPU allocator failing to allocate."""
+    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)):
+        return True
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and (
+        "can't allocate memory" in text or "not enough memory" in text or "out of memory" in text.lower()
+    )
+
+
+@contextlib.contextmanager
+def oom_guard(step: str, device: str = ""):
+    """Turn an out-of-memory error inside `step` into `OutOfMemory` with the options; free the CUDA cache.
+
+    Usable as `with oom_guard("scoring"):` or as a decorator `@oom_guard("evaluation")`.
+    """
+    try:
+        yield
+    except Exception as exc:
+        if not is_oom(exc):
+            raise
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        where = device or ("cuda" if "CUDA" in str(exc) else "cpu")
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        raise OutOfMemory(f"{step} ran out of {where} memory ({first}). Options: {_options(step, where)}.") from exc

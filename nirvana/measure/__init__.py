@@ -1,0 +1,1 @@
+"""Measurements: perplexity, KL to dense, generation, speed, FLOPs and zero-shot tasks."""

@@ -1,0 +1,135 @@
+"""Continuations of a prompt set, for reading dense and pruned outputs side by side.
+
+Prompts come from `assets/prompts.json` (editable) or any list of strings / {id, prompt}.
+Each prompt is wrapped in the model's chat template when the tokenizer has one (pass
+`chat=False` for raw continuation). Greedy by default; `do_sample=True` samples with a seed that
+is reset before every prompt, so dense and pruned draw from the same random stream.
+Rows are plain dicts: `pandas.DataFrame(rows)` shows them as a table.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from nirvana.errors import InvalidInput
+
+Progress = Callable[[float, str], None] | None
+DEFAULT_PROMPTS = Path(__file__).resolve().parents[2] / "assets" / "prompts.json"
+
+
+def load_prompts(path: str | Path | None = None) -> list[dict]:
+    """Prompts as [{id, prompt}] from a JSON file ({"prompts": [...]} or a bare list; items str or dict)."""
+    path = Path(path) if path else DEFAULT_PROMPTS
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError as exc:
+        raise InvalidInput(f"prompt file {str(path)!r} does not exist; pass a JSON list of prompts.") from exc
+    except (OSError, json.JSONDecodeError) as exc:
+        raise InvalidInput(f"prompt file {str(path)!r} is not readable JSON ({exc}).") from exc
+    return normalize_prompts(data.get("prompts") if isinstance(data, dict) else data)
+
+
+def normalize_prompts(items) -> list[dict]:
+    """Accept strings or {id, prompt} dicts; give every prompt an id."""
+    if not isinstance(items, list) or not items:
+        raise InvalidInput("prompts must be a non-empty list of strings or {id, prompt} objects.")
+    out = []
+    for i, item in enumerate(items):
+        if isinstance(item, str):
+            item = {"id": f"p{i}", "prompt": item}
+        if not isinstance(item, dict) or not isinstance(item.get("prompt"), str) or not item["prompt"].strip():
+            raise InvalidInput(f"prompt {i} must be a non-empty string or an object with a 'prompt' string.")
+        out.append({"id": str(item.get("id", f"p{i}")), "prompt": item["prompt"]})
+    return out
+
+
+def prompt_text(tokenizer, prompt: str, chat: bool = True) -> str:
+    """The prompt as the model sees it: in the chat template when there is one and `chat` is on."""
+    if chat and getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+        )
+    return prompt
+
+
+@torch.no_grad()
+def generate(
+    model,
+    tokenizer,
+    prompts=None,
+    *,
+    max_new_tokens: int = 48,
+    do_sample: bool = False,
+    seed: int = 0,
+    temperature: float = 0.7,
+    top_p: float = 0.9,
+    chat: bool = True,
+    progress: Progress = None,
+) -> list[dict]:
+    """One continuation per prompt: rows {id, prompt, output, new_tokens, seconds, mode, chat}.
+
+    Example:
+        >>> rows = generate(lm.model, lm.tokenizer, ["The capital of France is"], max_new_tokens=8)
+        >>> rows[0]["output"]
+    """
+    prompts = load_prompts() if prompts is None else normalize_prompts(list(prompts))
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise InvalidInput(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}.")
+    device = model.get_input_embeddings().weight.device
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p} if do_sample else {"do_sample": False}
+    use_chat = bool(chat and getattr(tokenizer, "chat_template", None))
+    rows = []
+    for i, item in enumerate(prompts):
+        text = prompt_text(tokenizer, item["prompt"], chat)
+        # The chat template already holds the special tokens it needs.
+        enc = tokenizer(text, return_tensors="pt", add_special_tokens=not use_chat).to(device)
+        if do_sample:
+            torch.manual_seed(seed)
+        start = time.perf_counter()
+        out = model.generate(**enc, max_new_tokens=max_new_tokens, pad_token_id=pad, **sampling)
+        seconds = time.perf_counter() - start
+        new = out[0, enc["input_ids"].shape[1] :]
+        rows.append(
+            {
+                "id": item["id"],
+                "prompt": item["prompt"],
+                "output": tokenizer.decode(new, skip_special_tokens=True).strip(),
+                "new_tokens": int(new.numel()),
+                "seconds": round(seconds, 3),
+                "mode": f"sampled(seed={seed}, T={temperature}, top_p={top_p})" if do_sample else "greedy",
+                "chat": use_chat,
+            }
+        )
+        if progress:
+            progress((i + 1) / len(prompts), f"generated {i + 1}/{len(prompts)}")
+    return rows
+
+
+def side_by_side(dense_model, pruned_model, tokenizer, prompts=None, *, pruned_tokenizer=None, **kwargs) -> list[dict]:
+    """Dense and pruned continuations of the same prompts, one row per prompt.
+
+    Rows: {id, prompt, dense, pruned, dense_tokens, pruned_tokens, identical}. `kwargs` go to `generate`.
+    """
+    progress = kwargs.pop("progress", None)
+    half = (lambda lo: lambda f, m: progress(lo + f / 2, m)) if progress else (lambda lo: None)
+    dense = generate(dense_model, tokenizer, prompts, progress=half(0.0), **kwargs)
+    pruned = generate(pruned_model, pruned_tokenizer or tokenizer, prompts, progress=half(0.5), **kwargs)
+    return [
+        {
+            "id": d["id"],
+            "prompt": d["prompt"],
+            "dense": d["output"],
+            "pruned": p["output"],
+            "dense_tokens": d["new_tokens"],
+            "pruned_tokens": p["new_tokens"],
+            "identical": d["output"] == p["output"],
+            "mode": d["mode"],
+        }
+        for d, p in zip(dense, pruned)
+    ]

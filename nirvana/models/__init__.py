@@ -1,0 +1,1 @@
+"""Models: the architecture table, loading by name, shapes, weights, pruned checkpoints."""

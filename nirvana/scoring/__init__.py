@@ -1,0 +1,1 @@
+"""Scoring: the criteria table, unit grouping and the score container (KV groups and MLP neurons)."""

@@ -1,0 +1,270 @@
+"""Importance criteria behind one interface: `SCORERS[name](model, batch) -> Scores`.
+
+- `nirvana`: |dF/dW * W| with F = mean over (batch, vocab) of the max over positions of the
+  logits (METHOD.md section 2). One forward and one backward, no labels.
+- `taylor`: |dLoss/dW * W| with the next-token LM loss (LLM-Pruner's first-order criterion).
+- `magnitude`: |W|.  `wanda`: |W| * ||X_col||_2 of the layer input.  `random`: seeded.
+
+All of them score the same units (KV groups, neurons) through `nirvana.scoring.units`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from nirvana.data.calibration import CalibrationBatch
+from nirvana.errors import InvalidInput
+from nirvana.guard.memory import check_scoring_memory, oom_guard
+from nirvana.models.architectures import layer_projections
+from nirvana.models.shapes import model_shape
+from nirvana.models.weights import dense_weight
+from nirvana.scoring.hooks import hook_saliency, resolve_method
+from nirvana.scoring.scores import Scores, score_cache_path
+from nirvana.scoring.units import group_units, reduce_to_axis
+from nirvana.store.fingerprint import model_fingerprint
+
+Progress = Callable[[float, str], None] | None
+
+
+def nirvana_objective(logits: torch.Tensor, input_ids: torch.Tensor, total_samples: int) -> torch.Tensor:
+    """f = mean over (N, V) of max over T of z; `logits: [n, T, V]` is one micro-batch of N."""
+    per_vocab = logits.float().amax(dim=1)  # (n, V): max over positions
+    return per_vocab.sum() / (total_samples * per_vocab.shape[-1])
+
+
+def lm_loss_objective(logits: torch.Tensor, input_ids: torch.Tensor, total_samples: int) -> torch.Tensor:
+    """Mean next-token cross-entropy over the batch, scaled so micro-batches add up to the full mean."""
+    n = input_ids.shape[0]
+    loss = F.cross_entropy(logits[:, :-1].float().reshape(-1, logits.shape[-1]), input_ids[:, 1:].reshape(-1))
+    return loss * n / total_samples
+
+
+@contextlib.contextmanager
+def _only_block_weights_require_grad(model: torch.nn.Module):
+    """Gradients only for the seven projections: embeddings and lm_head get no buffers."""
+    saved = {p: p.requires_grad for p in model.parameters()}
+    try:
+        for p in model.parameters():
+            p.requires_grad_(False)
+        for proj in layer_projections(model):
+            for lin in proj.named_linears().values():
+                lin.weight.requires_grad_(True)
+                if lin.bias is not None:
+                    lin.bias.requires_grad_(True)
+        yield
+    finally:
+        for p, flag in saved.items():
+            p.requires_grad_(flag)
+        model.zero_grad(set_to_none=True)
+
+
+def _model_device(model: torch.nn.Module) -> torch.device:
+    return model.get_input_embeddings().weight.device
+
+
+def gradient_saliency(model, input_ids: torch.Tensor, objective, micro_batch: int = 0, progress: Progress = None):
+    """Per-layer axis vectors of |dObjective/dW * W| (+ bias terms) via autograd on `.grad`."""
+    n = input_ids.shape[0]
+    micro_batch = micro_batch or n
+    device = _model_device(model)
+    with _only_block_weights_require_grad(model):
+        model.zero_grad(set_to_none=True)
+        for start in range(0, n, micro_batch):
+            chunk = input_ids[start : start + micro_batch].to(device)
+            logits = model(input_ids=chunk, use_cache=False).logits  # (n, T, V)
+            objective(logits, chunk, n).backward()
+            del logits
+            if progress:
+                progress(
+                    min(1.0, (start + micro_batch) / n) * 0.9, f"forward+backward {min(start + micro_batch, n)}/{n}"
+                )
+        layers = axis_vectors(
+            model,
+            lambda name, lin, _: (lin.weight.grad.float() * lin.weight.detach().float()).abs(),
+            lambda name, lin, _: (lin.bias.grad.float() * lin.bias.detach().float()).abs(),
+        )
+    return layers
+
+
+def axis_vectors(model, weight_fn, bias_fn=None) -> list[dict[str, torch.Tensor]]:
+    """Per-layer axis vectors of an elementwise saliency: `weight_fn(name, lin) -> [out, in]`.
+
+    Biases of q/k/v/gate/up belong to their unit (METHOD.md section 2): `bias_fn(name, lin) -> [out]`
+    is added to the row sums. o/down biases live on the hidden axis, which is never pruned.
+    """
+    layers = []
+    for layer_idx, proj in enumerate(layer_projections(model)):
+        vectors = {}
+        for name, lin in proj.named_linears().items():
+            vec = reduce_to_axis(name, weight_fn(name, lin, layer_idx))
+            if bias_fn is not None and lin.bias is not None and name not in ("o_proj", "down_proj"):
+                vec = vec + bias_fn(name, lin, layer_idx)
+            vectors[name] = vec.cpu()
+        layers.append(vectors)
+    return layers
+
+
+def input_norms(model, input_ids: torch.Tensor, micro_batch: int = 0) -> list[dict[str, torch.Tensor]]:
+    """||X_col||_2 over all calibration tokens for the input of every projection: `[in]` each."""
+    sums: dict[nn.Module, torch.Tensor] = {}
+
+    def hook(module, args, _out):
+        x = args[0].detach().float()
+        sq = x.pow(2).reshape(-1, x.shape[-1]).sum(0)  # (in,)
+        sums[module] = sums[module] + sq if module in sums else sq
+
+    projections = layer_projections(model)
+    handles = [lin.register_forward_hook(hook) for proj in projections for lin in proj.named_linears().values()]
+    try:
+        n = input_ids.shape[0]
+        micro_batch = micro_batch or n
+        with torch.no_grad():
+            for start in range(0, n, micro_batch):
+                model(input_ids=input_ids[start : start + micro_batch].to(_model_device(model)), use_cache=False)
+    finally:
+        for h in handles:
+            h.remove()
+    return [{name: sums[lin].sqrt() for name, lin in proj.named_linears().items()} for proj in projections]
+
+
+def _stack(model, layers: list[dict[str, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
+    shape = model_shape(model)
+    attn, mlp = zip(*(group_units(v, shape.head_dim, shape.group_size) for v in layers))
+    return torch.stack(attn), torch.stack(mlp)  # (L, Hkv), (L, I)
+
+
+def _weight(lin) -> torch.Tensor:
+    return dense_weight(lin)  # fp32; de-quantizes bitsandbytes layers, reads accelerate-offloaded ones
+
+
+def _gradient_scores(model, batch, objective, micro_batch, progress, method):
+    """`method` "autograd": `.grad` buffers; "hooks": dW from layer hooks (nirvana.scoring.hooks), same result."""
+    saliency = hook_saliency if method == "hooks" else gradient_saliency
+    return _stack(model, saliency(model, batch.input_ids, objective, micro_batch, progress))
+
+
+def _scores_nirvana(model, batch, seed, micro_batch, progress, method="autograd"):
+    return _gradient_scores(model, batch, nirvana_objective, micro_batch, progress, method)
+
+
+def _scores_taylor(model, batch, seed, micro_batch, progress, method="autograd"):
+    return _gradient_scores(model, batch, lm_loss_objective, micro_batch, progress, method)
+
+
+def _scores_magnitude(model, batch, seed, micro_batch, progress):
+    return _stack(
+        model,
+        axis_vectors(model, lambda n, lin, _: _weight(lin).abs(), lambda n, lin, _: lin.bias.detach().float().abs()),
+    )
+
+
+def _scores_wanda(model, batch, seed, micro_batch, progress):
+    """|W_ij| ||X_j||_2; a bias is a weight on a constant-1 input, so its norm is sqrt(#tokens)."""
+    norms = input_norms(model, batch.input_ids, micro_batch)
+    tokens = batch.input_ids.numel()
+    return _stack(
+        model,
+        axis_vectors(
+            model,
+            lambda n, lin, i: _weight(lin).abs() * norms[i][n].to(lin.weight.device)[None, :],
+            lambda n, lin, i: lin.bias.detach().float().abs() * tokens**0.5,
+        ),
+    )
+
+
+def _scores_random(model, batch, seed, micro_batch, progress):
+    shape = model_shape(model)
+    gen = torch.Generator().manual_seed(seed)
+    attn = torch.rand((shape.num_layers, shape.num_kv_heads[0]), generator=gen)
+    mlp = torch.rand((shape.num_layers, shape.intermediate[0]), generator=gen)
+    return attn, mlp
+
+
+# name -> (function, needs calibration data, description)
+SCORERS: dict[str, tuple[Callable, bool, str]] = {
+    "nirvana": (_scores_nirvana, True, "|dF/dW * W|, F = mean over batch and vocab of max over positions of logits"),
+    "taylor": (_scores_taylor, True, "|dLoss/dW * W| with the LM loss (LLM-Pruner first-order)"),
+    "magnitude": (_scores_magnitude, False, "|W|"),
+    "wanda": (_scores_wanda, True, "|W| * ||X||_2 of the layer input (Wanda-style)"),
+    "random": (_scores_random, False, "uniform random, seeded"),
+}
+GRADIENT_CRITERIA = ("nirvana", "taylor")  # take `method=` (autograd | hooks)
+
+
+def compute_scores(
+    model,
+    criterion: str = "nirvana",
+    batch: CalibrationBatch | None = None,
+    *,
+    seed: int = 0,
+    micro_batch: int = 0,
+    use_cache: bool = True,
+    progress: Progress = None,
+    method: str = "auto",
+) -> Scores:
+    """Score every KV group and neuron of `model` with `criterion`, using the disk cache.
+
+    `method` (gradient criteria only): "autograd" (weight `.grad`), "hooks" (dW from layer hooks:
+    no gradient buffers, works on 8-/4-bit and offloaded models), "auto" (hooks only where
+    autograd cannot work). Before running, the peak memory is estimated and `OutOfMemory` raised
+    if it cannot fit (nirvana.guard.memory); an OOM while running is reported the same way.
+
+    Example:
+        >>> scores = compute_scores(model, "nirvana", calibration_batch(tok, "wikitext2-valid"))
+        >>> scores.attn.shape, scores.mlp.shape      # (L, Hkv), (L, I)
+    """
+    if criterion not in SCORERS:
+        raise InvalidInput(f"unknown criterion {criterion!r}; accepted: {', '.join(SCORERS)}.")
+    fn, needs_data, _ = SCORERS[criterion]
+    shape = model_shape(model)
+    if not shape.is_uniform:
+        raise InvalidInput("this model is already pruned (layers differ in width); score the dense model instead.")
+    if needs_data and batch is None:
+        raise InvalidInput(f"criterion {criterion!r} needs a calibration batch.")
+    if needs_data:
+        batch.check_vocab(model.get_input_embeddings().num_embeddings)
+    fingerprint = model_fingerprint(model)
+    calib = batch.describe() if (batch is not None and needs_data) else None
+    extra = {"seed": seed} if criterion == "random" else {}
+    kwargs = {}
+    if criterion in GRADIENT_CRITERIA:
+        kwargs["method"] = extra["method"] = resolve_method(model, method)
+    path = score_cache_path(fingerprint, criterion, calib["hash"] if calib else None, extra)
+    if use_cache and path.with_suffix(".json").exists():
+        cached = Scores.load(path)
+        cached.meta["cache_hit"] = True
+        if progress:
+            progress(1.0, "scores loaded from cache")
+        return cached
+    if needs_data:
+        n, t = batch.input_ids.shape
+        check_scoring_memory(
+            model, n, t, micro_batch=micro_batch, method=kwargs.get("method", "autograd"), backward=bool(kwargs)
+        )
+    start = time.perf_counter()
+    was_training = model.training
+    model.eval()
+    try:
+        with oom_guard(f"scoring ({criterion})"):
+            attn, mlp = fn(model, batch, seed, micro_batch, progress, **kwargs)
+    finally:
+        model.train(was_training)
+    meta = {
+        "seconds": round(time.perf_counter() - start, 3),
+        "cache_hit": False,
+        "seed": seed if criterion == "random" else None,
+    }
+    if kwargs:
+        meta["method"] = kwargs["method"]
+    scores = Scores(attn.float().cpu(), mlp.float().cpu(), criterion, fingerprint, calib, meta)
+    if use_cache:
+        scores.save(path)
+    if progress:
+        progress(1.0, f"{criterion} scores in {meta['seconds']:.1f} s")
+    return scores

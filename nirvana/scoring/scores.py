@@ -1,0 +1,83 @@
+"""The score container shared by every criterion, and its on-disk cache.
+
+`Scores.attn: [L, Hkv]` holds one score per KV group (the attention unit), `Scores.mlp: [L, I]`
+one per MLP neuron. Higher means more important. Cached as safetensors (tensors) plus JSON
+(metadata) under `<cache>/scores/`, keyed by model fingerprint, criterion and calibration hash.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from nirvana.errors import PlanMismatch
+from nirvana.store.fingerprint import content_key
+from nirvana.store.paths import cache_dir
+
+
+@dataclass
+class Scores:
+    attn: torch.Tensor  # [L, Hkv] float32, CPU
+    mlp: torch.Tensor  # [L, I] float32, CPU
+    criterion: str
+    fingerprint: str
+    calibration: dict | None = None  # CalibrationBatch.describe(), None for data-free criteria
+    meta: dict = field(default_factory=dict)  # seconds, peak memory, method, ...
+
+    @property
+    def num_layers(self) -> int:
+        return self.attn.shape[0]
+
+    def metadata(self) -> dict:
+        return {
+            "criterion": self.criterion,
+            "fingerprint": self.fingerprint,
+            "calibration": self.calibration,
+            "attn_shape": list(self.attn.shape),
+            "mlp_shape": list(self.mlp.shape),
+            **{"meta": self.meta},
+        }
+
+    def save(self, path: str | Path) -> Path:
+        """Write `<path>.safetensors` and `<path>.json` atomically; return the safetensors path."""
+        path = Path(path)
+        stem = path.with_suffix("") if path.suffix in {".safetensors", ".json"} else path
+        stem.parent.mkdir(parents=True, exist_ok=True)
+        st, js = stem.with_suffix(".safetensors"), stem.with_suffix(".json")
+        tmp_st, tmp_js = st.with_name(st.name + f".tmp{os.getpid()}"), js.with_name(js.name + f".tmp{os.getpid()}")
+        save_file({"attn": self.attn.contiguous(), "mlp": self.mlp.contiguous()}, str(tmp_st))
+        tmp_js.write_text(json.dumps(self.metadata(), indent=1))
+        os.replace(tmp_st, st)
+        os.replace(tmp_js, js)  # the JSON lands last: a score file without it is never read
+        return st
+
+    @classmethod
+    def load(cls, path: str | Path) -> Scores:
+        path = Path(path)
+        stem = path.with_suffix("") if path.suffix in {".safetensors", ".json"} else path
+        st, js = stem.with_suffix(".safetensors"), stem.with_suffix(".json")
+        if not st.exists() or not js.exists():
+            raise PlanMismatch(f"score file {str(st)!r} or its metadata {js.name} is missing; recompute the scores.")
+        try:
+            meta = json.loads(js.read_text())
+            tensors = load_file(str(st))
+        except Exception as exc:
+            raise PlanMismatch(f"score file {str(st)!r} is unreadable ({exc}); delete it and recompute.") from exc
+        return cls(
+            tensors["attn"],
+            tensors["mlp"],
+            meta["criterion"],
+            meta["fingerprint"],
+            meta.get("calibration"),
+            meta.get("meta", {}),
+        )
+
+
+def score_cache_path(fingerprint: str, criterion: str, calibration_hash: str | None, extra: dict | None = None) -> Path:
+    key = content_key(fingerprint, criterion, calibration_hash, extra or {})
+    return cache_dir() / "scores" / f"{criterion}-{fingerprint}-{key}"

@@ -1,0 +1,1 @@
+"""Searches over the method's choices: KL-guided calibration, gamma."""

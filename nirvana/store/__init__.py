@@ -1,0 +1,1 @@
+"""On-disk state: cache root, content fingerprints, evaluation cache, recorded runs."""
