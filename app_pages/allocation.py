@@ -11,6 +11,7 @@ from nirvana import charts
 from nirvana.measure.flops import DEFAULT_CONTEXT, flops_per_token
 from nirvana.models.shapes import ModelShape
 from nirvana.pruning.allocation import MAX_SPARSITY, default_gamma
+from nirvana.pruning.slicing import planned_shape
 from ui import frame, resources, state
 from ui.errors import guard
 
@@ -115,7 +116,7 @@ def _set_gamma(value: float) -> None:
 
 def _metrics(shape: ModelShape, plan, uniform) -> None:
     stats = plan.stats
-    after = resources.planned_shape(shape.to_dict(), plan)
+    after = planned_shape(shape, plan)
     flops_before, flops_after = flops_per_token(shape), flops_per_token(after)
     row = st.columns(5)
     row[0].metric(

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import re
-import time
 
 import pandas as pd
 import streamlit as st
 
 from nirvana.errors import NirvanaError
-from nirvana.measure.flops import ideal_speedup, phase_flops
+from nirvana.measure.flops import ideal_speedup
+from nirvana.measure.speed import speedup_rows
 from nirvana.models.shapes import count_parameters, model_shape
+from nirvana.pipeline import prune
 from nirvana.store.paths import cache_dir
 from ui import evals, frame, state
 from ui.errors import guard
@@ -47,14 +48,10 @@ def _apply(lm, plan) -> None:
     row = st.columns([2, 3])
     label = "Apply the plan again" if current else "Apply the plan (slice a copy)"
     if row[0].button(label, type="primary" if not current else "secondary", key="apply_plan"):
-        from nirvana.pruning.slicing import apply_plan
-
         with guard("applying the plan") as g, st.spinner("Slicing a copy of the model…"):
-            start = time.perf_counter()
-            model = apply_plan(lm.model, plan)  # a copy: the cached dense model stays as it is
-            seconds = time.perf_counter() - start
+            result = prune(lm, plan=plan)  # slices a copy: the cached dense model stays as it is
         if not g.failed:
-            params = count_parameters(model)
+            model, params, seconds = result.model, result.report["params_after"], result.report["timings"]["slice"]
             state.put(
                 "pruned",
                 {
@@ -63,7 +60,10 @@ def _apply(lm, plan) -> None:
                     "model": model,
                     "params": params,
                     "seconds": seconds,
-                    "run_id": _record("prune", lm, plan, {"params_after": params, "slice_seconds": seconds}),
+                    "report": result.report,
+                    "run_id": _record(
+                        "prune", lm, plan, {"params_after": params, "slice_seconds": seconds}, result.report
+                    ),
                 },
             )
             state.clear("evals")
@@ -247,25 +247,22 @@ def _speed(lm, pruned) -> None:
         st.caption("Runs a 64-token prompt (prefill) and the decode steps at each batch size; median of the repeats.")
         return
     dense, after = result
-    rows = []
-    for d, p in zip(dense["results"], after["results"]):
-        flops = phase_flops(dense_shape, d["prompt_len"], d["new_tokens"])
-        flops_p = phase_flops(pruned_shape, d["prompt_len"], d["new_tokens"])
-        rows.append(
-            {
-                "batch": d["batch_size"],
-                "prefill tok/s dense": round(d["prefill_tokens_per_s"], 1),
-                "prefill tok/s pruned": round(p["prefill_tokens_per_s"], 1),
-                "prefill speed-up (measured)": round(p["prefill_tokens_per_s"] / d["prefill_tokens_per_s"], 2),
-                "prefill speed-up (ideal, FLOPs)": round(flops["prefill"] / flops_p["prefill"], 2),
-                "decode tok/s dense": round(d["decode_tokens_per_s"], 1),
-                "decode tok/s pruned": round(p["decode_tokens_per_s"], 1),
-                "decode speed-up (measured)": round(p["decode_tokens_per_s"] / d["decode_tokens_per_s"], 2),
-                "decode speed-up (ideal, FLOPs)": round(flops["decode"] / flops_p["decode"], 2),
-                "peak memory dense (MB)": round(d["peak_memory_bytes"] / 2**20),
-                "peak memory pruned (MB)": round(p["peak_memory_bytes"] / 2**20),
-            }
-        )
+    rows = [
+        {
+            "batch": r["batch_size"],
+            "prefill tok/s dense": round(r["prefill_tokens_per_s_dense"], 1),
+            "prefill tok/s pruned": round(r["prefill_tokens_per_s"], 1),
+            "prefill speed-up (measured)": round(r["prefill_speedup"], 2),
+            "prefill speed-up (ideal, FLOPs)": round(r["prefill_ideal"], 2),
+            "decode tok/s dense": round(r["decode_tokens_per_s_dense"], 1),
+            "decode tok/s pruned": round(r["decode_tokens_per_s"], 1),
+            "decode speed-up (measured)": round(r["decode_speedup"], 2),
+            "decode speed-up (ideal, FLOPs)": round(r["decode_ideal"], 2),
+            "peak memory dense (MB)": round(r["peak_memory_mib_dense"]),
+            "peak memory pruned (MB)": round(r["peak_memory_mib"]),
+        }
+        for r in speedup_rows(dense, after, dense_shape, pruned_shape)
+    ]
     table = pd.DataFrame(rows)
     row = st.columns(3)
     last = rows[-1]

@@ -8,10 +8,10 @@ import streamlit as st
 from nirvana import charts
 from nirvana.models.shapes import ModelShape
 from nirvana.pruning.allocation import default_gamma
+from nirvana.search.sweep import QUALITY, SweepSettings, run_sweep, sweep_points
 from ui import frame, resources, state
 from ui.errors import guard
 from ui.progress import progress_status
-from ui.sweeps import QUALITY, SweepSettings, run_sweep, sweep_points
 
 EXPLANATION = r"""
 **What is shown.** The same cached scores pruned at several settings. Left charts: quality (perplexity

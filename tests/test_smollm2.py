@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from nirvana.cli import main
-from nirvana.cli.model_cmds import describe
+from nirvana.models.facts import describe
 from nirvana.models.checkpoint import load_pruned
 from nirvana.models.shapes import model_shape
 

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 
 import streamlit as st
 
+from nirvana.models.facts import describe
 from nirvana.models.loaded import LoadedModel
 from nirvana.models.loading import load_model
 from nirvana.store.fingerprint import content_key
@@ -162,8 +163,6 @@ def plan_for(_scores, scores_key: str, shape: dict, sparsity: float, gamma: floa
 @st.cache_data(max_entries=16, show_spinner=False)
 def model_facts(_lm: LoadedModel, spec_key: str) -> dict:
     """`describe(lm)`: the architecture facts of the Model page."""
-    from nirvana.cli.model_cmds import describe
-
     return describe(_lm)
 
 
@@ -172,17 +171,3 @@ def shape_dict(_lm: LoadedModel, spec_key: str) -> dict:
     from nirvana.models.shapes import model_shape
 
     return model_shape(_lm.model).to_dict()
-
-
-def planned_shape(shape: dict, plan):
-    """The `ModelShape` a plan leads to (per-layer widths from the plan), for FLOPs before/after."""
-    import dataclasses
-
-    from nirvana.models.shapes import ModelShape
-
-    return dataclasses.replace(
-        ModelShape.from_dict(shape),
-        num_kv_heads=tuple(plan.kept_kv_groups),
-        intermediate=tuple(plan.kept_neurons),
-        total_params=int(plan.stats["params_after"]),
-    )

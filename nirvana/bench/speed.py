@@ -18,6 +18,11 @@ from pathlib import Path
 
 from nirvana.cli.common import add_model_args, load_from_args, parse_float_list, parse_int_list, stderr_progress
 from nirvana.errors import InvalidInput
+from nirvana.measure.flops import flops_per_token
+from nirvana.measure.speed import measure_speeds, speedup_rows
+from nirvana.models.shapes import model_shape
+from nirvana.pipeline import PruneSettings, score
+from nirvana.pruning.slicing import slice_at
 
 DEFAULT_OUT = Path(__file__).resolve().parents[2] / "benchmarks" / "speed"
 COLUMNS = (
@@ -62,25 +67,17 @@ def register(bench_sub) -> None:
 
 
 def pruned_models(lm, sparsities, *, calib="wikitext2-valid", samples=32, seq_len=128, seed=0, progress=None):
-    """{sparsity: (model, plan or None)}; sparsity 0 is the dense model itself."""
-    from nirvana.data.calibration import calibration_batch
-    from nirvana.models.shapes import model_shape
-    from nirvana.pruning.allocation import allocate
-    from nirvana.pruning.slicing import apply_plan
-    from nirvana.scoring.criteria import compute_scores
-
-    models = {}
+    """{sparsity: (model, plan or None)}; sparsity 0 is the dense model itself. NIRVANA scores, scored once."""
+    models = {0.0: (lm.model, None)} if 0 in sparsities else {}
     if any(s > 0 for s in sparsities):
-        batch = calibration_batch(lm.tokenizer, calib, samples=samples, seq_len=seq_len, seed=seed, fallback=True)
-        scores = compute_scores(lm.model, "nirvana", batch, seed=seed, progress=progress)
+        # Scores do not depend on the sparsity: one scoring serves every model.
+        settings = PruneSettings(sparsity=0.0, calib=calib, samples=samples, seq_len=seq_len, seed=seed)
+        scores, _ = score(lm, settings, progress)
         shape = model_shape(lm.model)
-    for s in sparsities:
-        if s == 0:
-            models[s] = (lm.model, None)
-        else:
-            plan = allocate(scores, shape, s)
-            models[s] = (apply_plan(lm.model, plan), plan)
-    return models
+        for s in (s for s in sparsities if s > 0):
+            plan, model = slice_at(lm.model, scores, s, shape=shape)
+            models[s] = (model, plan)
+    return {s: models[s] for s in sparsities}
 
 
 def run_speed_bench(
@@ -99,10 +96,6 @@ def run_speed_bench(
     progress=None,
 ) -> dict:
     """Measure every sparsity's model; rows are (sparsity, batch size) with speed-ups against sparsity 0."""
-    from nirvana.measure.flops import flops_per_token, phase_flops
-    from nirvana.measure.speed import measure_speeds
-    from nirvana.models.shapes import model_shape
-
     sparsities = sorted({float(s) for s in sparsities})
     if any(not 0 <= s < 1 for s in sparsities):
         raise InvalidInput(f"sparsities must lie in [0, 1), got {sparsities}.")
@@ -119,35 +112,17 @@ def run_speed_bench(
         progress=progress,
     )
     dense_shape = model_shape(lm.model)
-    dense_phase = phase_flops(dense_shape, prompt_len, new_tokens)
     rows = []
     for s, (model, plan) in models.items():
         shape = model_shape(model)
-        phase = phase_flops(shape, prompt_len, new_tokens)
-        for point, ref in zip(speeds[s]["results"], speeds[0.0]["results"]):
-            prefill = point["prefill_tokens_per_s"] / ref["prefill_tokens_per_s"]
-            decode = point["decode_tokens_per_s"] / ref["decode_tokens_per_s"]
-            ideal_pre, ideal_dec = dense_phase["prefill"] / phase["prefill"], dense_phase["decode"] / phase["decode"]
+        for row in speedup_rows(speeds[0.0], speeds[s], dense_shape, shape):
             rows.append(
                 {
                     "sparsity": s,
                     "achieved_block_sparsity": plan.stats["achieved_block_sparsity"] if plan else 0.0,
                     "params": shape.total_params,
                     "flops_per_token": flops_per_token(shape),
-                    "batch_size": point["batch_size"],
-                    "prefill_tokens_per_s": point["prefill_tokens_per_s"],
-                    "decode_tokens_per_s": point["decode_tokens_per_s"],
-                    "latency_ms_per_token": point["latency_ms_per_token"],
-                    "time_to_first_token_s": point["time_to_first_token_s"],
-                    "peak_memory_mib": point["peak_memory_bytes"] / 2**20,
-                    "prefill_speedup": prefill,
-                    "prefill_ideal": ideal_pre,
-                    "prefill_fraction_of_ideal": prefill / ideal_pre,
-                    "decode_speedup": decode,
-                    "decode_ideal": ideal_dec,
-                    "decode_fraction_of_ideal": decode / ideal_dec,
-                    "prefill_speedup_cpu_time": point["prefill_tokens_per_cpu_s"] / ref["prefill_tokens_per_cpu_s"],
-                    "decode_speedup_cpu_time": point["decode_tokens_per_cpu_s"] / ref["decode_tokens_per_cpu_s"],
+                    **row,
                 }
             )
     machine = {k: v for k, v in speeds[0.0].items() if k != "results"}
@@ -238,7 +213,7 @@ def write_outputs(result: dict, out_dir: Path) -> list[Path]:
     md.write_text(markdown_table(result))
     csv_path = out_dir / "speed.csv"
     with open(csv_path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
         writer.writeheader()
         for r in result["rows"]:
             writer.writerow({k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()})

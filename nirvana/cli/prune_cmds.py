@@ -7,6 +7,12 @@ import time
 from pathlib import Path
 
 from nirvana.cli.common import add_model_args, heavy, load_from_args, print_json, stderr_progress
+from nirvana.errors import InvalidInput
+from nirvana.models.checkpoint import save_pruned
+from nirvana.pipeline import PruneSettings, check_scores_match, prune, score
+from nirvana.pruning.plan import PruningPlan
+from nirvana.scoring.scores import Scores
+from nirvana.store.runs import new_run
 
 
 def add_calibration_args(p) -> None:
@@ -46,72 +52,29 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_prune)
 
 
-def _scores_for(args, lm):
-    from nirvana.data.calibration import calibration_batch
-    from nirvana.scoring.criteria import SCORERS, compute_scores
-    from nirvana.scoring.scores import Scores
-
-    if getattr(args, "scores", None):
-        from nirvana.errors import PlanMismatch
-        from nirvana.store.fingerprint import model_fingerprint
-
-        scores = Scores.load(args.scores)
-        if scores.fingerprint != model_fingerprint(lm.model):
-            raise PlanMismatch(
-                f"{args.scores!r} holds scores of model fingerprint {scores.fingerprint}, not of "
-                f"{args.model!r} ({model_fingerprint(lm.model)}); score this model, or pass the model they came from."
-            )
-        return scores
-    needs_data = SCORERS.get(args.criterion, (None, True))[1]
-    batch = None
-    if needs_data and getattr(args, "select_calib", 0):
-        batch = _selected_batch(args, lm)
-    elif needs_data:
-        batch = calibration_batch(
-            lm.tokenizer,
-            args.calib,
-            samples=args.samples,
-            seq_len=args.seq_len,
-            seed=args.seed,
-            fallback=args.calib == "wikitext2-valid",
-        )
-        if batch.fallback_reason:
-            stderr_progress(0.0, f"NOTE: calibrating on the embedded Python docs: {batch.fallback_reason}")
-    return compute_scores(
-        lm.model,
-        args.criterion,
-        batch,
+def settings_from_args(args, sparsity: float = 0.0) -> PruneSettings:
+    """The pipeline's typed settings from `score` / `prune` flags."""
+    return PruneSettings(
+        sparsity=getattr(args, "sparsity", sparsity),
+        criterion=args.criterion,
+        gamma=getattr(args, "gamma", None),
+        align=getattr(args, "align", 8),
+        allocation=getattr(args, "allocation", "global"),
+        calib=args.calib,
+        samples=args.samples,
+        seq_len=args.seq_len,
         seed=args.seed,
         micro_batch=args.micro_batch,
+        select_calib=getattr(args, "select_calib", 0),
         use_cache=not args.no_cache,
-        progress=stderr_progress,
     )
-
-
-def _selected_batch(args, lm):
-    """KL-guided calibration (`--select-calib K`): the winning candidate batch, selection cached on disk."""
-    from nirvana.cli.calib_cmds import run_selection
-    from nirvana.search.calibration import AnchorSpec, chosen_batch
-
-    selection = run_selection(
-        args, lm, candidates=args.select_calib, pool=args.calib, anchor=AnchorSpec(source=args.calib)
-    )
-    args.selection = {
-        "chosen_seed": selection.chosen_seed,
-        "candidates": {c.seed: round(c.kl, 6) for c in selection.candidates},
-        "from_cache": selection.from_cache,
-    }
-    return chosen_batch(lm.tokenizer, selection)
-
-
-def _heavy(args, what: str):
-    return heavy(args, what)
 
 
 def cmd_score(args) -> int:
-    with _heavy(args, "score"):
+    settings = settings_from_args(args)
+    with heavy(args, "score"):
         lm = load_from_args(args)
-        scores = _scores_for(args, lm)
+        scores, _ = score(lm, settings, stderr_progress)
     path = scores.save(args.out)
     print_json({"scores": str(path), **scores.metadata()})
     return 0
@@ -119,73 +82,37 @@ def cmd_score(args) -> int:
 
 def cmd_prune(args) -> int:
     """Prune under the device lock, recording the run in the runs folder (committed only when complete)."""
-    from nirvana.store.runs import new_run
+    settings = None if args.plan else settings_from_args(args)
+    recorded = {k: getattr(args, k, None) for k in _SETTINGS}
+    with heavy(args, "prune"), new_run("prune", settings=recorded) as run:
+        return _prune(args, settings, run)
 
-    settings = {k: getattr(args, k, None) for k in _SETTINGS}
-    with _heavy(args, "prune"), new_run("prune", settings=settings) as run:
-        return _prune(args, run)
 
-
-def _prune(args, run) -> int:
-    from nirvana.models.checkpoint import save_pruned
-    from nirvana.models.shapes import count_block_parameters, count_parameters, model_shape
-    from nirvana.pruning.allocation import allocate, default_gamma, validate_settings
-    from nirvana.pruning.plan import PruningPlan
-    from nirvana.pruning.slicing import apply_plan
-
+def _prune(args, settings: PruneSettings | None, run) -> int:
     out = _output_folder(args.out)
-    timings = {}
     t = time.perf_counter()
     lm = load_from_args(args)
-    timings["load"] = time.perf_counter() - t
-    shape = model_shape(lm.model)
+    load_seconds = time.perf_counter() - t
+    plan = PruningPlan.load(args.plan) if args.plan else None
+    scores = Scores.load(args.scores) if args.scores and plan is None else None
+    if scores is not None:
+        check_scores_match(scores, lm.model, repr(args.scores))
+    result = prune(lm, settings, scores=scores, plan=plan, inplace=True, progress=stderr_progress)
+    if result.scores is not None:
+        run.save_scores_ref(result.scores.metadata())
+    run.save_plan(result.plan)
     t = time.perf_counter()
-    if args.plan:
-        plan, scores_meta = PruningPlan.load(args.plan), None
-        timings["score"] = 0.0
-    else:
-        # Bad settings fail here, before minutes of scoring, with allocate's own message.
-        gamma = default_gamma(shape) if args.gamma is None and shape.is_uniform else args.gamma
-        validate_settings(shape, args.sparsity, gamma, args.align, args.allocation)
-        scores = _scores_for(args, lm)
-        scores_meta = scores.metadata()
-        run.save_scores_ref(scores_meta)
-        timings["score"] = time.perf_counter() - t
-        t = time.perf_counter()
-        plan = allocate(scores, shape, args.sparsity, args.gamma, args.align, args.allocation)
-    run.save_plan(plan)
-    timings["plan"] = time.perf_counter() - t
-    t = time.perf_counter()
-    pruned = apply_plan(lm.model, plan, inplace=True)
-    timings["slice"] = time.perf_counter() - t
-    t = time.perf_counter()
-    out.mkdir(parents=True, exist_ok=True)
-    save_pruned(pruned, lm.tokenizer, plan, out / "model")
-    plan.save(out / "plan.json")
-    timings["save"] = time.perf_counter() - t
+    save_pruned(result.model, lm.tokenizer, result.plan, out / "model")
+    result.plan.save(out / "plan.json")
     report = {
+        **result.report,
         "model": args.model,
-        "params_before": shape.total_params,
-        "params_after": count_parameters(pruned),
-        "block_params_before": plan.stats["block_weights_before"] + _block_biases(shape),
-        "block_params_after": count_block_parameters(pruned),
-        "target_sparsity": plan.settings["sparsity"],
-        "achieved_block_sparsity": plan.stats["achieved_block_sparsity"],
-        "total_param_reduction": 1 - count_parameters(pruned) / shape.total_params,
-        "gamma": plan.settings["gamma"],
-        "gamma_default": plan.settings["gamma_default"],
-        "align": plan.settings["align"],
-        "allocation": plan.settings["allocation"],
-        "criterion": plan.settings["criterion"],
-        "calibration": plan.settings["calibration"],
-        "kept_kv_groups": plan.kept_kv_groups,
-        "kept_neurons": plan.kept_neurons,
-        "notes": plan.stats.get("notes", []),
-        "scores": scores_meta and {k: scores_meta[k] for k in ("criterion", "fingerprint", "meta")},
-        "timings": {k: round(v, 3) for k, v in timings.items()},
+        "timings": {
+            "load": round(load_seconds, 3),
+            **result.report["timings"],
+            "save": round(time.perf_counter() - t, 3),
+        },
     }
-    if getattr(args, "selection", None):
-        report["calibration_selection"] = args.selection
     (out / "report.json").write_text(json.dumps(report, indent=2))
     run.write_json("report.json", {**report, "out": str(out.resolve())})
     run.write_json("metrics.json", {k: report[k] for k in _METRICS})
@@ -211,8 +138,6 @@ _SUMMARY = (
 
 def _output_folder(path: str) -> Path:
     """The --out folder, created up front so an unusable path fails before any model work."""
-    from nirvana.errors import InvalidInput
-
     out = Path(path).expanduser()
     if out.exists() and not out.is_dir():
         raise InvalidInput(f"--out {path!r} is a file; pass a folder (it will hold plan.json, model/, report.json).")
@@ -221,9 +146,3 @@ def _output_folder(path: str) -> Path:
     except OSError as exc:
         raise InvalidInput(f"cannot create the --out folder {path!r} ({exc.strerror}); pass a writable one.") from exc
     return out
-
-
-def _block_biases(shape) -> int:
-    return shape.num_layers * (
-        shape.num_kv_heads[0] * shape.attn_unit_bias + shape.intermediate[0] * shape.mlp_unit_bias
-    )

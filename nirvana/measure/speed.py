@@ -37,6 +37,8 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from nirvana.errors import InvalidInput, OutOfMemory
+from nirvana.measure.flops import phase_flops
+from nirvana.models.shapes import ModelShape
 
 Progress = Callable[[float, str], None] | None
 DEFAULT_BATCH_SIZES = (1, 8, 32)
@@ -366,3 +368,37 @@ def measure_speed(model, **kwargs) -> dict:
         >>> s["device_name"], s["results"][0]["prefill_tokens_per_s"]
     """
     return measure_speeds({"model": model}, **kwargs)["model"]
+
+
+def speedup_rows(dense: dict, pruned: dict, dense_shape: ModelShape, pruned_shape: ModelShape) -> list[dict]:
+    """One row per batch size: the pruned model's measured speed over the dense one's, beside the FLOPs ideal.
+
+    `dense` and `pruned` are `measure_speed(s)` results taken with the same settings (ideally
+    interleaved). Ideal = dense FLOPs / pruned FLOPs of the phase (`phase_flops`); the CPU-time
+    speed-ups divide process CPU seconds instead of wall time (robust to other processes on a
+    shared CPU when threads = 1).
+    """
+    rows = []
+    for d, p in zip(dense["results"], pruned["results"]):
+        flops_d = phase_flops(dense_shape, d["prompt_len"], d["new_tokens"])
+        flops_p = phase_flops(pruned_shape, d["prompt_len"], d["new_tokens"])
+        row = {"batch_size": d["batch_size"]}
+        for phase in ("prefill", "decode"):
+            speedup = p[f"{phase}_tokens_per_s"] / d[f"{phase}_tokens_per_s"]
+            ideal = flops_d[phase] / flops_p[phase]
+            row |= {
+                f"{phase}_tokens_per_s_dense": d[f"{phase}_tokens_per_s"],
+                f"{phase}_tokens_per_s": p[f"{phase}_tokens_per_s"],
+                f"{phase}_speedup": speedup,
+                f"{phase}_ideal": ideal,
+                f"{phase}_fraction_of_ideal": speedup / ideal,
+                f"{phase}_speedup_cpu_time": p[f"{phase}_tokens_per_cpu_s"] / d[f"{phase}_tokens_per_cpu_s"],
+            }
+        row |= {
+            "latency_ms_per_token": p["latency_ms_per_token"],
+            "time_to_first_token_s": p["time_to_first_token_s"],
+            "peak_memory_mib_dense": d["peak_memory_bytes"] / 2**20,
+            "peak_memory_mib": p["peak_memory_bytes"] / 2**20,
+        }
+        rows.append(row)
+    return rows

@@ -1,4 +1,4 @@
-"""`apply_plan`: physically slice a model to the plan's kept units.
+"""`apply_plan`: physically slice a model to the plan's kept units; one sweep point = allocate + slice + measure.
 
 Rows of q/k/v/gate/up and columns of o/down are copied into new, smaller `nn.Linear`
 modules (biases sliced with their rows). No masks. `update_config` is the one place that
@@ -8,16 +8,23 @@ writes per-layer shapes into the config after slicing.
 from __future__ import annotations
 
 import copy
+import dataclasses
+from collections.abc import Callable
+from typing import TypeVar
 
 import torch
 import torch.nn as nn
 
 from nirvana.errors import InvalidInput
 from nirvana.models.architectures import get_architecture, layer_projections
-from nirvana.models.shapes import model_shape
+from nirvana.models.shapes import ModelShape, model_shape
 from nirvana.models.weights import real_parameter
+from nirvana.pruning.allocation import allocate
 from nirvana.pruning.plan import PruningPlan
+from nirvana.scoring.scores import Scores
 from nirvana.store.fingerprint import model_fingerprint
+
+T = TypeVar("T")
 
 
 def _slice_linear(lin: nn.Linear, rows: torch.Tensor | None = None, cols: torch.Tensor | None = None) -> nn.Linear:
@@ -126,3 +133,64 @@ def update_config(model: nn.Module) -> None:
                 setattr(proj.attn, attr, value)
         if hasattr(proj.mlp, "intermediate_size"):
             proj.mlp.intermediate_size = s["intermediate_size"]
+
+
+def slice_at(
+    model: nn.Module,
+    scores: Scores,
+    sparsity: float,
+    gamma: float | None = None,
+    align: int = 8,
+    allocation: str = "global",
+    shape: ModelShape | None = None,
+) -> tuple[PruningPlan, nn.Module]:
+    """(plan, sliced copy) at one setting, from already-computed scores: no gradients."""
+    plan = allocate(scores, shape or model_shape(model), sparsity, gamma, align, allocation)
+    return plan, apply_plan(model, plan)
+
+
+def prune_and_measure(
+    model: nn.Module,
+    scores: Scores,
+    measure: Callable[[nn.Module], T],
+    *,
+    sparsity: float,
+    gamma: float | None = None,
+    align: int = 8,
+    allocation: str = "global",
+    shape: ModelShape | None = None,
+    memo: dict | None = None,
+) -> tuple[PruningPlan, T]:
+    """(plan, measure(sliced copy)): one point of a sweep or search; the copy is freed afterwards.
+
+    `memo` (a dict the caller keeps across points) maps `plan_signature`s to measurements: a
+    point whose plan keeps exactly the units of an earlier one (two gammas that round to the
+    same counts) is not sliced or measured again.
+    """
+    plan = allocate(scores, shape or model_shape(model), sparsity, gamma, align, allocation)
+    key = plan_signature(plan) if memo is not None else None
+    if memo is not None and key in memo:
+        return plan, memo[key]
+    pruned = apply_plan(model, plan)
+    try:
+        value = measure(pruned)
+    finally:
+        del pruned
+    if memo is not None:
+        memo[key] = value
+    return plan, value
+
+
+def plan_signature(plan: PruningPlan) -> tuple:
+    """Two plans with equal signatures slice identical models (same kept units in every layer)."""
+    return tuple((tuple(lp.kept_kv_groups), tuple(lp.kept_neurons)) for lp in plan.layers)
+
+
+def planned_shape(shape: ModelShape, plan: PruningPlan) -> ModelShape:
+    """The shape `plan` leads to (per-layer widths from the plan), for FLOPs before/after without slicing."""
+    return dataclasses.replace(
+        shape,
+        num_kv_heads=tuple(plan.kept_kv_groups),
+        intermediate=tuple(plan.kept_neurons),
+        total_params=int(plan.stats["params_after"]),
+    )

@@ -22,8 +22,8 @@ from nirvana.data.calibration import CalibrationBatch, calibration_batch
 from nirvana.errors import InvalidInput
 from nirvana.measure.kl import DenseReference, Progress, kl_to_dense
 from nirvana.models.shapes import model_shape
-from nirvana.pruning.allocation import allocate, default_gamma
-from nirvana.pruning.slicing import apply_plan
+from nirvana.pruning.allocation import default_gamma
+from nirvana.pruning.slicing import prune_and_measure
 from nirvana.scoring.criteria import SCORERS, compute_scores
 from nirvana.store.fingerprint import content_key, model_fingerprint
 from nirvana.store.paths import cache_dir
@@ -203,10 +203,18 @@ def select_calibration(
             use_cache=use_cache,
             progress=_sub(progress, lo, lo + (hi - lo) * 0.6, f"candidate {i + 1}/{k} (seed {seed}) scores: "),
         )
-        plan = allocate(scores, shape, sparsity, gamma, align, allocation)
-        pruned = apply_plan(model, plan)
-        kl = kl_to_dense(pruned, reference, _sub(progress, lo + (hi - lo) * 0.6, hi, f"candidate {i + 1}/{k} "))
-        del pruned
+        plan, kl = prune_and_measure(
+            model,
+            scores,
+            lambda pruned: kl_to_dense(
+                pruned, reference, _sub(progress, lo + (hi - lo) * 0.6, hi, f"candidate {i + 1}/{k} ")
+            ),
+            sparsity=sparsity,
+            gamma=gamma,
+            align=align,
+            allocation=allocation,
+            shape=shape,
+        )
         results.append(
             Candidate(
                 seed,

@@ -15,8 +15,8 @@ from dataclasses import asdict, dataclass, field
 from nirvana.errors import InvalidInput
 from nirvana.measure.kl import DenseReference, Progress, kl_to_dense
 from nirvana.models.shapes import model_shape
-from nirvana.pruning.allocation import allocate, default_gamma
-from nirvana.pruning.slicing import apply_plan
+from nirvana.pruning.allocation import default_gamma
+from nirvana.pruning.slicing import prune_and_measure
 from nirvana.scoring.scores import Scores
 
 DEFAULT_GAMMAS = (0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
@@ -83,18 +83,22 @@ def gamma_search(
     """
     shape = model_shape(model)
     grid = gamma_grid(shape, gammas)
-    points, measured = [], {}
+    points, measured = [], {}  # plan signature -> KL: identical plans share one measurement
     total = len(grid) * len(sparsities)
     for s_idx, sparsity in enumerate(sparsities):
         for g_idx, gamma in enumerate(grid):
             step = s_idx * len(grid) + g_idx
-            plan = allocate(scores, shape, sparsity, gamma, align, allocation)
-            signature = tuple((tuple(lp.kept_kv_groups), tuple(lp.kept_neurons)) for lp in plan.layers)
-            if signature not in measured:
-                pruned = apply_plan(model, plan)
-                measured[signature] = kl_to_dense(pruned, reference)
-                del pruned
-            kl = measured[signature]
+            plan, kl = prune_and_measure(
+                model,
+                scores,
+                lambda pruned: kl_to_dense(pruned, reference),
+                sparsity=sparsity,
+                gamma=gamma,
+                align=align,
+                allocation=allocation,
+                shape=shape,
+                memo=measured,
+            )
             points.append(
                 GammaPoint(
                     sparsity,

@@ -1,18 +1,17 @@
-"""The Sweep page's loop: for each (sparsity, gamma), allocate, slice a copy, measure quality and speed.
+"""A sweep (the app's Sweep page): for each (sparsity, gamma), allocate, slice a copy, measure quality and speed.
 
-Orchestration only: every step is a library call (`allocate`, `apply_plan`, `perplexity`,
-`kl_to_dense`, `measure_speed`, `flops`). Scores are not recomputed: one set of cached scores
+Orchestration only: every point is one `prune_and_measure` (allocate, slice, measure: `perplexity`
+or `kl_to_dense`, and `measure_speed`). Scores are not recomputed: one set of cached scores
 serves every point. The dense model is measured once as the reference point (sparsity 0).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from nirvana.measure.flops import ideal_speedup
 from nirvana.models.shapes import ModelShape, model_shape
-from nirvana.pruning.allocation import allocate
-from nirvana.pruning.slicing import apply_plan
+from nirvana.pruning.slicing import planned_shape, prune_and_measure
 
 QUALITY = {"perplexity": "perplexity", "kl": "KL to dense (nats/token)"}
 
@@ -53,25 +52,21 @@ def run_sweep(lm, scores, settings: SweepSettings, progress=None) -> list[dict]:
 
         anchor = anchor_batch(lm.tokenizer, AnchorSpec(samples=settings.anchor_samples, seq_len=settings.anchor_len))
         reference = DenseReference(lm.model, anchor.input_ids)
-    rows, measured = [], {}
+    rows, measured = [], {}  # plan signature -> (quality, decode speed): identical plans are measured once
     for i, (axis, sparsity, gamma) in enumerate(points):
-        step = (
-            (lambda f, m, i=i: progress((i + f) / len(points), f"point {i + 1}/{len(points)}: {m}"))
-            if progress
-            else None
-        )
-        if axis == "dense":
-            model, plan = lm.model, None
-        else:
-            plan = allocate(scores, shape, sparsity, gamma, settings.align, "global")
-            model = apply_plan(lm.model, plan)  # a copy
-        signature = None if plan is None else tuple(plan.kept_kv_groups) + tuple(plan.kept_neurons)
-        if signature in measured and axis != "dense":
-            quality, decode = measured[signature]
-        else:
+        step = sub_range(progress, i / len(points), (i + 1) / len(points), f"point {i + 1}/{len(points)}: ")
+
+        def measure(model, step=step):
             quality = _quality(lm, model, settings, reference, step)
-            decode = _decode_speed(model, settings, step) if settings.speed else None
-            measured[signature] = (quality, decode)
+            return quality, (_decode_speed(model, settings, step) if settings.speed else None)
+
+        if axis == "dense":
+            plan, (quality, decode) = None, measure(lm.model)
+        else:
+            plan, (quality, decode) = prune_and_measure(
+                lm.model, scores, measure, sparsity=sparsity, gamma=gamma, align=settings.align, shape=shape,
+                memo=measured,
+            )  # fmt: skip
         rows.append(
             {
                 "axis": axis,
@@ -81,19 +76,10 @@ def run_sweep(lm, scores, settings: SweepSettings, progress=None) -> list[dict]:
                 "params": shape.total_params if plan is None else plan.stats["params_after"],
                 "quality": quality,
                 "decode_tokens_per_s": decode,
-                "ideal_speedup": 1.0 if plan is None else ideal_speedup(shape, model_shape(model)),
+                "ideal_speedup": 1.0 if plan is None else ideal_speedup(shape, planned_shape(shape, plan)),
             }
         )
-        if model is not lm.model:
-            del model
     return rows
-
-
-def _sub(progress, i: int, n: int):
-    """Point i of n: map its [0, 1] progress into the sweep's bar."""
-    if progress is None:
-        return None
-    return lambda f, m: progress((i + f) / n, f"point {i + 1}/{n}: {m}")
 
 
 def _quality(lm, model, settings: SweepSettings, reference, progress) -> float:
@@ -124,5 +110,8 @@ def _decode_speed(model, settings: SweepSettings, progress) -> float:
     return result["results"][0]["decode_tokens_per_s"]
 
 
-def settings_dict(settings: SweepSettings) -> dict:
-    return asdict(settings)
+def sub_range(progress, lo: float, hi: float, prefix: str = ""):
+    """Map a sub-task's [0, 1] progress into [lo, hi] of the caller's bar (None stays None)."""
+    if progress is None:
+        return None
+    return lambda f, msg: progress(lo + (hi - lo) * f, prefix + msg)

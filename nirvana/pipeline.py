@@ -1,0 +1,262 @@
+"""The end-to-end steps, written once: calibrate -> score -> allocate -> slice -> report.
+
+The CLI's `prune`, the app's Prune & compare page, the benchmarks, the searches and the sweeps
+all go through these functions, so a pruned model means the same thing everywhere:
+
+    lm = load_model("smollm2-135m")
+    result = prune(lm, PruneSettings(sparsity=0.5))        # scores cached on disk
+    result.model, result.plan, result.report["achieved_block_sparsity"]
+
+Sweeps and searches, which slice many plans from one set of scores, use `prune_and_measure`:
+one allocation (~10 ms, no gradients), one sliced copy, one measurement, and the copy is freed.
+
+The sweep primitives (`slice_at`, `prune_and_measure`, `plan_signature`, `planned_shape`) live
+with the slicing code, below the searches that use them, and are importable from here too.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch.nn as nn
+
+from nirvana.data.calibration import CalibrationBatch, calibration_batch
+from nirvana.errors import InvalidInput, PlanMismatch
+from nirvana.models.loaded import LoadedModel
+from nirvana.models.shapes import ModelShape, count_block_parameters, count_parameters, model_shape
+from nirvana.pruning.allocation import allocate, default_gamma, validate_settings
+from nirvana.pruning.plan import PruningPlan
+from nirvana.pruning.slicing import apply_plan, plan_signature, planned_shape, prune_and_measure, slice_at
+from nirvana.scoring.criteria import SCORERS, compute_scores
+from nirvana.scoring.scores import Scores
+from nirvana.search.calibration import AnchorSpec, chosen_batch, select_calibration
+from nirvana.store.fingerprint import model_fingerprint
+
+Progress = Callable[[float, str], None] | None
+
+DEFAULT_CALIBRATION = "wikitext2-valid"
+
+
+@dataclass(frozen=True)
+class PruneSettings:
+    """What `prune` does: the criterion, its calibration data, and the allocation's settings.
+
+    `gamma=None` is the analytic gamma* of the model; `select_calib=K > 0` chooses the
+    calibration batch among K candidates (seeds 0..K-1 of `calib`) by KL to dense (cached).
+    Shape-dependent checks (align against the MLP width, gamma against the model) run in
+    `prune`, before any scoring, with allocate's own messages.
+    """
+
+    sparsity: float
+    criterion: str = "nirvana"
+    gamma: float | None = None
+    align: int = 8
+    allocation: str = "global"
+    calib: str = DEFAULT_CALIBRATION
+    samples: int = 32  # calibration sequences N
+    seq_len: int = 128  # tokens per calibration sequence T
+    seed: int = 0
+    micro_batch: int = 0  # sequences per forward/backward (0 = all at once)
+    select_calib: int = 0  # K candidate batches for KL-guided calibration (0 = off)
+    use_cache: bool = True
+
+    def __post_init__(self) -> None:
+        if self.criterion not in SCORERS:
+            raise InvalidInput(f"unknown criterion {self.criterion!r}; accepted: {', '.join(SCORERS)}.")
+        # samples / seq_len / seed are checked where the batch is drawn (calibration_batch), with its messages.
+        for name in ("micro_batch", "select_calib"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise InvalidInput(f"{name} must be a non-negative integer, got {value!r}.")
+        if self.select_calib == 1:
+            raise InvalidInput("select_calib needs at least 2 candidate batches to choose from (or 0 for off).")
+
+    @property
+    def needs_data(self) -> bool:
+        return SCORERS[self.criterion][1]
+
+
+@dataclass
+class PruneResult:
+    """A pruned model (physically smaller), the plan that made it, and the measured report."""
+
+    model: nn.Module
+    plan: PruningPlan
+    report: dict
+    scores: Scores | None = None
+    selection: dict | None = None  # KL-guided calibration: chosen seed, KL per candidate
+
+
+def calibration_for(lm: LoadedModel, settings: PruneSettings, progress: Progress = None):
+    """(batch or None, selection summary or None): the calibration data `settings` asks for."""
+    if not settings.needs_data:
+        return None, None
+    if settings.select_calib:
+        selection = select_calibration(
+            lm.model,
+            lm.tokenizer,
+            sparsity=settings.sparsity,
+            gamma=settings.gamma,
+            criterion=settings.criterion,
+            candidates=settings.select_calib,
+            pool=settings.calib,
+            samples=settings.samples,
+            seq_len=settings.seq_len,
+            anchor=AnchorSpec(source=settings.calib),
+            align=settings.align,
+            allocation=settings.allocation,
+            micro_batch=settings.micro_batch,
+            use_cache=settings.use_cache,
+            progress=progress,
+        )
+        summary = {
+            "chosen_seed": selection.chosen_seed,
+            "candidates": {c.seed: round(c.kl, 6) for c in selection.candidates},
+            "from_cache": selection.from_cache,
+        }
+        return chosen_batch(lm.tokenizer, selection), summary
+    batch = calibration_batch(
+        lm.tokenizer,
+        settings.calib,
+        samples=settings.samples,
+        seq_len=settings.seq_len,
+        seed=settings.seed,
+        fallback=settings.calib == DEFAULT_CALIBRATION,
+    )
+    if batch.fallback_reason and progress:
+        progress(0.0, f"NOTE: calibrating on the embedded Python docs: {batch.fallback_reason}")
+    return batch, None
+
+
+def score(lm: LoadedModel, settings: PruneSettings, progress: Progress = None) -> tuple[Scores, dict | None]:
+    """The unit scores of `settings.criterion` on its calibration data (disk cache), and the selection."""
+    batch: CalibrationBatch | None
+    batch, selection = calibration_for(lm, settings, progress)
+    scores = compute_scores(
+        lm.model,
+        settings.criterion,
+        batch,
+        seed=settings.seed,
+        micro_batch=settings.micro_batch,
+        use_cache=settings.use_cache,
+        progress=progress,
+    )
+    return scores, selection
+
+
+def check_scores_match(scores: Scores, model: nn.Module, source: str = "the given Scores") -> None:
+    """Scores from a file belong to the model they were computed on (content fingerprint)."""
+    fingerprint = model_fingerprint(model)
+    if scores.fingerprint != fingerprint:
+        raise PlanMismatch(
+            f"{source} holds scores of model fingerprint {scores.fingerprint}, not of this model ({fingerprint}); "
+            "score this model, or pass the model they came from."
+        )
+
+
+def prune(
+    lm: LoadedModel,
+    settings: PruneSettings | None = None,
+    *,
+    scores: Scores | None = None,
+    plan: PruningPlan | None = None,
+    inplace: bool = False,
+    progress: Progress = None,
+) -> PruneResult:
+    """Score (unless `scores` or `plan` is given), allocate, slice; return the model, plan and report.
+
+    `inplace=True` slices `lm.model` itself (the CLI, which owns its model); the default slices a
+    copy, so a shared dense model (the app's) is never touched. Bad settings fail before scoring.
+
+    Example:
+        >>> result = prune(load_model("smollm2-135m"), PruneSettings(sparsity=0.2, criterion="taylor"))
+        >>> result.report["achieved_block_sparsity"], result.plan.kept_neurons[:3]
+    """
+    if settings is None and plan is None:
+        raise InvalidInput("prune needs settings (sparsity, criterion, ...) or an existing plan.")
+    shape = model_shape(lm.model)
+    timings: dict[str, float] = {}
+    selection = None
+    t = time.perf_counter()
+    if plan is None:
+        gamma = default_gamma(shape) if settings.gamma is None and shape.is_uniform else settings.gamma
+        validate_settings(shape, settings.sparsity, gamma, settings.align, settings.allocation)
+        if scores is None:
+            scores, selection = score(lm, settings, progress)
+        else:
+            check_scores_match(scores, lm.model)
+        timings["score"] = time.perf_counter() - t
+        t = time.perf_counter()
+        plan = allocate(scores, shape, settings.sparsity, settings.gamma, settings.align, settings.allocation)
+    else:
+        timings["score"] = 0.0
+    timings["plan"] = time.perf_counter() - t
+    t = time.perf_counter()
+    pruned = apply_plan(lm.model, plan, inplace=inplace)
+    timings["slice"] = time.perf_counter() - t
+    report = prune_report(lm.name, shape, plan, pruned, scores=scores, timings=timings, selection=selection)
+    if progress:
+        progress(1.0, f"pruned to {report['params_after'] / 1e6:.1f} M parameters")
+    return PruneResult(pruned, plan, report, scores, selection)
+
+
+def prune_report(
+    name: str,
+    shape: ModelShape,
+    plan: PruningPlan,
+    pruned: nn.Module,
+    *,
+    scores: Scores | None = None,
+    timings: dict[str, float] | None = None,
+    selection: dict | None = None,
+) -> dict:
+    """What a prune did, counted on the sliced model: parameters, sparsity, settings, kept units."""
+    params_after = count_parameters(pruned)
+    report = {
+        "model": name,
+        "params_before": shape.total_params,
+        "params_after": params_after,
+        "block_params_before": plan.stats["block_weights_before"] + block_biases(shape),
+        "block_params_after": count_block_parameters(pruned),
+        "target_sparsity": plan.settings["sparsity"],
+        "achieved_block_sparsity": plan.stats["achieved_block_sparsity"],
+        "total_param_reduction": 1 - params_after / shape.total_params,
+        "gamma": plan.settings["gamma"],
+        "gamma_default": plan.settings["gamma_default"],
+        "align": plan.settings["align"],
+        "allocation": plan.settings["allocation"],
+        "criterion": plan.settings["criterion"],
+        "calibration": plan.settings["calibration"],
+        "kept_kv_groups": plan.kept_kv_groups,
+        "kept_neurons": plan.kept_neurons,
+        "notes": plan.stats.get("notes", []),
+        "scores": None if scores is None else {k: scores.metadata()[k] for k in ("criterion", "fingerprint", "meta")},
+        "timings": {k: round(v, 3) for k, v in (timings or {}).items()},
+    }
+    if selection is not None:
+        report["calibration_selection"] = selection
+    return report
+
+
+def block_biases(shape: ModelShape) -> int:
+    """Bias parameters that belong to prunable units (q/k/v and gate/up biases), for dense `shape`."""
+    return shape.num_layers * (
+        shape.num_kv_heads[0] * shape.attn_unit_bias + shape.intermediate[0] * shape.mlp_unit_bias
+    )
+
+
+__all__ = [
+    "PruneResult",
+    "PruneSettings",
+    "calibration_for",
+    "check_scores_match",
+    "plan_signature",
+    "planned_shape",
+    "prune",
+    "prune_and_measure",
+    "prune_report",
+    "score",
+    "slice_at",
+]
