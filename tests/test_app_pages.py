@@ -416,9 +416,9 @@ def test_evidence_page_shows_the_committed_gamma_curves(at):
 
 
 def test_evidence_page_without_a_benchmark_says_how_to_make_one(at, monkeypatch, tmp_path):
-    import nirvana.bench.quality as q
+    import nirvana.bench.quality_report as qr
 
-    monkeypatch.setattr(q, "DEFAULT_OUT", tmp_path)
+    monkeypatch.setattr(qr, "DEFAULT_OUT", tmp_path)  # where committed_reports looks
     at.switch_page("app_pages/evidence.py").run()
     no_errors(at)
     assert any("python -m nirvana bench quality" in i.value for i in at.info)

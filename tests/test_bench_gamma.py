@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import argparse
-
 import nirvana.bench.gamma as gb
+from nirvana.cli import build_parser
+from nirvana.cli.bench_cmds import gamma_config
 
 
 def test_gamma_bench_measures_the_grid_and_writes_its_report(tiny_with_tokenizer_dir, tmp_path):
-    parser = argparse.ArgumentParser()
-    gb.add_arguments(parser)
+    parser = build_parser()
     small = ["--samples", "2", "--seq-len", "32", "--anchor-samples", "4", "--anchor-seq-len", "16"]
     grid = ["--criteria", "nirvana,random", "--sparsities", "0.3,0.5", "--gammas", "0.5,2"]
-    args = parser.parse_args(["--model", str(tiny_with_tokenizer_dir), *grid, *small, "--out-dir", str(tmp_path)])
-    data = gb.run_gamma_bench(args, log=lambda m: None)
+    argv = ["bench", "gamma", "--model", str(tiny_with_tokenizer_dir), *grid, *small, "--out-dir", str(tmp_path)]
+    data = gb.run_gamma_bench(gamma_config(parser.parse_args(argv)), log=lambda m: None)
     g_star = round(data["gamma_default"], 4)
     assert data["gammas"] == sorted({0.5, 2.0, g_star})
     for criterion in ("nirvana", "random"):

@@ -7,6 +7,8 @@ import json
 import pytest
 
 from nirvana.bench import gpu
+from nirvana.cli import build_parser
+from nirvana.cli.bench_cmds import cmd_gpu
 
 FIELDS = {
     "variant",
@@ -58,7 +60,7 @@ def test_full_benchmark_needs_a_gpu_here(tmp_path):
     if torch.cuda.is_available():
         pytest.skip("a GPU is present: the full benchmark would run")
     with pytest.raises(InvalidInput, match="--tiny"):
-        gpu.main(["--device", "cpu", "--out", str(tmp_path)])
+        cmd_gpu(build_parser().parse_args(["bench", "gpu", "--device", "cpu", "--out", str(tmp_path)]))
 
 
 def test_tiny_config_keeps_the_8b_layout():

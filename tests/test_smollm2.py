@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from nirvana.cli import main
-from nirvana.models.facts import describe
 from nirvana.models.checkpoint import load_pruned
+from nirvana.models.facts import describe
 from nirvana.models.shapes import model_shape
 
 pytestmark = pytest.mark.slow

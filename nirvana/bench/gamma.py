@@ -11,47 +11,69 @@ Writes `benchmarks/gamma/gamma-<model>.json`, `.md` and `.png`.
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import json
-import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-DEFAULT_OUT = Path(__file__).resolve().parents[2] / "benchmarks" / "gamma"
+from nirvana.bench.environment import BENCHMARKS_DIR, machine_label
+from nirvana.errors import InvalidInput
+from nirvana.scoring.criteria import SCORERS
+
+DEFAULT_OUT = BENCHMARKS_DIR / "gamma"
 GAMMAS = (0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0)
 
 
-def run_gamma_bench(args, log) -> dict:
-    from nirvana.bench.quality import machine_label
+@dataclass(frozen=True)
+class GammaBenchConfig:
+    """The grid: criteria x sparsities x gammas (gamma* is always added), and the data sizes."""
+
+    model: str = "smollm2-135m"
+    criteria: tuple[str, ...] = ("nirvana", "taylor")
+    sparsities: tuple[float, ...] = (0.1, 0.2, 0.3, 0.5)
+    gammas: tuple[float, ...] = GAMMAS
+    samples: int = 32
+    seq_len: int = 128
+    anchor_samples: int = 128
+    anchor_seq_len: int = 64
+    out_dir: Path = DEFAULT_OUT
+
+    def __post_init__(self) -> None:
+        unknown = [c for c in self.criteria if c not in SCORERS]
+        if unknown:
+            raise InvalidInput(f"unknown criteria {unknown}; accepted: {', '.join(SCORERS)}.")
+
+
+def run_gamma_bench(config: GammaBenchConfig, log) -> dict:
     from nirvana.measure.kl import DenseReference
     from nirvana.models.loading import load_model
     from nirvana.models.shapes import model_shape
     from nirvana.pruning.allocation import default_gamma
-    from nirvana.scoring.criteria import SCORERS, compute_scores
+    from nirvana.scoring.criteria import compute_scores
     from nirvana.search.calibration import AnchorSpec, anchor_batch, candidate_batch
     from nirvana.search.gamma import gamma_grid, gamma_search
 
     start = time.perf_counter()
-    lm = load_model(args.model, dtype="float32")
-    spec = AnchorSpec(samples=args.anchor_samples, seq_len=args.anchor_seq_len)
+    lm = load_model(config.model, dtype="float32")
+    spec = AnchorSpec(samples=config.anchor_samples, seq_len=config.anchor_seq_len)
     anchor = anchor_batch(lm.tokenizer, spec)
     reference = DenseReference(lm.model, anchor.input_ids)
-    grid = gamma_grid(model_shape(lm.model), [*args.gammas, round(default_gamma(model_shape(lm.model)), 4)])
+    grid = gamma_grid(model_shape(lm.model), [*config.gammas, round(default_gamma(model_shape(lm.model)), 4)])
     out = {
-        "model": args.model,
+        "model": config.model,
         "machine": machine_label(),
         "started_utc": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S"),
         "anchor": f"{spec.source}:{spec.samples}x{spec.seq_len}:seed{spec.seed}",
-        "calibration": f"{args.samples}x{args.seq_len} from {spec.source}, seed 0",
+        "calibration": f"{config.samples}x{config.seq_len} from {spec.source}, seed 0",
         "gammas": grid,
         "criteria": {},
     }
-    for criterion in args.criteria:
+    for criterion in config.criteria:
         batch = None
         if SCORERS[criterion][1]:
             batch = candidate_batch(
-                lm.tokenizer, anchor, source=spec.source, samples=args.samples, seq_len=args.seq_len, seed=0
+                lm.tokenizer, anchor, source=spec.source, samples=config.samples, seq_len=config.seq_len, seed=0
             )
         t = time.perf_counter()
         scores = compute_scores(lm.model, criterion, batch)
@@ -61,7 +83,7 @@ def run_gamma_bench(args, log) -> dict:
             scores,
             reference,
             gammas=grid,
-            sparsities=args.sparsities,
+            sparsities=config.sparsities,
             progress=lambda f, m, c=criterion: log(f"{c} [{f:.0%}] {m}"),
         )
         out["gamma_default"] = result.gamma_default
@@ -167,43 +189,3 @@ def committed_gamma(model: str, directory: Path | None = None) -> dict | None:
     """The committed gamma benchmark of `model`, or None when there is none."""
     path = gamma_path(model, directory)
     return json.loads(path.read_text()) if path.exists() else None
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    from nirvana.cli.common import parse_float_list as floats
-    from nirvana.cli.common import parse_name_list as names
-
-    p.add_argument("--model", default="smollm2-135m")
-    p.add_argument("--criteria", type=names, default=("nirvana", "taylor"), help="comma-separated criteria")
-    p.add_argument("--sparsities", type=floats, default=(0.1, 0.2, 0.3, 0.5))
-    p.add_argument("--gammas", type=floats, default=GAMMAS, help="grid (the analytic gamma* is always added)")
-    p.add_argument("--samples", type=int, default=32)
-    p.add_argument("--seq-len", type=int, default=128)
-    p.add_argument("--anchor-samples", type=int, default=128)
-    p.add_argument("--anchor-seq-len", type=int, default=64)
-    p.add_argument("--out-dir", type=Path, default=DEFAULT_OUT)
-
-
-def cmd_gamma(args) -> int:
-    from nirvana.scoring.criteria import SCORERS
-
-    unknown = [c for c in args.criteria if c not in SCORERS]
-    if unknown:
-        from nirvana.errors import InvalidInput
-
-        raise InvalidInput(f"unknown criteria {unknown}; accepted: {', '.join(SCORERS)}.")
-
-    def log(msg):
-        print(f"{dt.datetime.now(dt.UTC):%H:%M:%S} {msg}", file=sys.stderr, flush=True)
-
-    data = run_gamma_bench(args, log)
-    paths = write_outputs(data, args.out_dir)
-    print(paths[1].read_text())
-    log("wrote " + ", ".join(str(p) for p in paths))
-    return 0
-
-
-def register(sub) -> None:
-    p = sub.add_parser("gamma", help="KL to dense over a gamma grid per criterion and sparsity (JSON, md, PNG)")
-    add_arguments(p)
-    p.set_defaults(func=cmd_gamma)

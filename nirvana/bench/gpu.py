@@ -22,16 +22,16 @@ The JSON is printed and written to benchmarks/gpu/<name>.json.
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import json
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-DEFAULT_OUT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu"
+from nirvana.bench.environment import BENCHMARKS_DIR
+
+DEFAULT_OUT = BENCHMARKS_DIR / "gpu"
 SPARSITIES = (0.2, 0.5)
 PAPER_A100 = {
     "source": "NIRVANA paper, Llama-3.1-8B, 50% sparsity, batch 32, one A100",
@@ -212,56 +212,13 @@ def run_gpu_bench(
     }
 
 
-def add_arguments(p) -> None:
-    p.add_argument("--tiny", action="store_true", help="tiny config on CPU in seconds (same JSON fields)")
-    p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--prompt-len", type=int, default=None, help="default 128 (tiny: 16)")
-    p.add_argument("--new-tokens", type=int, default=None, help="decode steps timed (default 32; tiny: 4)")
-    p.add_argument("--repeats", type=int, default=None, help="timed repeats, median reported (default 5; tiny: 2)")
-    p.add_argument("--out", type=Path, default=None, help=f"output folder (default {DEFAULT_OUT})")
-
-
-def cmd_gpu(args) -> int:
-    from nirvana.errors import InvalidInput
-    from nirvana.models.loading import resolve_device
-
-    device = resolve_device(args.device)
-    if not args.tiny and not device.startswith("cuda"):
-        raise InvalidInput(
-            "the full benchmark builds an 8-billion-parameter model and needs a CUDA GPU (about 40 GB for the dense "
-            "and both pruned copies); on this machine run `python -m nirvana bench gpu --tiny`."
-        )
-    result = run_gpu_bench(
-        tiny=args.tiny,
-        device=device,
-        batch_size=args.batch_size,
-        prompt_len=args.prompt_len,
-        new_tokens=args.new_tokens,
-        repeats=args.repeats,
-        progress=lambda f, m: print(f"[{f:4.0%}] {m}", file=sys.stderr, flush=True),
-    )
-    out = args.out or DEFAULT_OUT
+def write_result(result: dict, out: Path | None = None) -> Path:
+    """benchmarks/gpu/<llama-3.1-8b | tiny-cpu | tiny-cuda>.json"""
+    out = Path(out or DEFAULT_OUT)
     out.mkdir(parents=True, exist_ok=True)
-    stem = "tiny-" + ("cuda" if device.startswith("cuda") else "cpu") if args.tiny else "llama-3.1-8b"
+    device = result["environment"]["device"]
+    tiny = result["architecture"].startswith("tiny")
+    stem = ("tiny-" + ("cuda" if str(device).startswith("cuda") else "cpu")) if tiny else "llama-3.1-8b"
     path = out / f"{stem}.json"
     path.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
-    print(f"wrote {path}", file=sys.stderr)
-    return 0
-
-
-def register(sub) -> None:
-    p = sub.add_parser("gpu", help="Llama-3.1-8B throughput/memory, dense vs pruned 20%%/50%% (--tiny on CPU)")
-    add_arguments(p)
-    p.set_defaults(func=cmd_gpu)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m nirvana.bench.gpu", description=__doc__.splitlines()[0])
-    add_arguments(parser)
-    return cmd_gpu(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    return path

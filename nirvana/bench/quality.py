@@ -23,88 +23,15 @@ CSV at the end, or alone with `--report-only`.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import datetime as dt
 import os
-import platform
-import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from nirvana.bench.quality_report import write_report
-from nirvana.search.calibration import AnchorSpec
-
-CRITERIA = ("nirvana", "magnitude", "random", "taylor", "wanda")
-DATA_DRIVEN = ("nirvana", "taylor", "wanda")  # the criteria whose scores depend on calibration data
-SPARSITIES = (0.1, 0.2, 0.3, 0.5)
-DATASETS = ("wikitext2", "ptb")
-DEFAULT_OUT = Path(__file__).resolve().parents[2] / "benchmarks" / "quality"
-COLUMNS = (
-    "model",
-    "criterion",
-    "allocation",
-    "calib_seed",
-    "sparsity",
-    "gamma",
-    "achieved_block_sparsity",
-    "total_param_reduction",
-    "params_after",
-    "kl",
-    "ppl_wikitext2",
-    "ppl_ptb",
-    "tokens_wikitext2",
-    "tokens_ptb",
-    "token_budget",
-    "window",
-    "anchor",
-    "seconds",
-    "finished_utc",
-    "machine",
-)
-KEY = ("model", "criterion", "allocation", "calib_seed", "sparsity", "token_budget", "anchor")
-
-
-@dataclass
-class QualityConfig:
-    model: str = "smollm2-135m"
-    criteria: tuple[str, ...] = CRITERIA
-    sparsities: tuple[float, ...] = SPARSITIES
-    uniform_criteria: tuple[str, ...] = CRITERIA
-    select_criteria: tuple[str, ...] = DATA_DRIVEN
-    candidates: int = 4
-    tokens: int = 16384  # per dataset
-    window: int = 512
-    samples: int = 32
-    seq_len: int = 128
-    pool: str = "wikitext2-valid"
-    anchor: AnchorSpec = field(default_factory=AnchorSpec)
-    # KL on the first `kl_sequences` anchor sequences only (None: all). The anchor is still drawn
-    # in full, so candidate batches (and their cached scores) are those of `select-calib`.
-    kl_sequences: int | None = None
-    gamma: float | None = None  # None: the analytic gamma*
-    align: int = 8
-    datasets: tuple[str, ...] = DATASETS
-    out_dir: Path = DEFAULT_OUT
-    note: str = ""  # free text for the report header (e.g. why the budget was reduced)
-
-    @property
-    def anchor_label(self) -> str:
-        a = self.anchor
-        used = f":first{self.kl_sequences}" if self.kl_sequences and self.kl_sequences < a.samples else ""
-        return f"{a.source}:{a.samples}x{a.seq_len}:seed{a.seed}{used}"
-
-    @property
-    def plot_prefix(self) -> str:
-        """`quality` for the analytic-gamma run; `quality-gamma4` etc. for a fixed gamma (plots stay apart)."""
-        return "quality" if self.gamma is None else f"quality-gamma{self.gamma:g}"
-
-    @property
-    def csv_path(self) -> Path:
-        """One CSV per model; a fixed `--gamma` gets its own file (rows are keyed without gamma)."""
-        suffix = "" if self.gamma is None else f"-gamma{self.gamma:g}"
-        return Path(self.out_dir) / f"quality-{self.model.replace('/', '_')}{suffix}.csv"
+from nirvana.bench.environment import machine_label
+from nirvana.bench.quality_config import COLUMNS, KEY, QualityConfig
 
 
 @dataclass(frozen=True)
@@ -137,22 +64,6 @@ def plan_jobs(config: QualityConfig) -> list[Job]:
             if SCORERS[c][1]:
                 jobs += [Job(c, "global", k, s) for s in group for k in range(1, config.candidates)]
     return jobs
-
-
-def machine_label() -> str:
-    import torch
-
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    if torch.cuda.is_available():
-        cpu += f" + {torch.cuda.get_device_name(0)}"
-    return f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__} ({torch.get_num_threads()} threads)"
 
 
 def _row_key(row: dict) -> tuple:
@@ -249,8 +160,8 @@ class _Runner:
     def run(self, job: Job) -> dict:
         from nirvana.measure.kl import kl_to_dense
         from nirvana.models.shapes import count_parameters
-        from nirvana.pruning.allocation import allocate, default_gamma
-        from nirvana.pruning.slicing import apply_plan
+        from nirvana.pruning.allocation import default_gamma
+        from nirvana.pruning.slicing import prune_and_measure
 
         t = time.perf_counter()
         c = self.config
@@ -267,16 +178,22 @@ class _Runner:
         else:
             scores = self.scores(job.criterion, job.calib_seed)
             gamma = default_gamma(self.shape) if c.gamma is None else c.gamma
-            plan = allocate(scores, self.shape, job.sparsity, gamma, c.align, job.allocation)
-            pruned = apply_plan(self.lm.model, plan)
-            row.update(kl=kl_to_dense(pruned, self.reference), **self.perplexities(pruned))
+
+            def measure(pruned):
+                quality = {"kl": kl_to_dense(pruned, self.reference), **self.perplexities(pruned)}
+                return quality, count_parameters(pruned)
+
+            plan, (measured, params_after) = prune_and_measure(
+                self.lm.model, scores, measure, sparsity=job.sparsity, gamma=gamma, align=c.align,
+                allocation=job.allocation, shape=self.shape,
+            )  # fmt: skip
+            row.update(measured)
             row.update(
                 gamma=round(gamma, 4),
                 achieved_block_sparsity=round(plan.stats["achieved_block_sparsity"], 4),
-                total_param_reduction=round(1 - count_parameters(pruned) / self.shape.total_params, 4),
-                params_after=count_parameters(pruned),
+                total_param_reduction=round(1 - params_after / self.shape.total_params, 4),
+                params_after=params_after,
             )
-            del pruned
         row["seconds"] = round(time.perf_counter() - t, 1)
         row["finished_utc"] = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
         return row
@@ -330,85 +247,10 @@ def run_quality(config: QualityConfig, log=print, progress=None) -> list[dict]:
             )
             if progress:
                 progress((i + 1) / len(todo), f"{job.criterion} {job.allocation} {job.sparsity}")
-    keys = {tuple(str(v) for v in _fmt_key(config, j).values()) for j in jobs}
+    return committed_rows(config)
+
+
+def committed_rows(config: QualityConfig) -> list[dict]:
+    """The CSV rows of `config`'s grid that are already measured (what `--report-only` reports)."""
+    keys = {tuple(str(v) for v in _fmt_key(config, j).values()) for j in plan_jobs(config)}
     return [r for r in read_rows(config.csv_path) if _row_key(r) in keys]
-
-
-# ---------------------------------------------------------------- command line
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    from nirvana.cli.common import parse_float_list as floats
-    from nirvana.cli.common import parse_name_list as names
-
-    p.add_argument("--model", default="smollm2-135m")
-    p.add_argument("--criteria", type=names, default=CRITERIA, help="comma-separated criteria")
-    p.add_argument("--sparsities", type=floats, default=SPARSITIES)
-    p.add_argument("--uniform-criteria", type=names, default=CRITERIA, help="criteria also run with uniform allocation")
-    p.add_argument(
-        "--select-criteria", type=names, default=DATA_DRIVEN, help="criteria given KL-guided calibration (data-driven)"
-    )
-    p.add_argument("--candidates", type=int, default=4, help="K calibration candidates for KL selection")
-    p.add_argument("--tokens", type=int, default=16384, help="tokens per perplexity dataset")
-    p.add_argument("--samples", type=int, default=32)
-    p.add_argument("--seq-len", type=int, default=128)
-    p.add_argument("--anchor-samples", type=int, default=128)
-    p.add_argument("--anchor-seq-len", type=int, default=64)
-    p.add_argument("--kl-sequences", type=int, default=None, help="measure KL on the first M anchor sequences only")
-    p.add_argument("--gamma", type=float, default=None)
-    p.add_argument("--out-dir", type=Path, default=DEFAULT_OUT)
-    p.add_argument("--report-only", action="store_true", help="rebuild markdown and plots from the CSV")
-    p.add_argument("--note", default="", help="a line of context for the report header")
-
-
-def config_from_args(args) -> QualityConfig:
-    return QualityConfig(
-        model=args.model,
-        criteria=args.criteria,
-        sparsities=args.sparsities,
-        uniform_criteria=args.uniform_criteria,
-        select_criteria=args.select_criteria,
-        candidates=args.candidates,
-        tokens=args.tokens,
-        samples=args.samples,
-        seq_len=args.seq_len,
-        anchor=AnchorSpec(samples=args.anchor_samples, seq_len=args.anchor_seq_len),
-        kl_sequences=args.kl_sequences,
-        gamma=args.gamma,
-        out_dir=args.out_dir,
-        note=args.note,
-    )
-
-
-def cmd_quality(args) -> int:
-    config = config_from_args(args)
-
-    def log(msg):
-        print(f"{dt.datetime.now(dt.UTC):%H:%M:%S} {msg}", file=sys.stderr, flush=True)
-
-    if args.report_only:
-        jobs = plan_jobs(config)
-        keys = {tuple(str(v) for v in _fmt_key(config, j).values()) for j in jobs}
-        rows = [r for r in read_rows(config.csv_path) if _row_key(r) in keys]
-    else:
-        rows = run_quality(config, log)
-    md, text = write_report(rows, config)
-    print(text)
-    log(f"wrote {config.csv_path}, {md} and plots")
-    return 0
-
-
-def register(sub) -> None:
-    p = sub.add_parser("quality", help="perplexity and KL of every criterion/allocation/sparsity (CSV, md, PNG)")
-    add_arguments(p)
-    p.set_defaults(func=cmd_quality)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m nirvana.bench.quality", description=__doc__.splitlines()[0])
-    add_arguments(parser)
-    return cmd_quality(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -8,18 +8,14 @@ from __future__ import annotations
 
 import statistics
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from nirvana.bench.quality_config import CRITERIA, DEFAULT_OUT, QualityConfig
 from nirvana.charts import CRITERION_COLORS
-
-if TYPE_CHECKING:
-    from nirvana.bench.quality import QualityConfig
 
 
 def committed_reports(directory: Path | None = None) -> list[Path]:
     """The quality CSVs under `benchmarks/quality/` (or `directory`): the analytic-gamma runs first
     (one per model), then the runs at a fixed `--gamma`; by name within each group."""
-    from nirvana.bench.quality import DEFAULT_OUT
 
     folder = Path(directory or DEFAULT_OUT)
     paths = folder.glob("quality-*.csv") if folder.is_dir() else []
@@ -28,7 +24,6 @@ def committed_reports(directory: Path | None = None) -> list[Path]:
 
 def config_from_rows(rows: list[dict], csv_path: Path | None = None) -> QualityConfig:
     """The grid a CSV actually holds, as a `QualityConfig` (for summarising a committed report)."""
-    from nirvana.bench.quality import CRITERIA, QualityConfig
 
     pruned = [r for r in rows if r["criterion"] != "dense"]
     present = {r["criterion"] for r in pruned}

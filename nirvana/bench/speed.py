@@ -16,7 +16,7 @@ import os
 import sys
 from pathlib import Path
 
-from nirvana.cli.common import add_model_args, load_from_args, parse_float_list, parse_int_list, stderr_progress
+from nirvana.bench.environment import BENCHMARKS_DIR
 from nirvana.errors import InvalidInput
 from nirvana.measure.flops import flops_per_token
 from nirvana.measure.speed import measure_speeds, speedup_rows
@@ -24,7 +24,7 @@ from nirvana.models.shapes import model_shape
 from nirvana.pipeline import PruneSettings, score
 from nirvana.pruning.slicing import slice_at
 
-DEFAULT_OUT = Path(__file__).resolve().parents[2] / "benchmarks" / "speed"
+DEFAULT_OUT = BENCHMARKS_DIR / "speed"
 COLUMNS = (
     "sparsity",
     "achieved_block_sparsity",
@@ -45,25 +45,6 @@ COLUMNS = (
     "prefill_speedup_cpu_time",
     "decode_speedup_cpu_time",
 )
-
-
-def register(bench_sub) -> None:
-    p = bench_sub.add_parser("speed", help="prune at several sparsities; measure prefill/decode speed and memory")
-    add_model_args(p)
-    p.add_argument("--sparsities", default="0,0.2,0.5", help="comma-separated target sparsities (0 = dense)")
-    p.add_argument("--batch-sizes", default="1,8,32", help="comma-separated batch sizes")
-    p.add_argument("--prompt-len", type=int, default=128)
-    p.add_argument("--new-tokens", type=int, default=32)
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--warmup", type=int, default=1)
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
-    p.add_argument("--calib", default="wikitext2-valid", help="calibration dataset for the nirvana scores")
-    p.add_argument("--samples", type=int, default=32, help="calibration sequences N")
-    p.add_argument("--seq-len", type=int, default=128, help="calibration tokens per sequence T")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default=str(DEFAULT_OUT), help="output folder (default benchmarks/speed)")
-    p.add_argument("--json", action="store_true", help="print the raw result as JSON")
-    p.set_defaults(func=cmd_speed)
 
 
 def pruned_models(lm, sparsities, *, calib="wikitext2-valid", samples=32, seq_len=128, seed=0, progress=None):
@@ -220,38 +201,3 @@ def write_outputs(result: dict, out_dir: Path) -> list[Path]:
     raw = out_dir / "speed.json"
     raw.write_text(json.dumps(result, indent=2, default=str))
     return [md, csv_path, raw, plot(result, out_dir / "speed.png")]
-
-
-def cmd_speed(args) -> int:
-    import torch
-
-    if args.threads is not None:
-        if args.threads < 1:
-            raise InvalidInput(f"--threads must be a positive integer, got {args.threads}.")
-        torch.set_num_threads(args.threads)
-    try:
-        sparsities, batch_sizes = parse_float_list(args.sparsities), parse_int_list(args.batch_sizes)
-    except ValueError as exc:
-        raise InvalidInput("--sparsities and --batch-sizes must be comma-separated numbers, e.g. 0,0.2,0.5.") from exc
-    lm = load_from_args(args)
-    result = run_speed_bench(
-        lm,
-        sparsities,
-        batch_sizes=batch_sizes,
-        prompt_len=args.prompt_len,
-        new_tokens=args.new_tokens,
-        repeats=args.repeats,
-        warmup=args.warmup,
-        calib=args.calib,
-        samples=args.samples,
-        seq_len=args.seq_len,
-        seed=args.seed,
-        progress=stderr_progress,
-    )
-    paths = write_outputs(result, Path(args.out))
-    if args.json:
-        print(json.dumps(result, indent=2, default=str))
-    else:
-        print(markdown_table(result))
-        print("wrote " + ", ".join(str(p) for p in paths))
-    return 0

@@ -8,15 +8,16 @@ unless NIRVANA_DEBUG=1).
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
 import textwrap
 
+from nirvana.cli import bench_cmds, calib_cmds, eval_cmds, model_cmds, prune_cmds
 from nirvana.errors import NirvanaError
+from nirvana.guard.memory import oom_guard
 
-# Modules under nirvana.cli that each register one or more subcommands.
-COMMAND_MODULES = ("model_cmds", "prune_cmds", "calib_cmds", "eval_cmds", "bench_cmds")
+# Modules that each register one or more subcommands, in the order `--help` lists them.
+COMMAND_MODULES = (model_cmds, prune_cmds, calib_cmds, eval_cmds, bench_cmds)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,8 +26,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="NIRVANA Explorer: structured pruning of decoder-only LLMs (arXiv 2509.14230).",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name in COMMAND_MODULES:
-        importlib.import_module(f"nirvana.cli.{name}").register(sub)
+    for module in COMMAND_MODULES:
+        module.register(sub)
     return parser
 
 
@@ -40,8 +41,6 @@ def fail(message: str, code: int = 2) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    from nirvana.guard.memory import oom_guard
-
     try:
         with oom_guard(f"`{args.command}`"):  # an OOM anywhere becomes the same numbers-and-options message
             return int(args.func(args) or 0)

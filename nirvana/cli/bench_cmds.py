@@ -1,17 +1,232 @@
 """`bench <benchmark>`: benchmarks that write committed tables and plots under `benchmarks/`.
 
-Each module in BENCH_MODULES has `register(bench_subparsers)` and adds one sub-subcommand.
+The flags live here; each benchmark is a typed library function in `nirvana.bench`.
 """
 
 from __future__ import annotations
 
-import importlib
+import datetime as dt
+import json
+import sys
+from pathlib import Path
 
-BENCH_MODULES = ("nirvana.bench.speed", "nirvana.bench.gpu", "nirvana.bench.quality", "nirvana.bench.gamma")
+import torch
+
+from nirvana.bench import gpu, speed
+from nirvana.bench.gamma import DEFAULT_OUT as GAMMA_OUT
+from nirvana.bench.gamma import GAMMAS, GammaBenchConfig, run_gamma_bench
+from nirvana.bench.gamma import write_outputs as write_gamma_outputs
+from nirvana.bench.quality import committed_rows, run_quality
+from nirvana.bench.quality_config import CRITERIA, DATA_DRIVEN, SPARSITIES, QualityConfig
+from nirvana.bench.quality_config import DEFAULT_OUT as QUALITY_OUT
+from nirvana.bench.quality_report import write_report
+from nirvana.cli.common import (
+    add_model_args,
+    load_from_args,
+    parse_float_list,
+    parse_int_list,
+    parse_name_list,
+    stderr_progress,
+)
+from nirvana.errors import InvalidInput
+from nirvana.models.loading import resolve_device
+from nirvana.search.calibration import AnchorSpec
 
 
 def register(sub) -> None:
     p = sub.add_parser("bench", help="run a benchmark and write its table and plot under benchmarks/")
     bench_sub = p.add_subparsers(dest="benchmark", metavar="BENCHMARK", required=True)
-    for name in BENCH_MODULES:
-        importlib.import_module(name).register(bench_sub)
+    for add in (_add_speed, _add_gpu, _add_quality, _add_gamma):
+        add(bench_sub)
+
+
+def log(message: str) -> None:
+    print(f"{dt.datetime.now(dt.UTC):%H:%M:%S} {message}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------- speed
+
+
+def _add_speed(bench_sub) -> None:
+    p = bench_sub.add_parser("speed", help="prune at several sparsities; measure prefill/decode speed and memory")
+    add_model_args(p)
+    p.add_argument("--sparsities", default="0,0.2,0.5", help="comma-separated target sparsities (0 = dense)")
+    p.add_argument("--batch-sizes", default="1,8,32", help="comma-separated batch sizes")
+    p.add_argument("--prompt-len", type=int, default=128)
+    p.add_argument("--new-tokens", type=int, default=32)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--calib", default="wikitext2-valid", help="calibration dataset for the nirvana scores")
+    p.add_argument("--samples", type=int, default=32, help="calibration sequences N")
+    p.add_argument("--seq-len", type=int, default=128, help="calibration tokens per sequence T")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default=str(speed.DEFAULT_OUT), help="output folder (default benchmarks/speed)")
+    p.add_argument("--json", action="store_true", help="print the raw result as JSON")
+    p.set_defaults(func=cmd_speed)
+
+
+def cmd_speed(args) -> int:
+    if args.threads is not None:
+        if args.threads < 1:
+            raise InvalidInput(f"--threads must be a positive integer, got {args.threads}.")
+        torch.set_num_threads(args.threads)
+    try:
+        sparsities, batch_sizes = parse_float_list(args.sparsities), parse_int_list(args.batch_sizes)
+    except ValueError as exc:
+        raise InvalidInput("--sparsities and --batch-sizes must be comma-separated numbers, e.g. 0,0.2,0.5.") from exc
+    lm = load_from_args(args)
+    result = speed.run_speed_bench(
+        lm,
+        sparsities,
+        batch_sizes=batch_sizes,
+        prompt_len=args.prompt_len,
+        new_tokens=args.new_tokens,
+        repeats=args.repeats,
+        warmup=args.warmup,
+        calib=args.calib,
+        samples=args.samples,
+        seq_len=args.seq_len,
+        seed=args.seed,
+        progress=stderr_progress,
+    )
+    paths = speed.write_outputs(result, Path(args.out))
+    if args.json:
+        print(json.dumps(result, indent=2, default=str))
+    else:
+        print(speed.markdown_table(result))
+        print("wrote " + ", ".join(str(p) for p in paths))
+    return 0
+
+
+# ---------------------------------------------------------------- gpu
+
+
+def _add_gpu(bench_sub) -> None:
+    p = bench_sub.add_parser("gpu", help="Llama-3.1-8B throughput/memory, dense vs pruned 20%%/50%% (--tiny on CPU)")
+    p.add_argument("--tiny", action="store_true", help="tiny config on CPU in seconds (same JSON fields)")
+    p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--prompt-len", type=int, default=None, help="default 128 (tiny: 16)")
+    p.add_argument("--new-tokens", type=int, default=None, help="decode steps timed (default 32; tiny: 4)")
+    p.add_argument("--repeats", type=int, default=None, help="timed repeats, median reported (default 5; tiny: 2)")
+    p.add_argument("--out", type=Path, default=None, help=f"output folder (default {gpu.DEFAULT_OUT})")
+    p.set_defaults(func=cmd_gpu)
+
+
+def cmd_gpu(args) -> int:
+    device = resolve_device(args.device)
+    if not args.tiny and not device.startswith("cuda"):
+        raise InvalidInput(
+            "the full benchmark builds an 8-billion-parameter model and needs a CUDA GPU (about 40 GB for the dense "
+            "and both pruned copies); on this machine run `python -m nirvana bench gpu --tiny`."
+        )
+    result = gpu.run_gpu_bench(
+        tiny=args.tiny,
+        device=device,
+        batch_size=args.batch_size,
+        prompt_len=args.prompt_len,
+        new_tokens=args.new_tokens,
+        repeats=args.repeats,
+        progress=stderr_progress,
+    )
+    path = gpu.write_result(result, args.out)
+    print(json.dumps(result, indent=2))
+    print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+# ---------------------------------------------------------------- quality
+
+
+def _add_quality(bench_sub) -> None:
+    p = bench_sub.add_parser("quality", help="perplexity and KL of every criterion/allocation/sparsity (CSV, md, PNG)")
+    names, floats = parse_name_list, parse_float_list
+    p.add_argument("--model", default="smollm2-135m")
+    p.add_argument("--criteria", type=names, default=CRITERIA, help="comma-separated criteria")
+    p.add_argument("--sparsities", type=floats, default=SPARSITIES)
+    p.add_argument("--uniform-criteria", type=names, default=CRITERIA, help="criteria also run with uniform allocation")
+    p.add_argument(
+        "--select-criteria", type=names, default=DATA_DRIVEN, help="criteria given KL-guided calibration (data-driven)"
+    )
+    p.add_argument("--candidates", type=int, default=4, help="K calibration candidates for KL selection")
+    p.add_argument("--tokens", type=int, default=16384, help="tokens per perplexity dataset")
+    p.add_argument("--samples", type=int, default=32)
+    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--anchor-samples", type=int, default=128)
+    p.add_argument("--anchor-seq-len", type=int, default=64)
+    p.add_argument("--kl-sequences", type=int, default=None, help="measure KL on the first M anchor sequences only")
+    p.add_argument("--gamma", type=float, default=None)
+    p.add_argument("--out-dir", type=Path, default=QUALITY_OUT)
+    p.add_argument("--report-only", action="store_true", help="rebuild markdown and plots from the CSV")
+    p.add_argument("--note", default="", help="a line of context for the report header")
+    p.set_defaults(func=cmd_quality)
+
+
+def quality_config(args) -> QualityConfig:
+    return QualityConfig(
+        model=args.model,
+        criteria=tuple(args.criteria),
+        sparsities=tuple(args.sparsities),
+        uniform_criteria=tuple(args.uniform_criteria),
+        select_criteria=tuple(args.select_criteria),
+        candidates=args.candidates,
+        tokens=args.tokens,
+        samples=args.samples,
+        seq_len=args.seq_len,
+        anchor=AnchorSpec(samples=args.anchor_samples, seq_len=args.anchor_seq_len),
+        kl_sequences=args.kl_sequences,
+        gamma=args.gamma,
+        out_dir=args.out_dir,
+        note=args.note,
+    )
+
+
+def cmd_quality(args) -> int:
+    config = quality_config(args)
+    rows = committed_rows(config) if args.report_only else run_quality(config, log)
+    md, text = write_report(rows, config)
+    print(text)
+    log(f"wrote {config.csv_path}, {md} and plots")
+    return 0
+
+
+# ---------------------------------------------------------------- gamma
+
+
+def _add_gamma(bench_sub) -> None:
+    p = bench_sub.add_parser("gamma", help="KL to dense over a gamma grid per criterion and sparsity (JSON, md, PNG)")
+    names, floats = parse_name_list, parse_float_list
+    p.add_argument("--model", default="smollm2-135m")
+    p.add_argument("--criteria", type=names, default=("nirvana", "taylor"), help="comma-separated criteria")
+    p.add_argument("--sparsities", type=floats, default=(0.1, 0.2, 0.3, 0.5))
+    p.add_argument("--gammas", type=floats, default=GAMMAS, help="grid (the analytic gamma* is always added)")
+    p.add_argument("--samples", type=int, default=32)
+    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--anchor-samples", type=int, default=128)
+    p.add_argument("--anchor-seq-len", type=int, default=64)
+    p.add_argument("--out-dir", type=Path, default=GAMMA_OUT)
+    p.set_defaults(func=cmd_gamma)
+
+
+def gamma_config(args) -> GammaBenchConfig:
+    return GammaBenchConfig(
+        model=args.model,
+        criteria=tuple(args.criteria),
+        sparsities=tuple(args.sparsities),
+        gammas=tuple(args.gammas),
+        samples=args.samples,
+        seq_len=args.seq_len,
+        anchor_samples=args.anchor_samples,
+        anchor_seq_len=args.anchor_seq_len,
+        out_dir=args.out_dir,
+    )
+
+
+def cmd_gamma(args) -> int:
+    config = gamma_config(args)
+    data = run_gamma_bench(config, log)
+    paths = write_gamma_outputs(data, config.out_dir)
+    print(paths[1].read_text())
+    log("wrote " + ", ".join(str(p) for p in paths))
+    return 0
