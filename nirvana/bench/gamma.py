@@ -18,7 +18,9 @@ import sys
 import time
 from pathlib import Path
 
-DEFAULT_OUT = Path(__file__).resolve().parents[2] / "benchmarks" / "gamma"
+from nirvana.store.paths import benchmarks_dir
+
+DEFAULT_OUT = benchmarks_dir("gamma")  # the checkout's benchmarks/gamma; ./benchmarks/gamma when installed
 GAMMAS = (0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0)
 
 

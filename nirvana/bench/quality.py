@@ -35,12 +35,13 @@ from pathlib import Path
 
 from nirvana.bench.quality_report import write_report
 from nirvana.search.calibration import AnchorSpec
+from nirvana.store.paths import benchmarks_dir
 
 CRITERIA = ("nirvana", "magnitude", "random", "taylor", "wanda")
 DATA_DRIVEN = ("nirvana", "taylor", "wanda")  # the criteria whose scores depend on calibration data
 SPARSITIES = (0.1, 0.2, 0.3, 0.5)
 DATASETS = ("wikitext2", "ptb")
-DEFAULT_OUT = Path(__file__).resolve().parents[2] / "benchmarks" / "quality"
+DEFAULT_OUT = benchmarks_dir("quality")  # the checkout's benchmarks/quality; ./benchmarks/quality when installed
 COLUMNS = (
     "model",
     "criterion",

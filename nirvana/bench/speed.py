@@ -23,8 +23,9 @@ from nirvana.measure.speed import measure_speeds, speedup_rows
 from nirvana.models.shapes import model_shape
 from nirvana.pipeline import PruneSettings, score
 from nirvana.pruning.slicing import slice_at
+from nirvana.store.paths import benchmarks_dir
 
-DEFAULT_OUT = Path(__file__).resolve().parents[2] / "benchmarks" / "speed"
+DEFAULT_OUT = benchmarks_dir("speed")  # the checkout's benchmarks/speed; ./benchmarks/speed when installed
 COLUMNS = (
     "sparsity",
     "achieved_block_sparsity",
