@@ -17,15 +17,14 @@ import hashlib
 import os
 import shutil
 import struct
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from nirvana.errors import CorruptCheckpoint, UnsupportedArchitecture
 from nirvana.store.paths import cache_dir
 
-Progress = Callable[[float, str], None] | None
 _SLICES, _SLICE = 64, 1 << 16
 
 
@@ -50,7 +49,7 @@ def is_converted(folder: Path) -> bool:
     return (folder / "model.safetensors").exists() and (folder / "config.json").exists()
 
 
-def gguf_model_dir(path: str | Path, progress: Progress = None) -> Path:
+def gguf_model_dir(path: str | Path, progress=None) -> Path:
     """The safetensors folder of a GGUF file, converting it on first use."""
     path = Path(path)
     target = converted_dir(path)
@@ -59,10 +58,8 @@ def gguf_model_dir(path: str | Path, progress: Progress = None) -> Path:
     return target
 
 
-def convert_gguf(path: Path, target: Path, progress: Progress = None) -> Path:
+def convert_gguf(path: Path, target: Path, progress=None) -> Path:
     """De-quantize `path` to fp32 and write it (weights, tokenizer, config) to `target`, atomically."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     if progress:
         progress(0.0, f"Converting {path.name} to safetensors (once; later loads read the cached copy)")
     try:
