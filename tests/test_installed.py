@@ -83,3 +83,13 @@ def test_installed_cli_generates_with_the_embedded_model(installed, persistent_c
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("The capital of France is ") and len(result.stdout.strip()) > 25
+
+
+def test_in_a_checkout_benchmarks_and_data_are_the_repositorys():
+    from nirvana.bench import gpu
+    from nirvana.data import text
+    from nirvana.store.paths import benchmarks_dir, checkout_root
+
+    assert checkout_root() == ROOT
+    assert benchmarks_dir("gpu") == gpu.DEFAULT_OUT == ROOT / "benchmarks" / "gpu"
+    assert (ROOT.parent / "shared" / "data") == text.SIBLING_DATA_DIR
