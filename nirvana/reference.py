@@ -8,19 +8,21 @@ from __future__ import annotations
 
 import json
 from functools import lru_cache
+from importlib.resources import files
 from pathlib import Path
 
-REFERENCE_PATH = Path(__file__).resolve().parents[1] / "assets" / "paper_reference.json"
+# Package data (pyproject `package-data`): found the same way in a checkout and in an installed wheel.
+REFERENCE_PATH = files("nirvana") / "assets" / "paper_reference.json"
 
 
-@lru_cache(maxsize=1)
-def _load(path: str) -> dict:
-    return json.loads(Path(path).read_text())
+@lru_cache(maxsize=4)
+def _load(path: str | None) -> dict:
+    return json.loads((Path(path) if path else REFERENCE_PATH).read_text())
 
 
 def paper_reference(path: str | Path | None = None) -> dict:
     """The whole reference file: {label, source, model, hardware, accuracy, speed, pruning_time, unverified}."""
-    return json.loads(json.dumps(_load(str(path or REFERENCE_PATH))))  # a copy: callers may edit it
+    return json.loads(json.dumps(_load(str(path) if path else None)))  # a copy: callers may edit it
 
 
 def reference_rows(section: str = "speed", path: str | Path | None = None) -> list[dict]:

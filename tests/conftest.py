@@ -88,6 +88,31 @@ def tiny_with_tokenizer_dir(tmp_path_factory, smollm2):
     return path
 
 
+@pytest.fixture(scope="session")
+def tiny_gguf(tmp_path_factory):
+    """(path, model): a tiny random Qwen2 written as a GGUF file (tests/tiny_gguf.py), not the embedded model.
+
+    Its byte-level tokenizer adds a BOS token and its chat template writes one too.
+    """
+    from nirvana.models.tiny import tiny_model
+    from tests.tiny_gguf import VOCAB, write_gguf
+
+    model = tiny_model("qwen2", vocab_size=VOCAB)
+    return write_gguf(model, tmp_path_factory.mktemp("gguf") / "tiny-qwen2.gguf"), model
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer_dir(tmp_path_factory, tiny_gguf):
+    """The tiny GGUF's model and tokenizer as a plain safetensors folder (no SmolLM2 needed)."""
+    from transformers import AutoTokenizer
+
+    path, model = tiny_gguf
+    folder = tmp_path_factory.mktemp("tiny-qwen2-dir")
+    model.save_pretrained(folder)
+    AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name).save_pretrained(folder)
+    return folder
+
+
 def random_batch(vocab: int = 64, n: int = 4, t: int = 16, seed: int = 0):
     from nirvana.data.calibration import CalibrationBatch
 

@@ -1,4 +1,4 @@
-"""Where benchmarks write (the repository's benchmarks/) and the machine label every row carries."""
+"""The machine label every benchmark row carries: what a measured figure was measured on."""
 
 from __future__ import annotations
 
@@ -7,9 +7,6 @@ import platform
 from pathlib import Path
 
 import torch
-
-# The repository's committed outputs; a non-editable install passes --out / --out-dir instead.
-BENCHMARKS_DIR = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
 def machine_label() -> str:

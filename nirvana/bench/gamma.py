@@ -17,11 +17,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from nirvana.bench.environment import BENCHMARKS_DIR, machine_label
+from nirvana.bench.environment import machine_label
 from nirvana.errors import InvalidInput
 from nirvana.scoring.criteria import SCORERS
+from nirvana.store.paths import benchmarks_dir
 
-DEFAULT_OUT = BENCHMARKS_DIR / "gamma"
+DEFAULT_OUT = benchmarks_dir("gamma")  # the checkout's benchmarks/gamma; ./benchmarks/gamma when installed
 GAMMAS = (0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0)
 
 

@@ -9,15 +9,17 @@ allocation (global ranking, default gamma, align 8) and physical slicing. Speed 
 `nirvana.measure.speed.measure_speeds` (dense and pruned runs interleaved, median of repeats):
 
 - prefill throughput: B x T prompt tokens per second of one forward at batch B = 32; this is
-  the quantity of the paper's table (12.41 -> 19.50 ktokens/s at 50% on one A100: an 8B model
-  cannot decode 12k tokens/s at batch 32, but it does prefill about that many).
+  the quantity of the paper's table (about 12 ktokens/s dense on one A100: an 8B model cannot
+  decode that many tokens/s at batch 32, but it does prefill about that many).
 - decode throughput and per-step latency of greedy `generate` with a KV cache, and the prefill
   latency of the whole batch.
 - peak memory of a model = its weights + the peak growth of allocated memory during its runs
   (`torch.cuda.max_memory_allocated` on GPU, peak RSS on CPU). Other models resident at the
-  same time are excluded, so the figures compare with the paper's 17.95 -> 11.27 GB.
+  same time are excluded, so the figures compare with the paper's memory row.
 
-The JSON is printed and written to benchmarks/gpu/<name>.json.
+The paper's figures come from `nirvana.reference` (nirvana/assets/paper_reference.json, their one
+source) and are copied into the JSON as `paper_reference`. The JSON is printed and written to
+benchmarks/gpu/<name>.json.
 """
 
 from __future__ import annotations
@@ -29,17 +31,29 @@ from pathlib import Path
 
 import torch
 
-from nirvana.bench.environment import BENCHMARKS_DIR
+from nirvana.pruning.slicing import slice_at
+from nirvana.reference import paper_reference
+from nirvana.scoring.criteria import compute_scores
+from nirvana.store.paths import benchmarks_dir
 
-DEFAULT_OUT = BENCHMARKS_DIR / "gpu"
+DEFAULT_OUT = benchmarks_dir("gpu")  # the checkout's benchmarks/gpu; ./benchmarks/gpu when installed
 SPARSITIES = (0.2, 0.5)
-PAPER_A100 = {
-    "source": "NIRVANA paper, Llama-3.1-8B, 50% sparsity, batch 32, one A100",
-    "dense_ktokens_per_s": 12.41,
-    "pruned50_ktokens_per_s": 19.50,
-    "dense_memory_gb": 17.95,
-    "pruned50_memory_gb": 11.27,
-}
+
+
+def paper_a100() -> dict:
+    """The paper's speed and memory rows (nirvana/assets/paper_reference.json) in this benchmark's JSON fields."""
+    ref = paper_reference()
+    rows = {row["metric"]: row for row in ref["speed"]}
+    speed, mem = rows["throughput"], rows["memory"]
+    pct = round(speed["sparsity"] * 100)
+    return {
+        "source": f"NIRVANA paper, {ref['model']}, {pct}% sparsity, batch {speed['batch_size']}, {ref['hardware']}",
+        "dense_ktokens_per_s": speed["dense"],
+        f"pruned{pct}_ktokens_per_s": speed["pruned"],
+        "dense_memory_gb": mem["dense"],
+        f"pruned{pct}_memory_gb": mem["pruned"],
+    }
+
 
 # Llama-3.1-8B (meta-llama/Llama-3.1-8B config.json), written out so no download is needed.
 LLAMA_31_8B = dict(
@@ -104,14 +118,9 @@ def weight_bytes(model) -> int:
 
 def prune(model, sparsity: float, align: int = 8, seed: int = 0):
     """Random scores -> real allocation (global, default gamma, `align`) -> physically sliced copy."""
-    from nirvana.models.shapes import model_shape
-    from nirvana.pruning.allocation import allocate
-    from nirvana.pruning.slicing import apply_plan
-    from nirvana.scoring.criteria import compute_scores
-
     scores = compute_scores(model, "random", seed=seed, use_cache=False)
-    plan = allocate(scores, model_shape(model), sparsity, align=align)
-    return apply_plan(model, plan), plan
+    plan, pruned = slice_at(model, scores, sparsity, align=align)
+    return pruned, plan
 
 
 def _summary(name: str, model, speed: dict, plan=None) -> dict:
@@ -207,7 +216,7 @@ def run_gpu_bench(
         "build_and_prune_seconds": round(build_seconds, 2),
         "total_seconds": round(time.perf_counter() - start, 2),
         "environment": device_info(next(dense.parameters()).device),
-        "paper_reference": PAPER_A100,
+        "paper_reference": paper_a100(),
         "results": rows,
     }
 

@@ -8,14 +8,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nirvana.bench.environment import BENCHMARKS_DIR
 from nirvana.search.calibration import AnchorSpec
+from nirvana.store.paths import benchmarks_dir
 
 CRITERIA = ("nirvana", "magnitude", "random", "taylor", "wanda")
 DATA_DRIVEN = ("nirvana", "taylor", "wanda")  # the criteria whose scores depend on calibration data
 SPARSITIES = (0.1, 0.2, 0.3, 0.5)
 DATASETS = ("wikitext2", "ptb")
-DEFAULT_OUT = BENCHMARKS_DIR / "quality"
+DEFAULT_OUT = benchmarks_dir("quality")  # the checkout's benchmarks/quality; ./benchmarks/quality when installed
 COLUMNS = (
     "model",
     "criterion",

@@ -16,15 +16,15 @@ import os
 import sys
 from pathlib import Path
 
-from nirvana.bench.environment import BENCHMARKS_DIR
 from nirvana.errors import InvalidInput
 from nirvana.measure.flops import flops_per_token
 from nirvana.measure.speed import measure_speeds, speedup_rows
 from nirvana.models.shapes import model_shape
 from nirvana.pipeline import PruneSettings, score
 from nirvana.pruning.slicing import slice_at
+from nirvana.store.paths import benchmarks_dir
 
-DEFAULT_OUT = BENCHMARKS_DIR / "speed"
+DEFAULT_OUT = benchmarks_dir("speed")  # the checkout's benchmarks/speed; ./benchmarks/speed when installed
 COLUMNS = (
     "sparsity",
     "achieved_block_sparsity",

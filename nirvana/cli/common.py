@@ -40,6 +40,7 @@ def load_from_args(args, name: str | None = None):
         dtype=getattr(args, "dtype", "auto"),
         device=getattr(args, "device", "auto"),
         device_map=getattr(args, "device_map", None),
+        max_memory=getattr(args, "max_memory", None),
         quantization=getattr(args, "quantization", None),
         trust_remote_code=getattr(args, "trust_remote_code", False),
         progress=stderr_progress,

@@ -38,7 +38,7 @@ def add_eval_args(p) -> None:
     g.add_argument("--task-path", default=None, help="folder of extra task YAMLs (lm-eval include_path)")
     g = p.add_argument_group("generations")
     g.add_argument("--generate", action="store_true", help="continue the prompt set")
-    g.add_argument("--prompts", default=None, help="JSON prompt file (default assets/prompts.json)")
+    g.add_argument("--prompts", default=None, help="JSON prompt file (default nirvana/assets/prompts.json)")
     g.add_argument("--max-new-tokens", type=int, default=48)
     g.add_argument("--sample", action="store_true", help="sample (temperature 0.7, top-p 0.9) instead of greedy")
     g.add_argument("--seed", type=int, default=0)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from nirvana.cli.common import add_model_args, load_from_args, print_json
+from nirvana.errors import InvalidInput
+from nirvana.measure.generation import generate
 from nirvana.models.facts import describe
 
 
@@ -33,26 +35,12 @@ def cmd_info(args) -> int:
 
 
 def cmd_generate(args) -> int:
-    import torch
-
-    from nirvana.errors import InvalidInput
-
     if args.max_new_tokens < 1 or args.max_new_tokens > 4096:
         raise InvalidInput(f"--max-new-tokens must be an integer in [1, 4096], got {args.max_new_tokens}.")
     if not args.prompt.strip():
         raise InvalidInput("--prompt is empty; give some text to continue.")
     lm = load_from_args(args)
-    tok = lm.tokenizer
-    if args.chat and tok.chat_template:
-        text = tok.apply_chat_template(
-            [{"role": "user", "content": args.prompt}], tokenize=False, add_generation_prompt=True
-        )
-    else:
-        text = args.prompt
-    enc = tok(text, return_tensors="pt").to(next(lm.model.parameters()).device)
-    with torch.no_grad():
-        out = lm.model.generate(
-            **enc, max_new_tokens=args.max_new_tokens, do_sample=False, pad_token_id=tok.pad_token_id
-        )
-    print(args.prompt + tok.decode(out[0, enc["input_ids"].shape[1] :], skip_special_tokens=True))
+    # The library tokenizes as the app and `eval --generate` do (a chat template's own BOS is not doubled).
+    row = generate(lm.model, lm.tokenizer, [args.prompt], max_new_tokens=args.max_new_tokens, chat=args.chat)[0]
+    print(f"{args.prompt} {row['output']}")
     return 0

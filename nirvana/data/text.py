@@ -18,6 +18,7 @@ from pathlib import Path
 
 from nirvana.errors import DatasetNotFound
 from nirvana.guard.safety import TEXT_ROOTS_ENV, check_file_size, check_local_path
+from nirvana.store.paths import checkout_root
 
 EMBEDDED = "pydoc"
 
@@ -93,8 +94,10 @@ def available_names() -> list[str]:
 
 
 # The project's checkout layout keeps the shared data next to the repository (../shared/data):
-# used when NIRVANA_DATA_DIR is not set, so a fresh clone finds it without the hub.
-SIBLING_DATA_DIR = Path(__file__).resolve().parents[3] / "shared" / "data"
+# used when NIRVANA_DATA_DIR is not set, so a fresh clone finds it without the hub. An installed
+# package has no checkout beside it, and no sibling folder is looked for.
+_ROOT = checkout_root()
+SIBLING_DATA_DIR = _ROOT.parent / "shared" / "data" if _ROOT else None
 
 
 def data_dir() -> Path | None:
@@ -102,7 +105,7 @@ def data_dir() -> Path | None:
     env = os.environ.get("NIRVANA_DATA_DIR")
     if env:
         return Path(env).expanduser()
-    return SIBLING_DATA_DIR if SIBLING_DATA_DIR.is_dir() else None
+    return SIBLING_DATA_DIR if SIBLING_DATA_DIR is not None and SIBLING_DATA_DIR.is_dir() else None
 
 
 def parse_name(name: str) -> tuple[str, str]:
@@ -146,7 +149,8 @@ def load_text(name: str, *, fallback: bool = False) -> Text:
     if source.local:
         if root is None:
             tried.append(
-                f"NIRVANA_DATA_DIR/{source.local} (NIRVANA_DATA_DIR is not set and {SIBLING_DATA_DIR} does not exist)"
+                f"NIRVANA_DATA_DIR/{source.local} (NIRVANA_DATA_DIR is not set and "
+                f"{SIBLING_DATA_DIR or 'no ../shared/data beside a checkout'} does not exist)"
             )
         elif (root / source.local).exists():
             text = _from_file(root / source.local, base)

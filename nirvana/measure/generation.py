@@ -1,6 +1,7 @@
 """Continuations of a prompt set, for reading dense and pruned outputs side by side.
 
-Prompts come from `assets/prompts.json` (editable) or any list of strings / {id, prompt}.
+Prompts come from `nirvana/assets/prompts.json` (package data; pass a file of your own to change
+them) or any list of strings / {id, prompt}.
 Each prompt is wrapped in the model's chat template when the tokenizer has one (pass
 `chat=False` for raw continuation). Greedy by default; `do_sample=True` samples with a seed that
 is reset before every prompt, so dense and pruned draw from the same random stream.
@@ -12,6 +13,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from importlib.resources import files
 from pathlib import Path
 
 import torch
@@ -19,7 +21,7 @@ import torch
 from nirvana.errors import InvalidInput
 
 Progress = Callable[[float, str], None] | None
-DEFAULT_PROMPTS = Path(__file__).resolve().parents[2] / "assets" / "prompts.json"
+DEFAULT_PROMPTS = files("nirvana") / "assets" / "prompts.json"  # package data: found when installed too
 
 
 def load_prompts(path: str | Path | None = None) -> list[dict]:

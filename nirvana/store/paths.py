@@ -17,3 +17,18 @@ def cache_dir() -> Path:
     if env:
         return Path(env).expanduser()
     return Path(user_cache_dir("nirvana-explorer"))
+
+
+def checkout_root() -> Path | None:
+    """The repository this package runs from (a checkout, editable install or PYTHONPATH), or None when installed.
+
+    An installed package sits in site-packages, with no pyproject.toml beside it: nothing of the
+    repository (benchmarks/, ../shared/data) is looked for there.
+    """
+    root = Path(__file__).resolve().parents[2]
+    return root if (root / "pyproject.toml").is_file() and (root / "nirvana" / "__init__.py").is_file() else None
+
+
+def benchmarks_dir(name: str) -> Path:
+    """Default output folder of a benchmark: the checkout's benchmarks/<name>, else ./benchmarks/<name>."""
+    return (checkout_root() or Path.cwd()) / "benchmarks" / name

@@ -1,0 +1,80 @@
+"""A `.gguf` path other than the embedded model: converted once, then it loads, prunes, saves, reloads and
+generates like a model folder."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from nirvana.cli import main
+from nirvana.errors import CorruptCheckpoint
+from nirvana.models import gguf_cache
+from nirvana.models.checkpoint import load_pruned
+from nirvana.models.loading import load_model
+from nirvana.models.tiny import tiny_model
+from tests.tiny_gguf import FAMILIES, VOCAB, write_gguf
+
+IDS = torch.randint(0, VOCAB, (2, 12), generator=torch.Generator().manual_seed(0))
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_gguf_loads_with_the_weights_it_was_written_from(tmp_path, family):
+    model = tiny_model(family, vocab_size=VOCAB)
+    path = write_gguf(model, tmp_path / f"{family}.gguf")
+    lm = load_model(str(path), device="cpu")
+    assert lm.source == "gguf" and lm.name == str(path)
+    assert getattr(lm.model, "hf_quantizer", None) is None  # a plain model: save_pretrained works
+    with torch.no_grad():
+        torch.testing.assert_close(lm.model(IDS).logits, model(IDS).logits)
+
+
+def test_gguf_is_converted_once_and_keyed_by_content(tiny_gguf, tmp_path, monkeypatch):
+    path, _ = tiny_gguf
+    first = load_model(str(path), device="cpu")
+    folder = gguf_cache.converted_dir(path)
+    assert (folder / "model.safetensors").exists() and folder.is_relative_to(gguf_cache.cache_dir())
+
+    def no_second_conversion(*args, **kwargs):
+        raise AssertionError("converted twice")
+
+    monkeypatch.setattr(gguf_cache, "convert_gguf", no_second_conversion)
+    again = load_model(str(path), device="cpu")
+    with torch.no_grad():
+        assert torch.equal(again.model(IDS).logits, first.model(IDS).logits)
+    copy = tmp_path / "renamed.gguf"
+    copy.write_bytes(path.read_bytes())
+    assert gguf_cache.converted_dir(copy).name.endswith(folder.name.rsplit("-", 1)[1])  # same content, same key
+    other = tmp_path / "other.gguf"
+    write_gguf(tiny_model("qwen2", seed=1, vocab_size=VOCAB), other)
+    assert gguf_cache.file_key(other) != gguf_cache.file_key(path)
+
+
+def test_a_damaged_gguf_is_a_clear_error(tmp_path):
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF\x03\x00\x00\x00")  # the magic, then nothing
+    with pytest.raises(CorruptCheckpoint, match=r"bad\.gguf"):
+        load_model(str(bad), device="cpu")
+    assert main(["info", "--model", str(bad)]) == 2
+
+
+def _prune(model: str, out, capsys) -> dict:
+    argv = ["prune", "--model", model, "--sparsity", "0.3", "--samples", "2", "--seq-len", "16", "--out", str(out)]
+    assert main(argv) == 0, capsys.readouterr().err
+    return json.loads((out / "report.json").read_text())
+
+
+def test_gguf_prunes_saves_reloads_and_generates_like_a_folder(tiny_gguf, tiny_tokenizer_dir, tmp_path, capsys):
+    path, _ = tiny_gguf
+    from_gguf = _prune(str(path), tmp_path / "from-gguf", capsys)
+    from_folder = _prune(str(tiny_tokenizer_dir), tmp_path / "from-folder", capsys)
+    for key in ("kept_neurons", "kept_kv_groups", "params_after", "achieved_block_sparsity"):
+        assert from_gguf[key] == from_folder[key], key
+    a, b = load_pruned(tmp_path / "from-gguf"), load_pruned(tmp_path / "from-folder")
+    with torch.no_grad():
+        torch.testing.assert_close(a.model(IDS).logits, b.model(IDS).logits)
+    capsys.readouterr()
+    argv = ["generate", "--model", str(tmp_path / "from-gguf"), "--prompt", "the", "--max-new-tokens", "3"]
+    assert main(argv) == 0
+    assert capsys.readouterr().out.startswith("the ")
