@@ -121,6 +121,21 @@ def test_dockerfile_declares_the_deployment_contract():
     assert re.search(r'^VOLUME \["/data/cache"\]', text, re.M) and "NIRVANA_CACHE_DIR=/data/cache" in text
 
 
+def test_every_copied_path_is_in_the_docker_build_context():
+    """A COPY source that .dockerignore excludes fails `docker build` ("not found"); hadolint does not see it."""
+    ignored = {
+        line.strip().rstrip("/")
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    }
+    for line in (ROOT / "Dockerfile").read_text().splitlines():
+        if line.startswith("COPY ") and "--from" not in line:
+            *sources, _dest = line.split()[1:]
+            for source in sources:
+                assert (ROOT / source).exists(), f"{source} is copied but missing"
+                assert source not in ignored, f"{source} is copied but excluded by .dockerignore"
+
+
 def test_dockerfile_passes_hadolint():
     hadolint = shutil.which("hadolint") or next(
         (str(p) for p in [ROOT / ".venv" / "bin" / "hadolint"] if p.exists()), None
