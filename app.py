@@ -1,9 +1,14 @@
-"""NIRVANA Explorer: the entry file is a router (`st.navigation` over `app_pages/`) and a shared frame.
+"""NIRVANA Explorer: the entry file is a router (`st.navigation` over `pages/`) and a shared frame.
 
-The folder is not called `pages/` on purpose: a `pages/` folder next to the entry file turns on
-streamlit's legacy auto-discovery until some session has called `st.navigation`, so the first
-visitor of a fresh server who opens a deep link (e.g. /allocation) gets that file run without
-this router and a sidebar of raw file names.
+Why a router over `pages/`, and not streamlit's native `pages/` convention: the native (legacy)
+mode takes titles, order and URLs from file names, so a page called "3 · Allocation" at
+/allocation cannot be had, the entry page is listed as "app", icons must be emoji in file names,
+and every page repeats the frame. The router keeps titles, icons, order, URLs and one frame.
+The catch: while no session has called `st.navigation` yet (a fresh server), streamlit 1.67
+runs a requested `pages/` file directly, without this file. Every page therefore starts with
+`routing.require()`, which turns the legacy mode off for the whole server and reruns the page
+through this file (ui/routing.py); tests/test_browser.py opens /allocation as a fresh server's
+very first request and checks the menu, the frame and that no raw file name ever showed.
 
 Run with `make run` (or `streamlit run app.py`). Each page is thin: widgets, calls into
 `nirvana` (the library), and plotly figures from `nirvana.charts`. The app starts on the
@@ -21,23 +26,15 @@ if str(ROOT) not in sys.path:  # AppTest runs this file without adding its folde
 
 import streamlit as st  # noqa: E402
 
+from ui import routing  # noqa: E402  (streamlit only)
+
 st.set_page_config(page_title="NIRVANA Explorer", page_icon=":material/content_cut:", layout="wide")
 
-PAGES = [
-    st.Page("app_pages/home.py", title="Overview", icon=":material/home:", default=True),
-    st.Page("app_pages/model.py", title="1 · Model", icon=":material/memory:"),
-    st.Page("app_pages/saliency.py", title="2 · Saliency", icon=":material/local_fire_department:"),
-    st.Page("app_pages/allocation.py", title="3 · Allocation", icon=":material/tune:"),
-    st.Page("app_pages/calibration.py", title="4 · Calibration", icon=":material/target:"),
-    st.Page("app_pages/prune.py", title="5 · Prune & compare", icon=":material/content_cut:"),
-    st.Page("app_pages/sweep.py", title="6 · Sweep", icon=":material/monitoring:"),
-    st.Page("app_pages/evidence.py", title="7 · Evidence", icon=":material/fact_check:"),
-    st.Page("app_pages/runs.py", title="Past runs", icon=":material/history:"),
-]
-navigation = st.navigation(PAGES)  # before `ui` (torch, transformers): the menu shows at once
+navigation = st.navigation(routing.pages())  # before `ui.frame` (torch, transformers): the menu shows at once
 
 from ui import frame, state  # noqa: E402
 
 state.keep_widget_state()
-navigation.run()
+with routing.routed():
+    navigation.run()
 frame.sidebar()  # after the page, so it shows what the page just computed
