@@ -136,17 +136,22 @@ def _idle(page, timeout: float = 30_000) -> None:
     page.wait_for_selector('[data-testid="stStatusWidget"]', state="detached", timeout=timeout)
 
 
-# Records the label of every sidebar menu link that ever appears, from the first paint on.
+# Records, from the first paint on, the label of every menu link that ever appears in the sidebar (the app's own
+# menu of st.page_link, and streamlit's built-in menu, which must never show), and whether the built-in one did.
 RECORD_MENU = """
 window.__menuSeen = [];
+window.__builtinMenu = false;
 new MutationObserver(() => {
-  for (const a of document.querySelectorAll('[data-testid="stSidebarNav"] a')) {
+  if (document.querySelector('[data-testid="stSidebarNav"]')) window.__builtinMenu = true;
+  const links = '[data-testid="stSidebarNav"] a, [data-testid="stSidebar"] [data-testid="stPageLink-NavLink"]';
+  for (const a of document.querySelectorAll(links)) {
     const label = a.innerText.trim().split('\\n').pop().trim();
     if (label && !window.__menuSeen.includes(label)) window.__menuSeen.push(label);
   }
 }).observe(document, {subtree: true, childList: true, characterData: true});
 """
-MENU_LABELS = """() => Array.from(document.querySelectorAll('[data-testid="stSidebarNav"] a'))
+MENU_LINKS = '[data-testid="stSidebar"] [data-testid="stPageLink-NavLink"]'
+MENU_LABELS = f"""() => Array.from(document.querySelectorAll('{MENU_LINKS}'))
   .map(a => a.innerText.trim().split('\\n').pop().trim())"""
 
 
@@ -187,6 +192,7 @@ def test_a_deep_link_as_a_fresh_servers_first_request_gets_the_router(server, tm
         seen = page.evaluate("() => window.__menuSeen")
         assert seen and not raw_names & set(seen), f"raw file names in the menu: {seen}"
         assert set(seen) <= {e.title for e in MENU}, seen
+        assert not page.evaluate("() => window.__builtinMenu"), "streamlit's own menu showed"
         page.screenshot(path=str(SHOTS / "00-deep-link-allocation.png"), full_page=False)
 
         # Every page at its URL (the default page at the root), each in a new session.
@@ -200,6 +206,7 @@ def test_a_deep_link_as_a_fresh_servers_first_request_gets_the_router(server, tm
             assert page.url == url
             seen = page.evaluate("() => window.__menuSeen")
             assert not raw_names & set(seen), f"{url}: raw file names in the menu: {seen}"
+            assert not page.evaluate("() => window.__builtinMenu"), f"{url}: streamlit's own menu showed"
         browser.close()
     log = (tmp_path / "streamlit.log").read_text()
     assert "Traceback" not in log, log[-3000:]
