@@ -38,7 +38,7 @@ COPY nirvana ./nirvana
 RUN pip install --no-deps .
 
 COPY app.py ./
-COPY app_pages ./app_pages
+COPY pages ./pages
 COPY ui ./ui
 COPY assets ./assets
 # The committed benchmark outputs: the Evidence page and the Allocation page's gamma hint read them.

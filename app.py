@@ -1,9 +1,19 @@
-"""NIRVANA Explorer: the entry file is a router (`st.navigation` over `app_pages/`) and a shared frame.
+"""NIRVANA Explorer: the entry file is a router (`st.navigation` over `pages/`) and a shared frame.
 
-The folder is not called `pages/` on purpose: a `pages/` folder next to the entry file turns on
-streamlit's legacy auto-discovery until some session has called `st.navigation`, so the first
-visitor of a fresh server who opens a deep link (e.g. /allocation) gets that file run without
-this router and a sidebar of raw file names.
+Why a router over `pages/`, not streamlit's native `pages/` convention: the native (legacy) mode
+takes titles, order and URLs from file names, so "3 · Allocation" at /allocation cannot be had
+(the title would be "allocation", or the URL /Allocation), the entry page is listed as "app",
+icons must be emoji in file names, and every page repeats the frame. The router keeps titles,
+icons, order, URLs and one frame. What makes it correct on a fresh server (ui/routing.py):
+- streamlit 1.67 runs a requested `pages/` file directly, without this file, until some session
+  has called `st.navigation`; so every page starts with `routing.require()`, which then runs
+  this file in the same run: its `st.navigation` turns the legacy mode off for the whole server
+  and runs the page inside the router and frame (an `st.rerun()` instead would drop a click);
+- that legacy run sends its own menu of raw file names first, seen on screen for a moment under
+  load; so streamlit's menu is off (`client.showSidebarNavigation = false`, .streamlit/config.toml,
+  and `position="hidden"`) and `routing.menu()` draws the menu with `st.page_link`.
+tests/test_browser.py opens /allocation as a fresh server's very first request and checks the
+page, the menu, the frame, and that no raw file name ever showed; then every page by its URL.
 
 Run with `make run` (or `streamlit run app.py`). Each page is thin: widgets, calls into
 `nirvana` (the library), and plotly figures from `nirvana.charts`. The app starts on the
@@ -21,23 +31,16 @@ if str(ROOT) not in sys.path:  # AppTest runs this file without adding its folde
 
 import streamlit as st  # noqa: E402
 
+from ui import routing  # noqa: E402  (streamlit only)
+
 st.set_page_config(page_title="NIRVANA Explorer", page_icon=":material/content_cut:", layout="wide")
 
-PAGES = [
-    st.Page("app_pages/home.py", title="Overview", icon=":material/home:", default=True),
-    st.Page("app_pages/model.py", title="1 · Model", icon=":material/memory:"),
-    st.Page("app_pages/saliency.py", title="2 · Saliency", icon=":material/local_fire_department:"),
-    st.Page("app_pages/allocation.py", title="3 · Allocation", icon=":material/tune:"),
-    st.Page("app_pages/calibration.py", title="4 · Calibration", icon=":material/target:"),
-    st.Page("app_pages/prune.py", title="5 · Prune & compare", icon=":material/content_cut:"),
-    st.Page("app_pages/sweep.py", title="6 · Sweep", icon=":material/monitoring:"),
-    st.Page("app_pages/evidence.py", title="7 · Evidence", icon=":material/fact_check:"),
-    st.Page("app_pages/runs.py", title="Past runs", icon=":material/history:"),
-]
-navigation = st.navigation(PAGES)  # before `ui` (torch, transformers): the menu shows at once
+navigation = st.navigation(routing.pages(), position="hidden")  # the menu is routing.menu()
+routing.menu()  # before `ui.frame` (torch, transformers): the menu shows at once
 
 from ui import frame, state  # noqa: E402
 
 state.keep_widget_state()
-navigation.run()
+with routing.routed():
+    navigation.run()
 frame.sidebar()  # after the page, so it shows what the page just computed

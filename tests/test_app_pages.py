@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 from conftest import decode
 
+from ui.routing import MENU
+
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT = 120
 
@@ -86,7 +88,7 @@ def tiny(app_env):
 
 
 def compute(at, **choices):
-    at.switch_page("app_pages/saliency.py").run()
+    at.switch_page("pages/saliency.py").run()
     for key, value in choices.items():
         widget = at.selectbox(key=key) if key.startswith(("criterion", "calib_source")) else at.number_input(key=key)
         widget.set_value(value).run()
@@ -98,10 +100,10 @@ def compute(at, **choices):
 def apply_a_plan(at, sparsity: float):
     """Magnitude scores, a plan at `sparsity` from the Allocation page, applied on the Prune page."""
     compute(at, criterion="magnitude")
-    at.switch_page("app_pages/allocation.py").run()
+    at.switch_page("pages/allocation.py").run()
     at.slider(key="sparsity").set_value(sparsity).run()
     plan = at.session_state["plan"]
-    at.switch_page("app_pages/prune.py").run()
+    at.switch_page("pages/prune.py").run()
     at.button(key="apply_plan").click().run()
     no_errors(at)
     return plan
@@ -126,7 +128,7 @@ def test_landing_page_shows_the_three_ideas_and_scores_in_one_click(at, tiny):
 
 
 def test_model_page_shows_architecture_and_survives_a_bad_model(at):
-    at.switch_page("app_pages/model.py").run()
+    at.switch_page("pages/model.py").run()
     no_errors(at)
     m = metrics(at)
     assert (m["Layers L"], m["Query / KV heads"], m["Head dim d"], m["MLP width I"]) == ("2", "4 / 2", "8", "48")
@@ -163,7 +165,7 @@ def test_allocation_follows_the_sliders_from_cached_scores(at, tiny):
     from nirvana.scoring.criteria import compute_scores
 
     compute(at, criterion="magnitude")
-    at.switch_page("app_pages/allocation.py").run()
+    at.switch_page("pages/allocation.py").run()
     no_errors(at)
     shape = model_shape(tiny.model)
     scores = compute_scores(tiny.model, "magnitude", None, use_cache=False)
@@ -195,7 +197,7 @@ def test_allocation_overlays_the_second_criterion(at, tiny):
     from nirvana.pruning.allocation import allocate
 
     compute(at, criterion="magnitude", criterion2="random")
-    at.switch_page("app_pages/allocation.py").run()
+    at.switch_page("pages/allocation.py").run()
     at.slider(key="sparsity").set_value(0.5).run()
     no_errors(at)
     gamma = at.slider(key="gamma").value
@@ -219,7 +221,7 @@ def test_allocation_points_to_the_measured_best_gamma(at, app_env, monkeypatch, 
     (tmp_path / f"gamma-{str(app_env).replace('/', '_')}.json").write_text(json.dumps(data))
     monkeypatch.setattr(gb, "DEFAULT_OUT", tmp_path)
     compute(at, criterion="magnitude")
-    at.switch_page("app_pages/allocation.py").run()
+    at.switch_page("pages/allocation.py").run()
     at.slider(key="sparsity").set_value(0.25).run()  # nearest measured sparsity: 0.2
     captions = [c.value for c in at.caption]
     assert any("sparsity 0.2" in c and "γ = 3 (KL 0.500 vs 0.900 at γ*)" in c for c in captions), captions
@@ -267,7 +269,7 @@ def test_prune_page_compares_dense_and_pruned(at, tiny, tmp_path):
     reloaded = load_pruned(tmp_path / "pruned")
     assert reloaded.plan["layers"] == plan.to_dict()["layers"]
     # The saved folder loads back on the Model page, recognised as a pruned model.
-    at.switch_page("app_pages/model.py").run()
+    at.switch_page("pages/model.py").run()
     at.radio(key="model_source").set_value("Local directory").run()
     at.text_input(key="model_dir").set_value(str(tmp_path / "pruned")).run()
     at.button(key="load_model").click().run()
@@ -278,7 +280,7 @@ def test_prune_page_compares_dense_and_pruned(at, tiny, tmp_path):
 
 
 def test_calibration_page_chooses_the_lowest_kl(at):
-    at.switch_page("app_pages/calibration.py").run()
+    at.switch_page("pages/calibration.py").run()
     no_errors(at)
     for key, value in (("kl_candidates", 2), ("kl_samples", 2), ("kl_seq_len", 32), ("kl_anchor", 2)):
         at.number_input(key=key).set_value(value).run()
@@ -298,7 +300,7 @@ def test_calibration_page_chooses_the_lowest_kl(at):
 
 def test_sweep_page_measures_points_and_loads_a_plan(at):
     compute(at, criterion="magnitude")
-    at.switch_page("app_pages/sweep.py").run()
+    at.switch_page("pages/sweep.py").run()
     no_errors(at)
     at.radio(key="sweep_metric").set_value("kl").run()
     at.text_input(key="sweep_sparsities").set_value("0.5").run()
@@ -327,7 +329,7 @@ def test_unexpected_errors_become_a_friendly_box(at, monkeypatch):
         raise RuntimeError("boom")
 
     monkeypatch.setattr(nirvana.scoring.criteria, "compute_scores", broken)
-    at.switch_page("app_pages/saliency.py").run()
+    at.switch_page("pages/saliency.py").run()
     at.selectbox(key="criterion").set_value("random").run()
     at.button(key="compute_saliency").click().run()
     assert not at.exception
@@ -336,7 +338,7 @@ def test_unexpected_errors_become_a_friendly_box(at, monkeypatch):
 
 
 def test_invalid_input_shows_the_library_message(at):
-    at.switch_page("app_pages/saliency.py").run()
+    at.switch_page("pages/saliency.py").run()
     at.selectbox(key="calib_source").set_value("custom").run()
     at.text_input(key="calib_path").set_value("/no/such/file.txt").run()
     at.button(key="compute_saliency").click().run()
@@ -353,7 +355,7 @@ def test_runs_page_lists_past_runs_in_a_new_session_and_reopens_a_plan(at):
     # A new session (as after a restart: nothing in session state) finds the run on disk.
     fresh = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
     fresh.run()
-    fresh.switch_page("app_pages/runs.py").run()
+    fresh.switch_page("pages/runs.py").run()
     no_errors(fresh)
     table = fresh.dataframe[0].value
     assert table["kind"].tolist() == ["prune"] and table["sparsity"].iloc[0] == 0.5
@@ -368,7 +370,7 @@ def test_evidence_page_shows_the_committed_benchmark_and_its_claims(at):
     from nirvana.bench.quality import read_rows
     from nirvana.bench.quality_report import committed_reports, config_from_rows, summarize, verdicts
 
-    at.switch_page("app_pages/evidence.py").run()
+    at.switch_page("pages/evidence.py").run()
     no_errors(at)
     path = committed_reports()[0]
     rows = read_rows(path)
@@ -405,7 +407,7 @@ def test_evidence_page_shows_the_committed_benchmark_and_its_claims(at):
 def test_evidence_page_shows_the_committed_gamma_curves(at):
     from nirvana.bench.gamma import committed_gamma
 
-    at.switch_page("app_pages/evidence.py").run()
+    at.switch_page("pages/evidence.py").run()
     no_errors(at)
     data = committed_gamma("smollm2-135m")
     assert data is not None, "benchmarks/gamma/gamma-smollm2-135m.json is committed"
@@ -419,13 +421,40 @@ def test_evidence_page_without_a_benchmark_says_how_to_make_one(at, monkeypatch,
     import nirvana.bench.quality_report as qr
 
     monkeypatch.setattr(qr, "DEFAULT_OUT", tmp_path)  # where committed_reports looks
-    at.switch_page("app_pages/evidence.py").run()
+    at.switch_page("pages/evidence.py").run()
     no_errors(at)
     assert any("python -m nirvana bench quality" in i.value for i in at.info)
 
 
-def test_no_legacy_pages_folder_beside_the_entry_file():
-    """A `pages/` folder beside app.py turns on streamlit's legacy auto-discovery on a fresh server:
-    a deep link (e.g. /allocation) then runs that file without the router and lists raw file names."""
-    assert not (ROOT / "pages").exists()
-    assert all((ROOT / "app_pages" / f"{name}.py").exists() for name in ("home", "allocation", "evidence", "runs"))
+@pytest.mark.parametrize("entry", MENU, ids=[e.url_path for e in MENU])
+def test_every_page_opened_first_runs_inside_the_router_and_frame(app_env, entry):
+    """A page opened as a session's first run (as a deep link is): AppTest resets streamlit's legacy
+    `pages/` switch before every run, so this is the fresh-server case; the page must come through
+    app.py (the router and the sidebar frame), via routing.require()."""
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
+    at.switch_page(entry.path).run()  # before any other run: the page's URL hash, as a deep link sends
+    no_errors(at)
+    assert at.title[0].value == ("NIRVANA Explorer" if entry is MENU[0] else entry.title)
+    assert "#### This session" in [m.value for m in at.sidebar.markdown], "the frame (app.py) did not run"
+    at.run()  # a rerun stays on the page
+    assert at.title[0].value == ("NIRVANA Explorer" if entry is MENU[0] else entry.title)
+
+
+def test_every_page_file_is_in_the_menu_and_calls_the_guard_first():
+    """A page missing from the menu has no URL; one without routing.require() first would run
+    without the router on a fresh server (see ui/routing.py)."""
+    import ast
+
+    files = sorted(p.name for p in (ROOT / "pages").glob("*.py"))
+    assert files == sorted(e.file for e in MENU)
+    assert len({e.url_path for e in MENU}) == len(MENU)
+    for name in files:
+        body = ast.parse((ROOT / "pages" / name).read_text()).body
+        assert isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant), f"{name}: a docstring first"
+        assert [ast.unparse(node) for node in body[1:4]] == [
+            "from __future__ import annotations",
+            "from ui import routing",
+            "routing.require()",
+        ], name

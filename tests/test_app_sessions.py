@@ -39,17 +39,17 @@ def test_one_sessions_pruning_is_invisible_to_another_and_the_cached_model_is_un
     from ui.resources import ModelSpec, load
 
     a, b = _session(), _session()
-    b.switch_page("app_pages/model.py").run()  # B loads the shared model first
+    b.switch_page("pages/model.py").run()  # B loads the shared model first
     cached = load(ModelSpec(str(app_env)))  # the st.cache_resource singleton both sessions use
     before = {k: v.clone() for k, v in cached.model.state_dict().items()}
     fingerprint, params = model_fingerprint(cached.model), count_parameters(cached.model)
 
-    a.switch_page("app_pages/saliency.py").run()
+    a.switch_page("pages/saliency.py").run()
     a.selectbox(key="criterion").set_value("magnitude").run()
     a.button(key="compute_saliency").click().run()
-    a.switch_page("app_pages/allocation.py").run()
+    a.switch_page("pages/allocation.py").run()
     a.slider(key="sparsity").set_value(0.6).run()
-    a.switch_page("app_pages/prune.py").run()
+    a.switch_page("pages/prune.py").run()
     a.button(key="apply_plan").click().run()
     assert not a.exception and not a.error
     pruned = a.session_state["pruned"]["model"]
@@ -65,12 +65,12 @@ def test_one_sessions_pruning_is_invisible_to_another_and_the_cached_model_is_un
     assert all(p.grad is None for p in cached.model.parameters())  # scoring left no gradients behind
 
     # Session B sees none of A's results: no scores, no plan, no pruned copy; its pages say so.
-    b.switch_page("app_pages/allocation.py").run()
+    b.switch_page("pages/allocation.py").run()
     assert not b.exception
     assert any("No saliency scores yet" in i.value for i in b.info)
     for key in ("scores", "plan", "pruned"):
         assert key not in b.session_state
-    b.switch_page("app_pages/prune.py").run()
+    b.switch_page("pages/prune.py").run()
     assert any("No pruning plan yet" in i.value for i in b.info)
-    b.switch_page("app_pages/model.py").run()
+    b.switch_page("pages/model.py").run()
     assert {m.label: m.value for m in b.metric}["Parameters"] == f"{params / 1e6:.1f} M"

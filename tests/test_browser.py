@@ -5,6 +5,8 @@ load the model, compute saliency, move the sparsity slider with the keyboard and
 allocation chart changed (timing key press -> chart update), prune, and measure before/after
 perplexity on a tiny token budget. Screenshots go to assets/screenshots/; step timings are
 written to assets/screenshots/timings.json (measured on whatever machine runs the test).
+Also: a fresh server whose very first request is a deep link (/allocation) renders it inside the
+router and the sidebar frame (see ui/routing.py), and every page answers at its URL.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
+from ui.routing import MENU
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
@@ -73,7 +77,8 @@ def _wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 60) -> None
 
 @pytest.fixture
 def server(tmp_path, smollm2_dir):
-    """`streamlit run app.py` on loopback, on the embedded default model, with a fresh score cache."""
+    """A fresh `streamlit run app.py` process per test, on loopback, on the embedded default model and a fresh
+    score cache. Only /_stcore/health is requested before the test's own first request."""
     cache = tmp_path / "cache"
     (cache / "models").mkdir(parents=True)
     # The converted SmolLM2 is reused (the GGUF conversion is not what this test measures).
@@ -129,6 +134,83 @@ def _idle(page, timeout: float = 30_000) -> None:
     """Wait until the script run finished (streamlit's status widget disappears)."""
     page.wait_for_timeout(150)
     page.wait_for_selector('[data-testid="stStatusWidget"]', state="detached", timeout=timeout)
+
+
+# Records, from the first paint on, the label of every menu link that ever appears in the sidebar (the app's own
+# menu of st.page_link, and streamlit's built-in menu, which must never show), and whether the built-in one did.
+RECORD_MENU = """
+window.__menuSeen = [];
+window.__builtinMenu = false;
+new MutationObserver(() => {
+  if (document.querySelector('[data-testid="stSidebarNav"]')) window.__builtinMenu = true;
+  const links = '[data-testid="stSidebarNav"] a, [data-testid="stSidebar"] [data-testid="stPageLink-NavLink"]';
+  for (const a of document.querySelectorAll(links)) {
+    const label = a.innerText.trim().split('\\n').pop().trim();
+    if (label && !window.__menuSeen.includes(label)) window.__menuSeen.push(label);
+  }
+}).observe(document, {subtree: true, childList: true, characterData: true});
+"""
+MENU_LINKS = '[data-testid="stSidebar"] [data-testid="stPageLink-NavLink"]'
+MENU_LABELS = f"""() => Array.from(document.querySelectorAll('{MENU_LINKS}'))
+  .map(a => a.innerText.trim().split('\\n').pop().trim())"""
+
+
+def _heading(entry) -> str:
+    return "NIRVANA Explorer" if entry is MENU[0] else entry.title
+
+
+def _assert_routed(page, entry) -> None:
+    """The page is shown inside the router: its heading, the app's menu and the sidebar frame, no traceback."""
+    from playwright.sync_api import expect
+
+    main = page.locator('[data-testid="stMain"]')
+    expect(main.locator("h1").first).to_have_text(_heading(entry), timeout=90_000)
+    expect(page.locator('[data-testid="stSidebar"]').get_by_text("This session")).to_be_visible(timeout=30_000)
+    _idle(page, timeout=90_000)
+    assert page.evaluate(MENU_LABELS) == [e.title for e in MENU]
+    assert page.locator('[data-testid="stException"]').count() == 0
+    assert page.get_by_text("Traceback").count() == 0 and page.get_by_text("Page not found").count() == 0
+
+
+def test_a_deep_link_as_a_fresh_servers_first_request_gets_the_router(server, tmp_path):
+    """Streamlit's legacy pages/ mode is on until some session calls st.navigation: the first deep link
+    of a fresh server must still run through app.py (ui/routing.require), and no raw file name may show."""
+    from playwright.sync_api import sync_playwright
+
+    allocation = next(e for e in MENU if e.url_path == "allocation")
+    raw_names = {"app"} | {p.stem for p in (ROOT / "pages").glob("*.py")}
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROME_ARGS, headless=True)
+        page = browser.new_page(viewport={"width": 1500, "height": 1000})
+        page.add_init_script(RECORD_MENU)
+        start = time.perf_counter()
+        page.goto(f"{server}/allocation")  # the server's very first page request
+        _assert_routed(page, allocation)
+        first_s = time.perf_counter() - start
+        assert page.url == f"{server}/allocation"
+        seen = page.evaluate("() => window.__menuSeen")
+        assert seen and not raw_names & set(seen), f"raw file names in the menu: {seen}"
+        assert set(seen) <= {e.title for e in MENU}, seen
+        assert not page.evaluate("() => window.__builtinMenu"), "streamlit's own menu showed"
+        page.screenshot(path=str(SHOTS / "00-deep-link-allocation.png"), full_page=False)
+
+        # Every page at its URL (the default page at the root), each in a new session.
+        seconds = {}
+        for entry in MENU:
+            url = f"{server}/{'' if entry is MENU[0] else entry.url_path}"
+            start = time.perf_counter()
+            page.goto(url)
+            _assert_routed(page, entry)
+            seconds[entry.url_path] = round(time.perf_counter() - start, 2)
+            assert page.url == url
+            seen = page.evaluate("() => window.__menuSeen")
+            assert not raw_names & set(seen), f"{url}: raw file names in the menu: {seen}"
+            assert not page.evaluate("() => window.__builtinMenu"), f"{url}: streamlit's own menu showed"
+        browser.close()
+    log = (tmp_path / "streamlit.log").read_text()
+    assert "Traceback" not in log, log[-3000:]
+    print(json.dumps({"first_deep_link_s": round(first_s, 2), "per_page_s": seconds}, indent=2))
 
 
 def test_demo_path_in_a_real_browser(server):

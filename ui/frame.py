@@ -42,7 +42,7 @@ def need_scores() -> tuple[str, object] | None:
     scores = state.get("scores")
     if scores is None:
         st.info("No saliency scores yet: compute them on the **Saliency** page first (one click with the defaults).")
-        st.page_link("app_pages/saliency.py", label="Go to Saliency", icon=":material/local_fire_department:")
+        st.page_link("pages/saliency.py", label="Go to Saliency", icon=":material/local_fire_department:")
     return scores
 
 
@@ -63,5 +63,5 @@ def need_plan():
     plan = state.get("plan")
     if plan is None:
         st.info("No pruning plan yet: choose a sparsity on the **Allocation** page first.")
-        st.page_link("app_pages/allocation.py", label="Go to Allocation", icon=":material/tune:")
+        st.page_link("pages/allocation.py", label="Go to Allocation", icon=":material/tune:")
     return plan

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from ui import routing
+
+routing.require()  # first, before the heavy imports: see ui/routing.py
+
 import streamlit as st
 
 from ui import state
@@ -28,7 +32,7 @@ def main() -> None:
         fire = ":material/local_fire_department:"
         if st.button("Compute saliency now", type="primary", icon=fire, width="stretch", key="quick_start"):
             state.put("autorun_saliency", True)
-            st.switch_page("app_pages/saliency.py")
+            st.switch_page("pages/saliency.py")
 
     st.subheader("The three ideas")
     one, two, three = st.columns(3)
@@ -79,7 +83,7 @@ def main() -> None:
         "cached scores (milliseconds); gradients are computed once per model and calibration batch."
     )
     st.page_link(
-        "app_pages/evidence.py",
+        "pages/evidence.py",
         label="Does it work? The measured comparison with four other criteria, including where NIRVANA loses",
         icon=":material/fact_check:",
     )

@@ -4,6 +4,10 @@ rather than promises."""
 
 from __future__ import annotations
 
+from ui import routing
+
+routing.require()  # first, before the heavy imports: see ui/routing.py
+
 from pathlib import Path
 
 import pandas as pd

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from ui import routing
+
+routing.require()  # first, before the heavy imports: see ui/routing.py
+
 import pandas as pd
 import streamlit as st
 
@@ -150,7 +154,7 @@ def _results(lm, selection) -> None:
                 state.put("calib_info", {**batch.describe(), "fallback_reason": batch.fallback_reason})
                 state.clear("plan", "pruned", "evals", "sweep")
                 st.success("Scores now come from the chosen batch: the Allocation page uses them.")
-                st.page_link("app_pages/allocation.py", label="Go to Allocation", icon=":material/tune:")
+                st.page_link("pages/allocation.py", label="Go to Allocation", icon=":material/tune:")
 
 
 def main() -> None:

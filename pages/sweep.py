@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from ui import routing
+
+routing.require()  # first, before the heavy imports: see ui/routing.py
+
 import pandas as pd
 import streamlit as st
 
@@ -143,7 +147,7 @@ def _load(row: dict) -> None:
     st.session_state.gamma = float(row["gamma"])
     state.clear("pruned", "evals")
     st.session_state.pop("plan", None)
-    st.switch_page("app_pages/allocation.py")
+    st.switch_page("pages/allocation.py")
 
 
 def main() -> None:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from ui import routing
+
+routing.require()  # first, before the heavy imports: see ui/routing.py
+
 import pandas as pd
 import streamlit as st
 
@@ -68,7 +72,7 @@ def main() -> None:
             state.clear("pruned", "evals")
             state.put("plan", run.plan)
             st.success(f"Plan of run `{run.id}` loaded: apply it on the **Prune & compare** page.")
-            st.page_link("app_pages/prune.py", label="Go to Prune & compare", icon=":material/content_cut:")
+            st.page_link("pages/prune.py", label="Go to Prune & compare", icon=":material/content_cut:")
 
 
 main()

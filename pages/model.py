@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from ui import routing
+
+routing.require()  # first, before the heavy imports: see ui/routing.py
+
 import importlib.util
 
 import pandas as pd
