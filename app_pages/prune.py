@@ -11,6 +11,7 @@ import streamlit as st
 from nirvana.errors import NirvanaError
 from nirvana.measure.flops import ideal_speedup, phase_flops
 from nirvana.models.shapes import count_parameters, model_shape
+from nirvana.progress import sub_progress
 from nirvana.store.paths import cache_dir
 from ui import evals, frame, state
 from ui.errors import guard
@@ -119,7 +120,7 @@ def _perplexity(lm, pruned) -> None:
                 dataset,
                 int(tokens),
                 int(window),
-                lambda f, m: progress(f / 2, f"dense: {m}"),
+                sub_progress(progress, 0.0, 0.5, "dense: "),
             )
             after = evals.perplexity(
                 pruned["model"],
@@ -128,7 +129,7 @@ def _perplexity(lm, pruned) -> None:
                 dataset,
                 int(tokens),
                 int(window),
-                lambda f, m: progress(0.5 + f / 2, f"pruned: {m}"),
+                sub_progress(progress, 0.5, 1.0, "pruned: "),
             )
         if not g.failed:
             _evals()["ppl"] = (dense, after)
@@ -194,7 +195,7 @@ def _generations(lm, pruned) -> None:
                 prompts,
                 int(max_new),
                 chat,
-                lambda f, m: progress(f / 2, f"dense: {m}"),
+                sub_progress(progress, 0.0, 0.5, "dense: "),
             )
             after = evals.generate(
                 pruned["model"],
@@ -203,7 +204,7 @@ def _generations(lm, pruned) -> None:
                 prompts,
                 int(max_new),
                 chat,
-                lambda f, m: progress(0.5 + f / 2, f"pruned: {m}"),
+                sub_progress(progress, 0.5, 1.0, "pruned: "),
             )
         if not g.failed:
             _evals()["generate"] = (dense, after)
@@ -236,9 +237,9 @@ def _speed(lm, pruned) -> None:
         settings = {"batch_sizes": tuple(sorted(batches)), "new_tokens": int(new_tokens), "repeats": int(repeats)}
         with guard("measuring speed") as g, progress_status("Speed and memory, dense then pruned") as progress:
             evals.forget_speed()
-            dense = evals.speed(lm.model, spec.key, lambda f, m: progress(f / 2, f"dense: {m}"), **settings)
+            dense = evals.speed(lm.model, spec.key, sub_progress(progress, 0.0, 0.5, "dense: "), **settings)
             after = evals.speed(
-                pruned["model"], pruned["model_key"], lambda f, m: progress(0.5 + f / 2, f"pruned: {m}"), **settings
+                pruned["model"], pruned["model_key"], sub_progress(progress, 0.5, 1.0, "pruned: "), **settings
             )
         if not g.failed:
             _evals()["speed"] = (dense, after)

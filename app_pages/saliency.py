@@ -5,6 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from nirvana import charts
+from nirvana.progress import sub_progress
 from nirvana.scoring.criteria import SCORERS
 from ui import frame, resources, state
 from ui.errors import guard
@@ -90,12 +91,8 @@ def _compute(lm, choice: dict) -> None:
         progress(0.02, f"calibration batch {batch.shape[0]}×{batch.shape[1]} tokens from {batch.source}")
         results = []
         for i, criterion in enumerate(criteria):
-            share = 1 / len(criteria)
-
-            def scaled(fraction, message, i=i, criterion=criterion, share=share):
-                progress((i + fraction) * share, f"{criterion}: {message}")
-
-            results.append(resources.scores_for(lm, spec, criterion, batch, choice["seed"], micro_batch, scaled))
+            step = sub_progress(progress, i / len(criteria), (i + 1) / len(criteria), f"{criterion}: ")
+            results.append(resources.scores_for(lm, spec, criterion, batch, choice["seed"], micro_batch, step))
     if g.failed:
         return
     state.put("scores", results[0])

@@ -263,22 +263,6 @@ def kept_units_bars(
     return _layout(fig, title, 460)
 
 
-def before_after_bars(rows: dict[str, tuple[float, float]], title: str = "Before / after") -> go.Figure:
-    """Grouped bars of `{label: (before, after)}` (e.g. parameters, FLOPs per token), in millions."""
-    labels = list(rows)
-    before = [rows[k][0] / 1e6 for k in labels]
-    after = [rows[k][1] / 1e6 for k in labels]
-    fig = go.Figure(
-        [
-            go.Bar(x=labels, y=before, name="dense", marker_color=UNIFORM, hovertemplate="%{y:.2f} M<extra></extra>"),
-            go.Bar(x=labels, y=after, name="pruned", marker_color=KEPT, hovertemplate="%{y:.2f} M<extra></extra>"),
-        ]
-    )
-    fig.update_layout(barmode="group")
-    fig.update_yaxes(title_text="millions")
-    return _layout(fig, title, 320)
-
-
 def bar_chart(
     labels: Sequence[str], values: Sequence[float], highlight: int | None = None, *, title: str, y_title: str
 ):

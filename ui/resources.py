@@ -21,6 +21,7 @@ import streamlit as st
 
 from nirvana.models.loaded import LoadedModel
 from nirvana.models.loading import load_model
+from nirvana.models.weights import input_device
 from nirvana.store.fingerprint import content_key
 
 
@@ -66,10 +67,6 @@ def mark_loaded(spec: ModelSpec) -> None:
     _loaded_keys().add(spec.key)
 
 
-def model_device(model) -> str:
-    return str(model.get_input_embeddings().weight.device)
-
-
 def heavy(model, progress=None):
     """One heavy job per device across sessions and processes (`nirvana.guard.locks.heavy_work`).
 
@@ -78,7 +75,7 @@ def heavy(model, progress=None):
     from nirvana.guard.locks import heavy_work
 
     on_wait = (lambda message: progress(0.0, message)) if progress else None
-    return heavy_work(model_device(model), on_wait, who="an explorer session")
+    return heavy_work(str(input_device(model)), on_wait, who="an explorer session")
 
 
 class Memo:

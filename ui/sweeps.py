@@ -7,10 +7,11 @@ serves every point. The dense model is measured once as the reference point (spa
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from nirvana.measure.flops import ideal_speedup
 from nirvana.models.shapes import ModelShape, model_shape
+from nirvana.progress import sub_progress
 from nirvana.pruning.allocation import allocate
 from nirvana.pruning.slicing import apply_plan
 
@@ -55,11 +56,7 @@ def run_sweep(lm, scores, settings: SweepSettings, progress=None) -> list[dict]:
         reference = DenseReference(lm.model, anchor.input_ids)
     rows, measured = [], {}
     for i, (axis, sparsity, gamma) in enumerate(points):
-        step = (
-            (lambda f, m, i=i: progress((i + f) / len(points), f"point {i + 1}/{len(points)}: {m}"))
-            if progress
-            else None
-        )
+        step = sub_progress(progress, i / len(points), (i + 1) / len(points), f"point {i + 1}/{len(points)}: ")
         if axis == "dense":
             model, plan = lm.model, None
         else:
@@ -89,13 +86,6 @@ def run_sweep(lm, scores, settings: SweepSettings, progress=None) -> list[dict]:
     return rows
 
 
-def _sub(progress, i: int, n: int):
-    """Point i of n: map its [0, 1] progress into the sweep's bar."""
-    if progress is None:
-        return None
-    return lambda f, m: progress((i + f) / n, f"point {i + 1}/{n}: {m}")
-
-
 def _quality(lm, model, settings: SweepSettings, reference, progress) -> float:
     if settings.metric == "kl":
         from nirvana.measure.kl import kl_to_dense
@@ -122,7 +112,3 @@ def _decode_speed(model, settings: SweepSettings, progress) -> float:
         model, batch_sizes=(1,), prompt_len=32, new_tokens=settings.speed_new_tokens, repeats=1, warmup=1
     )
     return result["results"][0]["decode_tokens_per_s"]
-
-
-def settings_dict(settings: SweepSettings) -> dict:
-    return asdict(settings)

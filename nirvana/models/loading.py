@@ -13,7 +13,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ from nirvana.guard import memory
 from nirvana.guard.safety import check_model_name
 from nirvana.models.architectures import get_architecture
 from nirvana.models.loaded import LoadedModel
+from nirvana.store.atomic import atomic_path
 from nirvana.store.paths import cache_dir
 
 DEFAULT_MODEL = "smollm2-135m"
@@ -115,13 +115,9 @@ def embedded_model_dir(name: str, progress=None) -> Path:
     if getattr(model, "hf_quantizer", None) is not None:
         # GGUF-loaded models refuse save_pretrained until the (already de-quantized) config is dropped.
         model.hf_quantizer.remove_quantization_config(model)
-    tmp = target.with_name(f".{name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.rmtree(target, ignore_errors=True)
-    os.replace(tmp, target)
+    with atomic_path(target) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
     return target
 
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from nirvana.errors import PlanMismatch
+from nirvana.store.atomic import atomic_write_text
 
 SCHEMA_VERSION = 1
 
@@ -49,12 +49,7 @@ class PruningPlan:
         return json.dumps(self.to_dict(), separators=(",", ":"))
 
     def save(self, path: str | Path) -> Path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-        tmp.write_text(self.to_json())
-        os.replace(tmp, path)
-        return path
+        return atomic_write_text(path, self.to_json())
 
     @classmethod
     def from_dict(cls, data: dict) -> PruningPlan:

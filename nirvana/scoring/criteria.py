@@ -23,13 +23,12 @@ from nirvana.errors import InvalidInput
 from nirvana.guard.memory import check_scoring_memory, oom_guard
 from nirvana.models.architectures import layer_projections
 from nirvana.models.shapes import model_shape
-from nirvana.models.weights import dense_weight
+from nirvana.models.weights import dense_weight, input_device
+from nirvana.progress import Progress
 from nirvana.scoring.hooks import hook_saliency, resolve_method
 from nirvana.scoring.scores import Scores, score_cache_path
 from nirvana.scoring.units import group_units, reduce_to_axis
 from nirvana.store.fingerprint import model_fingerprint
-
-Progress = Callable[[float, str], None] | None
 
 
 def nirvana_objective(logits: torch.Tensor, input_ids: torch.Tensor, total_samples: int) -> torch.Tensor:
@@ -64,15 +63,11 @@ def _only_block_weights_require_grad(model: torch.nn.Module):
         model.zero_grad(set_to_none=True)
 
 
-def _model_device(model: torch.nn.Module) -> torch.device:
-    return model.get_input_embeddings().weight.device
-
-
 def gradient_saliency(model, input_ids: torch.Tensor, objective, micro_batch: int = 0, progress: Progress = None):
     """Per-layer axis vectors of |dObjective/dW * W| (+ bias terms) via autograd on `.grad`."""
     n = input_ids.shape[0]
     micro_batch = micro_batch or n
-    device = _model_device(model)
+    device = input_device(model)
     with _only_block_weights_require_grad(model):
         model.zero_grad(set_to_none=True)
         for start in range(0, n, micro_batch):
@@ -126,7 +121,7 @@ def input_norms(model, input_ids: torch.Tensor, micro_batch: int = 0) -> list[di
         micro_batch = micro_batch or n
         with torch.no_grad():
             for start in range(0, n, micro_batch):
-                model(input_ids=input_ids[start : start + micro_batch].to(_model_device(model)), use_cache=False)
+                model(input_ids=input_ids[start : start + micro_batch].to(input_device(model)), use_cache=False)
     finally:
         for h in handles:
             h.remove()
