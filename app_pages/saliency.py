@@ -6,7 +6,7 @@ import streamlit as st
 
 from nirvana import charts
 from nirvana.progress import sub_progress
-from nirvana.scoring.criteria import SCORERS
+from nirvana.scoring.criteria import CRITERIA, criteria_help
 from ui import frame, resources, state
 from ui.errors import guard
 from ui.progress import progress_status
@@ -58,10 +58,8 @@ def _controls() -> dict:
     samples = c[1].number_input("N sequences", 1, 512, step=1, key="calib_samples")
     seq_len = c[2].number_input("T tokens", 8, 2048, step=8, key="calib_seq_len")
     seed = c[3].number_input("seed", 0, 10_000, step=1, key="calib_seed")
-    criterion = c[4].selectbox(
-        "Criterion", list(SCORERS), key="criterion", help="; ".join(f"{k}: {v[2]}" for k, v in SCORERS.items())
-    )
-    criterion2 = c[5].selectbox("Compare with", ["(none)", *SCORERS], key="criterion2")
+    criterion = c[4].selectbox("Criterion", list(CRITERIA), key="criterion", help=criteria_help())
+    criterion2 = c[5].selectbox("Compare with", ["(none)", *CRITERIA], key="criterion2")
     if source == "custom":
         source = st.text_input("File path", key="calib_path", placeholder="/path/to/text.txt") or ""
     if state.on_cpu():

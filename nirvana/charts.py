@@ -19,6 +19,8 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from nirvana.scoring.criteria import CRITERIA
+
 KEPT = "#2a9d8f"
 PRUNED = "#e76f51"
 UNIFORM = "#264653"
@@ -26,14 +28,8 @@ COLORSCALE = "Viridis"
 # Overlay for pruned units: transparent (kept) -> dark (pruned); z is the pruned fraction of a cell.
 PRUNED_OVERLAY = [[0.0, "rgba(0,0,0,0)"], [1.0, "rgba(20,20,20,0.72)"]]
 NEURON_MODES = ("sorted", "index")
-# One colour per pruning criterion, shared by the app and the benchmark plots.
-CRITERION_COLORS = {
-    "nirvana": "#1f77b4",
-    "magnitude": "#d62728",
-    "random": "#7f7f7f",
-    "taylor": "#2ca02c",
-    "wanda": "#9467bd",
-}
+# One colour per pruning criterion (its `Criterion.color` row), shared by the app and the benchmark plots.
+CRITERION_COLORS = {name: c.color for name, c in CRITERIA.items()}
 
 
 def as_array(x) -> np.ndarray:

@@ -128,9 +128,9 @@ def calibration(_tokenizer, model_key: str, source: str, samples: int, seq_len: 
 
 def scores_for(lm: LoadedModel, spec: ModelSpec, criterion: str, batch, seed: int, micro_batch: int, progress=None):
     """`compute_scores` through the shared memo (and the library's disk cache), one job per device."""
-    from nirvana.scoring.criteria import SCORERS, compute_scores
+    from nirvana.scoring.criteria import compute_scores, get_criterion
 
-    needs_data = SCORERS[criterion][1] if criterion in SCORERS else True
+    needs_data = get_criterion(criterion).needs_data
     key = content_key("scores", spec.key, criterion, batch.hash if needs_data else None, seed)
 
     def compute():

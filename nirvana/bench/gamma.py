@@ -28,7 +28,7 @@ def run_gamma_bench(args, log) -> dict:
     from nirvana.models.loading import load_model
     from nirvana.models.shapes import model_shape
     from nirvana.pruning.allocation import default_gamma
-    from nirvana.scoring.criteria import SCORERS, compute_scores
+    from nirvana.scoring.criteria import CRITERIA, compute_scores
     from nirvana.search.calibration import AnchorSpec, anchor_batch, candidate_batch
     from nirvana.search.gamma import gamma_grid, gamma_search
 
@@ -49,7 +49,7 @@ def run_gamma_bench(args, log) -> dict:
     }
     for criterion in args.criteria:
         batch = None
-        if SCORERS[criterion][1]:
+        if CRITERIA[criterion].needs_data:
             batch = candidate_batch(
                 lm.tokenizer, anchor, source=spec.source, samples=args.samples, seq_len=args.seq_len, seed=0
             )
@@ -185,13 +185,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_gamma(args) -> int:
-    from nirvana.scoring.criteria import SCORERS
+    from nirvana.scoring.criteria import CRITERIA
 
-    unknown = [c for c in args.criteria if c not in SCORERS]
+    unknown = [c for c in args.criteria if c not in CRITERIA]
     if unknown:
         from nirvana.errors import InvalidInput
 
-        raise InvalidInput(f"unknown criteria {unknown}; accepted: {', '.join(SCORERS)}.")
+        raise InvalidInput(f"unknown criteria {unknown}; accepted: {', '.join(CRITERIA)}.")
 
     def log(msg):
         print(f"{dt.datetime.now(dt.UTC):%H:%M:%S} {msg}", file=sys.stderr, flush=True)

@@ -34,10 +34,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nirvana.bench.quality_report import write_report
+from nirvana.scoring.criteria import CRITERIA as CRITERIA_TABLE
 from nirvana.search.calibration import AnchorSpec
 
-CRITERIA = ("nirvana", "magnitude", "random", "taylor", "wanda")
-DATA_DRIVEN = ("nirvana", "taylor", "wanda")  # the criteria whose scores depend on calibration data
+# The grid's order: the paper's criterion, then the baselines alphabetically (rows, plots, report).
+CRITERIA = tuple(sorted(CRITERIA_TABLE, key=lambda name: (name != "nirvana", name)))
+DATA_DRIVEN = tuple(c for c in CRITERIA if CRITERIA_TABLE[c].needs_data)  # scores depend on calibration data
 SPARSITIES = (0.1, 0.2, 0.3, 0.5)
 DATASETS = ("wikitext2", "ptb")
 DEFAULT_OUT = Path(__file__).resolve().parents[2] / "benchmarks" / "quality"
@@ -122,10 +124,9 @@ def plan_jobs(config: QualityConfig) -> list[Job]:
     interest: 0.2 and 0.5 by default), every criterion with global allocation, the uniform rows
     and the extra KL-selection candidates; then the same for the remaining sparsities.
     """
-    from nirvana.scoring.criteria import SCORERS
 
     def seed0(c):
-        return 0 if SCORERS[c][1] else None
+        return 0 if CRITERIA_TABLE[c].needs_data else None
 
     order = sorted(config.sparsities, key=lambda s: (s not in (0.2, 0.5), s))
     half = max(1, len(order) // 2)
@@ -134,7 +135,7 @@ def plan_jobs(config: QualityConfig) -> list[Job]:
         jobs += [Job(c, "global", seed0(c), s) for s in group for c in config.criteria]
         jobs += [Job(c, "uniform", seed0(c), s) for s in group for c in config.uniform_criteria]
         for c in config.select_criteria:
-            if SCORERS[c][1]:
+            if CRITERIA_TABLE[c].needs_data:
                 jobs += [Job(c, "global", k, s) for s in group for k in range(1, config.candidates)]
     return jobs
 

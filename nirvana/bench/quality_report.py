@@ -11,9 +11,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nirvana.charts import CRITERION_COLORS
+from nirvana.scoring.criteria import CRITERIA
 
 if TYPE_CHECKING:
     from nirvana.bench.quality import QualityConfig
+
+_DATA_FREE = tuple(name for name, c in CRITERIA.items() if not c.needs_data)  # magnitude, random
 
 
 def committed_reports(directory: Path | None = None) -> list[Path]:
@@ -194,7 +197,7 @@ def _header(rows: list[dict], config: QualityConfig) -> list[str]:
         f"{', '.join(config.uniform_criteria) or 'none'}; "
         + (
             f"KL-guided calibration (K = {config.candidates}, seeds 0..{config.candidates - 1}) for "
-            f"{', '.join(config.select_criteria)} (magnitude and random use no calibration data)"
+            f"{', '.join(config.select_criteria)} ({' and '.join(_DATA_FREE)} use no calibration data)"
             if config.select_criteria
             else "no KL-guided calibration"
         )

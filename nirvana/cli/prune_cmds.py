@@ -7,10 +7,11 @@ import time
 from pathlib import Path
 
 from nirvana.cli.common import add_model_args, heavy, load_from_args, print_json, stderr_progress
+from nirvana.scoring.criteria import CRITERIA, compute_scores, get_criterion
 
 
 def add_calibration_args(p) -> None:
-    p.add_argument("--criterion", default="nirvana", help="nirvana, taylor, magnitude, wanda, random")
+    p.add_argument("--criterion", default="nirvana", help=", ".join(CRITERIA))
     p.add_argument("--calib", default="wikitext2-valid", help="dataset name, .txt/.jsonl file, or .npy of ids [N, T]")
     p.add_argument("--samples", type=int, default=32, help="calibration sequences N")
     p.add_argument("--seq-len", type=int, default=128, help="tokens per calibration sequence T")
@@ -48,7 +49,6 @@ def register(sub) -> None:
 
 def _scores_for(args, lm):
     from nirvana.data.calibration import calibration_batch
-    from nirvana.scoring.criteria import SCORERS, compute_scores
     from nirvana.scoring.scores import Scores
 
     if getattr(args, "scores", None):
@@ -62,7 +62,7 @@ def _scores_for(args, lm):
                 f"{args.model!r} ({model_fingerprint(lm.model)}); score this model, or pass the model they came from."
             )
         return scores
-    needs_data = SCORERS.get(args.criterion, (None, True))[1]
+    needs_data = get_criterion(args.criterion).needs_data
     batch = None
     if needs_data and getattr(args, "select_calib", 0):
         batch = _selected_batch(args, lm)

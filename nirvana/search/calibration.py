@@ -24,7 +24,7 @@ from nirvana.models.shapes import model_shape
 from nirvana.progress import Progress, sub_progress
 from nirvana.pruning.allocation import allocate, default_gamma
 from nirvana.pruning.slicing import apply_plan
-from nirvana.scoring.criteria import SCORERS, compute_scores
+from nirvana.scoring.criteria import DATA_CRITERIA, compute_scores
 from nirvana.store.atomic import atomic_write_text
 from nirvana.store.fingerprint import content_key, model_fingerprint
 from nirvana.store.paths import cache_dir
@@ -142,11 +142,10 @@ def select_calibration(
         >>> sel = select_calibration(model, tok, sparsity=0.2, candidates=4)
         >>> sel.chosen_seed, [round(c.kl, 4) for c in sel.candidates]
     """
-    if criterion not in SCORERS or not SCORERS[criterion][1]:
-        data_criteria = [name for name, (_, needs_data, _) in SCORERS.items() if needs_data]
+    if criterion not in DATA_CRITERIA:
         raise InvalidInput(
             f"calibration selection needs a data-driven criterion; got {criterion!r}, accepted: "
-            f"{', '.join(data_criteria)}."
+            f"{', '.join(DATA_CRITERIA)}."
         )
     if str(pool).endswith(".npy"):
         raise InvalidInput(
