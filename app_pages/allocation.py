@@ -10,7 +10,8 @@ import streamlit as st
 from nirvana import charts
 from nirvana.measure.flops import DEFAULT_CONTEXT, flops_per_token
 from nirvana.models.shapes import ModelShape
-from nirvana.pruning.allocation import MAX_SPARSITY, default_gamma
+from nirvana.pruning.allocation import default_gamma
+from nirvana.pruning.plan import MAX_SPARSITY
 from ui import frame, resources, state
 from ui.errors import guard
 
@@ -121,7 +122,7 @@ def _metrics(shape: ModelShape, plan, uniform) -> None:
     row[0].metric(
         "Achieved block sparsity",
         f"{stats['achieved_block_sparsity']:.1%}",
-        delta=f"{stats['achieved_block_sparsity'] - plan.settings['sparsity']:+.1%} vs target",
+        delta=f"{stats['achieved_block_sparsity'] - plan.settings.sparsity:+.1%} vs target",
         delta_color="off",
     )
     row[1].metric(

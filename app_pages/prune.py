@@ -85,7 +85,7 @@ def _record(kind: str, lm, plan, summary: dict, metrics: dict | None = None) -> 
     from nirvana.store.runs import record_run
 
     with guard("recording the run") as g:
-        settings = {**(plan.settings if plan is not None else {}), "model": lm.name}
+        settings = {**(plan.settings.to_dict() if plan is not None else {}), "model": lm.name}
         summary = {"model": lm.name, "sparsity": settings.get("sparsity"), **summary}
         if plan is not None:
             summary["achieved_block_sparsity"] = plan.stats.get("achieved_block_sparsity")
@@ -323,7 +323,7 @@ def _save(lm, plan, pruned) -> None:
     st.download_button(
         "Download plan JSON",
         plan.to_json,
-        file_name=f"plan-s{plan.settings['sparsity']:.2f}-g{plan.settings['gamma']:.2f}.json",
+        file_name=f"plan-s{plan.settings.sparsity:.2f}-g{plan.settings.gamma:.2f}.json",
         mime="application/json",
         key="download_plan",
         on_click="ignore",
@@ -331,7 +331,7 @@ def _save(lm, plan, pruned) -> None:
     if pruned is None:
         return
     name = re.sub(r"[^A-Za-z0-9_.-]+", "-", state.spec().name.strip("/").split("/")[-1])
-    default = cache_dir() / "pruned" / f"{name}-s{plan.settings['sparsity']:.2f}-g{plan.settings['gamma']:.2f}"
+    default = cache_dir() / "pruned" / f"{name}-s{plan.settings.sparsity:.2f}-g{plan.settings.gamma:.2f}"
     folder = st.text_input("Save the pruned model to", value=str(default), key="save_dir")
     if st.button("Save pruned model", key="save_pruned"):
         from nirvana.models.checkpoint import save_pruned
@@ -354,8 +354,8 @@ def main() -> None:
         return
     s = plan.settings
     st.markdown(
-        f"Plan: sparsity **{s['sparsity']:.2f}**, γ **{s['gamma']:.2f}**, align {s['align']}, criterion "
-        f"`{s['criterion']}` → **{plan.stats['achieved_block_sparsity']:.1%}** of block weights removed "
+        f"Plan: sparsity **{s.sparsity:.2f}**, γ **{s.gamma:.2f}**, align {s.align}, criterion "
+        f"`{s.criterion}` → **{plan.stats['achieved_block_sparsity']:.1%}** of block weights removed "
         f"({plan.stats['total_param_reduction']:.1%} of all parameters)."
     )
     with guard("applying the plan"):

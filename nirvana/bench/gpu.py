@@ -121,7 +121,7 @@ def _summary(name: str, model, speed: dict, plan=None) -> dict:
     weights = weight_bytes(model)
     row = {
         "variant": name,
-        "target_sparsity": plan.settings.get("sparsity") if plan is not None else 0.0,
+        "target_sparsity": plan.settings.sparsity if plan is not None else 0.0,
         "params": count_parameters(model),
         "block_params": count_block_parameters(model),
         "batch_size": point["batch_size"],
@@ -141,8 +141,8 @@ def _summary(name: str, model, speed: dict, plan=None) -> dict:
     }
     if plan is not None:
         row["achieved_block_sparsity"] = plan.stats.get("achieved_block_sparsity")
-        row["gamma"] = plan.settings.get("gamma")
-        row["align"] = plan.settings.get("align")
+        row["gamma"] = plan.settings.gamma
+        row["align"] = plan.settings.align
     return row
 
 

@@ -163,7 +163,7 @@ def load_pruned(directory: str | Path, *, dtype: torch.dtype | None = None, devi
     plan = None
     if (directory / PLAN_FILE).exists():
         try:
-            plan = PruningPlan.load(directory / PLAN_FILE).to_dict()
+            plan = PruningPlan.load(directory / PLAN_FILE)
         except PlanMismatch as exc:
             raise CorruptCheckpoint(f"{str(directory / PLAN_FILE)!r} is damaged: {exc}") from exc
     tokenizer = AutoTokenizer.from_pretrained(directory)
