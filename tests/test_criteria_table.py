@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import re
 
 import pytest
@@ -29,6 +30,8 @@ def test_every_row_is_complete(name):
     assert isinstance(row, Criterion) and row.name == name and callable(row.score)
     assert row.label and row.description and HEX.match(row.color)
     assert charts.CRITERION_COLORS[name] == row.color
+    assert ("method" in inspect.signature(row.score).parameters) == row.uses_gradients
+    assert row.needs_data or not row.uses_gradients  # a gradient needs a forward pass on data
     with pytest.raises(AttributeError):
         row.needs_data = not row.needs_data  # frozen: the table cannot be edited by accident
 
