@@ -82,8 +82,12 @@ def test_bad_settings_raise_invalid_input_when_built(change, message):
 def test_the_align_bound_needs_the_shape():
     shape = make_shape(inter=256)
     assert validate_settings(shape, 0.3, 2.0, 256, "global").align == 256
-    with pytest.raises(InvalidInput, match=r"between 1 and the MLP width \(256\), got 512"):
-        validate_settings(shape, 0.3, 2.0, 512, "global")
+    for align in (512, 3):
+        with pytest.raises(InvalidInput, match=rf"between 1 and the MLP width \(256\), got {align}"):
+            validate_settings(shape, 0.3, 2.0, align, "global")
+    with pytest.raises(InvalidInput, match=r"MLP width \(64\), got 128"):
+        PlanSettings(**{**GOOD, "align": 128}, mlp_width=64)
+    assert "mlp_width" not in PlanSettings(**GOOD, mlp_width=64).to_dict()  # a bound to check, not a setting
 
 
 @pytest.mark.parametrize(

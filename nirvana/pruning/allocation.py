@@ -48,18 +48,17 @@ def validate_settings(
     criterion: str = "nirvana",
     calibration: dict | None = None,
 ) -> PlanSettings:
-    """The plan's settings for this model, or `InvalidInput` saying which one is wrong and what is accepted.
-
-    `PlanSettings` checks each value on its own; the MLP-width bound on `align` needs the shape.
-    """
-    settings = PlanSettings(sparsity, gamma, default_gamma(shape), align, allocation, criterion, calibration)
-    smallest = min(shape.intermediate)
-    if settings.align > smallest:
-        raise InvalidInput(
-            f"align must be a power of two between 1 and the MLP width ({smallest}), got {align!r}; "
-            "common choices: 1 (off), 8, 16, 64, 128."
-        )
-    return settings
+    """The plan's settings for this model, or `InvalidInput` saying which one is wrong and what is accepted."""
+    return PlanSettings(
+        sparsity,
+        gamma,
+        default_gamma(shape),
+        align,
+        allocation,
+        criterion,
+        calibration,
+        mlp_width=min(shape.intermediate),
+    )
 
 
 def budget_fractions(shape: ModelShape, sparsity: float, gamma: float) -> tuple[float, float, list[str]]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import InitVar, asdict, dataclass, field, fields
 from pathlib import Path
 
 from nirvana.errors import InvalidInput, PlanMismatch
@@ -28,7 +28,7 @@ class PlanSettings:
     `gamma`: MLP fraction pruned / KV-group fraction pruned (> 0); `gamma_default` the analytic gamma*.
     `align`: kept neurons per layer rounded up to a multiple of this power of two (1 = off).
     `criterion` and `calibration`: where the scores came from (`Scores.criterion`, `.calibration`).
-    The MLP-width bound on `align` needs the model's shape: `allocation.validate_settings` checks it.
+    `mlp_width` (not stored): the model's smallest MLP width, the upper bound on `align` when known.
     """
 
     sparsity: float
@@ -38,8 +38,9 @@ class PlanSettings:
     allocation: str = "global"
     criterion: str = "nirvana"
     calibration: dict | None = None
+    mlp_width: InitVar[int | None] = None
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, mlp_width: int | None) -> None:
         if not finite(self.sparsity) or not 0 <= self.sparsity <= MAX_SPARSITY:
             raise InvalidInput(
                 f"sparsity must be a number in [0, {MAX_SPARSITY}] (fraction of decoder-block weights "
@@ -55,9 +56,11 @@ class PlanSettings:
                 f"got {self.gamma!r}; the analytic default for this model is {self.gamma_default:.3g}."
             )
         align = self.align
-        if not isinstance(align, int) or isinstance(align, bool) or align < 1 or align & (align - 1):
+        bad = not isinstance(align, int) or isinstance(align, bool) or align < 1 or align & (align - 1)
+        if bad or (mlp_width is not None and align > mlp_width):
+            width = "the MLP width" if mlp_width is None else f"the MLP width ({mlp_width})"
             raise InvalidInput(
-                f"align must be a power of two between 1 and the MLP width, got {align!r}; "
+                f"align must be a power of two between 1 and {width}, got {align!r}; "
                 "common choices: 1 (off), 8, 16, 64, 128."
             )
         if self.allocation not in ALLOCATIONS:
