@@ -9,6 +9,9 @@ The pipeline is four separate steps, each a plain function:
     pruned = apply_plan(lm.model, plan)                          # physically smaller copy
     save_pruned(pruned, lm.tokenizer, plan, "out/model")
 
+`SCORERS` is the table of importance criteria (`nirvana.scoring.criteria.CRITERIA`): name -> one
+`Criterion` row (scorer, needs_data, uses_gradients, seeded, label, colour, description).
+
 This package never imports streamlit.
 """
 

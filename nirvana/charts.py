@@ -19,6 +19,8 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from nirvana.scoring.criteria import CRITERIA
+
 KEPT = "#2a9d8f"
 PRUNED = "#e76f51"
 UNIFORM = "#264653"
@@ -26,14 +28,8 @@ COLORSCALE = "Viridis"
 # Overlay for pruned units: transparent (kept) -> dark (pruned); z is the pruned fraction of a cell.
 PRUNED_OVERLAY = [[0.0, "rgba(0,0,0,0)"], [1.0, "rgba(20,20,20,0.72)"]]
 NEURON_MODES = ("sorted", "index")
-# One colour per pruning criterion, shared by the app and the benchmark plots.
-CRITERION_COLORS = {
-    "nirvana": "#1f77b4",
-    "magnitude": "#d62728",
-    "random": "#7f7f7f",
-    "taylor": "#2ca02c",
-    "wanda": "#9467bd",
-}
+# One colour per pruning criterion (its `Criterion.color` row), shared by the app and the benchmark plots.
+CRITERION_COLORS = {name: c.color for name, c in CRITERIA.items()}
 
 
 def as_array(x) -> np.ndarray:
@@ -261,22 +257,6 @@ def kept_units_bars(
     fig.update_xaxes(title_text="layer", row=2, col=1)
     fig.update_layout(legend={"orientation": "h", "y": -0.18})
     return _layout(fig, title, 460)
-
-
-def before_after_bars(rows: dict[str, tuple[float, float]], title: str = "Before / after") -> go.Figure:
-    """Grouped bars of `{label: (before, after)}` (e.g. parameters, FLOPs per token), in millions."""
-    labels = list(rows)
-    before = [rows[k][0] / 1e6 for k in labels]
-    after = [rows[k][1] / 1e6 for k in labels]
-    fig = go.Figure(
-        [
-            go.Bar(x=labels, y=before, name="dense", marker_color=UNIFORM, hovertemplate="%{y:.2f} M<extra></extra>"),
-            go.Bar(x=labels, y=after, name="pruned", marker_color=KEPT, hovertemplate="%{y:.2f} M<extra></extra>"),
-        ]
-    )
-    fig.update_layout(barmode="group")
-    fig.update_yaxes(title_text="millions")
-    return _layout(fig, title, 320)
 
 
 def bar_chart(

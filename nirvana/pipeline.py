@@ -75,7 +75,7 @@ class PruneSettings:
 
     @property
     def needs_data(self) -> bool:
-        return SCORERS[self.criterion][1]
+        return SCORERS[self.criterion].needs_data
 
 
 @dataclass
@@ -220,15 +220,15 @@ def prune_report(
         "params_after": params_after,
         "block_params_before": plan.stats["block_weights_before"] + block_biases(shape),
         "block_params_after": count_block_parameters(pruned),
-        "target_sparsity": plan.settings["sparsity"],
+        "target_sparsity": plan.settings.sparsity,
         "achieved_block_sparsity": plan.stats["achieved_block_sparsity"],
         "total_param_reduction": 1 - params_after / shape.total_params,
-        "gamma": plan.settings["gamma"],
-        "gamma_default": plan.settings["gamma_default"],
-        "align": plan.settings["align"],
-        "allocation": plan.settings["allocation"],
-        "criterion": plan.settings["criterion"],
-        "calibration": plan.settings["calibration"],
+        "gamma": plan.settings.gamma,
+        "gamma_default": plan.settings.gamma_default,
+        "align": plan.settings.align,
+        "allocation": plan.settings.allocation,
+        "criterion": plan.settings.criterion,
+        "calibration": plan.settings.calibration,
         "kept_kv_groups": plan.kept_kv_groups,
         "kept_neurons": plan.kept_neurons,
         "notes": plan.stats.get("notes", []),

@@ -14,7 +14,8 @@ import streamlit as st
 from nirvana import charts
 from nirvana.measure.flops import DEFAULT_CONTEXT, flops_per_token
 from nirvana.models.shapes import ModelShape
-from nirvana.pruning.allocation import MAX_SPARSITY, default_gamma
+from nirvana.pruning.allocation import default_gamma
+from nirvana.pruning.plan import MAX_SPARSITY
 from nirvana.pruning.slicing import planned_shape
 from ui import frame, resources, state
 from ui.errors import guard
@@ -126,7 +127,7 @@ def _metrics(shape: ModelShape, plan, uniform) -> None:
     row[0].metric(
         "Achieved block sparsity",
         f"{stats['achieved_block_sparsity']:.1%}",
-        delta=f"{stats['achieved_block_sparsity'] - plan.settings['sparsity']:+.1%} vs target",
+        delta=f"{stats['achieved_block_sparsity'] - plan.settings.sparsity:+.1%} vs target",
         delta_color="off",
     )
     row[1].metric(

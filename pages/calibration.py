@@ -12,7 +12,7 @@ import streamlit as st
 from nirvana import charts
 from nirvana.models.shapes import ModelShape
 from nirvana.pruning.allocation import default_gamma
-from nirvana.scoring.criteria import SCORERS
+from nirvana.scoring.criteria import DATA_CRITERIA, criteria_help
 from ui import frame, resources, state
 from ui.errors import guard
 from ui.progress import progress_status
@@ -51,8 +51,7 @@ def _controls(shape: ModelShape) -> dict:
     samples = c[2].number_input("N per batch", 1, 512, step=1, key="kl_samples")
     seq_len = c[3].number_input("T tokens", 8, 2048, step=8, key="kl_seq_len")
     anchor = c[4].number_input("Anchor sequences (×64 tokens)", 1, 512, step=1, key="kl_anchor")
-    data_criteria = [name for name, (_, needs_data, _) in SCORERS.items() if needs_data]
-    criterion = c[5].selectbox("Criterion", data_criteria, key="kl_criterion")
+    criterion = c[5].selectbox("Criterion", list(DATA_CRITERIA), key="kl_criterion", help=criteria_help(DATA_CRITERIA))
     sparsity = float(st.session_state.get("sparsity", 0.2))
     gamma = float(st.session_state.get("gamma", default_gamma(shape)))
     align = int(st.session_state.get("align", 8))

@@ -16,6 +16,7 @@ from nirvana.measure.flops import ideal_speedup
 from nirvana.measure.speed import speedup_rows
 from nirvana.models.shapes import count_parameters, model_shape
 from nirvana.pipeline import prune
+from nirvana.progress import sub_progress
 from nirvana.store.paths import cache_dir
 from ui import evals, frame, state
 from ui.errors import guard
@@ -88,7 +89,7 @@ def _record(kind: str, lm, plan, summary: dict, metrics: dict | None = None) -> 
     from nirvana.store.runs import record_run
 
     with guard("recording the run") as g:
-        settings = {**(plan.settings if plan is not None else {}), "model": lm.name}
+        settings = {**(plan.settings.to_dict() if plan is not None else {}), "model": lm.name}
         summary = {"model": lm.name, "sparsity": settings.get("sparsity"), **summary}
         if plan is not None:
             summary["achieved_block_sparsity"] = plan.stats.get("achieved_block_sparsity")
@@ -123,7 +124,7 @@ def _perplexity(lm, pruned) -> None:
                 dataset,
                 int(tokens),
                 int(window),
-                lambda f, m: progress(f / 2, f"dense: {m}"),
+                sub_progress(progress, 0.0, 0.5, "dense: "),
             )
             after = evals.perplexity(
                 pruned["model"],
@@ -132,7 +133,7 @@ def _perplexity(lm, pruned) -> None:
                 dataset,
                 int(tokens),
                 int(window),
-                lambda f, m: progress(0.5 + f / 2, f"pruned: {m}"),
+                sub_progress(progress, 0.5, 1.0, "pruned: "),
             )
         if not g.failed:
             _evals()["ppl"] = (dense, after)
@@ -198,7 +199,7 @@ def _generations(lm, pruned) -> None:
                 prompts,
                 int(max_new),
                 chat,
-                lambda f, m: progress(f / 2, f"dense: {m}"),
+                sub_progress(progress, 0.0, 0.5, "dense: "),
             )
             after = evals.generate(
                 pruned["model"],
@@ -207,7 +208,7 @@ def _generations(lm, pruned) -> None:
                 prompts,
                 int(max_new),
                 chat,
-                lambda f, m: progress(0.5 + f / 2, f"pruned: {m}"),
+                sub_progress(progress, 0.5, 1.0, "pruned: "),
             )
         if not g.failed:
             _evals()["generate"] = (dense, after)
@@ -240,9 +241,9 @@ def _speed(lm, pruned) -> None:
         settings = {"batch_sizes": tuple(sorted(batches)), "new_tokens": int(new_tokens), "repeats": int(repeats)}
         with guard("measuring speed") as g, progress_status("Speed and memory, dense then pruned") as progress:
             evals.forget_speed()
-            dense = evals.speed(lm.model, spec.key, lambda f, m: progress(f / 2, f"dense: {m}"), **settings)
+            dense = evals.speed(lm.model, spec.key, sub_progress(progress, 0.0, 0.5, "dense: "), **settings)
             after = evals.speed(
-                pruned["model"], pruned["model_key"], lambda f, m: progress(0.5 + f / 2, f"pruned: {m}"), **settings
+                pruned["model"], pruned["model_key"], sub_progress(progress, 0.5, 1.0, "pruned: "), **settings
             )
         if not g.failed:
             _evals()["speed"] = (dense, after)
@@ -323,7 +324,7 @@ def _save(lm, plan, pruned) -> None:
     st.download_button(
         "Download plan JSON",
         plan.to_json,
-        file_name=f"plan-s{plan.settings['sparsity']:.2f}-g{plan.settings['gamma']:.2f}.json",
+        file_name=f"plan-s{plan.settings.sparsity:.2f}-g{plan.settings.gamma:.2f}.json",
         mime="application/json",
         key="download_plan",
         on_click="ignore",
@@ -331,7 +332,7 @@ def _save(lm, plan, pruned) -> None:
     if pruned is None:
         return
     name = re.sub(r"[^A-Za-z0-9_.-]+", "-", state.spec().name.strip("/").split("/")[-1])
-    default = cache_dir() / "pruned" / f"{name}-s{plan.settings['sparsity']:.2f}-g{plan.settings['gamma']:.2f}"
+    default = cache_dir() / "pruned" / f"{name}-s{plan.settings.sparsity:.2f}-g{plan.settings.gamma:.2f}"
     folder = st.text_input("Save the pruned model to", value=str(default), key="save_dir")
     if st.button("Save pruned model", key="save_pruned"):
         from nirvana.models.checkpoint import save_pruned
@@ -354,8 +355,8 @@ def main() -> None:
         return
     s = plan.settings
     st.markdown(
-        f"Plan: sparsity **{s['sparsity']:.2f}**, γ **{s['gamma']:.2f}**, align {s['align']}, criterion "
-        f"`{s['criterion']}` → **{plan.stats['achieved_block_sparsity']:.1%}** of block weights removed "
+        f"Plan: sparsity **{s.sparsity:.2f}**, γ **{s.gamma:.2f}**, align {s.align}, criterion "
+        f"`{s.criterion}` → **{plan.stats['achieved_block_sparsity']:.1%}** of block weights removed "
         f"({plan.stats['total_param_reduction']:.1%} of all parameters)."
     )
     with guard("applying the plan"):

@@ -9,7 +9,8 @@ routing.require()  # first, before the heavy imports: see ui/routing.py
 import streamlit as st
 
 from nirvana import charts
-from nirvana.scoring.criteria import SCORERS
+from nirvana.progress import sub_progress
+from nirvana.scoring.criteria import CRITERIA, criteria_help
 from ui import frame, resources, state
 from ui.errors import guard
 from ui.progress import progress_status
@@ -61,10 +62,8 @@ def _controls() -> dict:
     samples = c[1].number_input("N sequences", 1, 512, step=1, key="calib_samples")
     seq_len = c[2].number_input("T tokens", 8, 2048, step=8, key="calib_seq_len")
     seed = c[3].number_input("seed", 0, 10_000, step=1, key="calib_seed")
-    criterion = c[4].selectbox(
-        "Criterion", list(SCORERS), key="criterion", help="; ".join(f"{k}: {v[2]}" for k, v in SCORERS.items())
-    )
-    criterion2 = c[5].selectbox("Compare with", ["(none)", *SCORERS], key="criterion2")
+    criterion = c[4].selectbox("Criterion", list(CRITERIA), key="criterion", help=criteria_help())
+    criterion2 = c[5].selectbox("Compare with", ["(none)", *CRITERIA], key="criterion2")
     if source == "custom":
         source = st.text_input("File path", key="calib_path", placeholder="/path/to/text.txt") or ""
     if state.on_cpu():
@@ -94,12 +93,8 @@ def _compute(lm, choice: dict) -> None:
         progress(0.02, f"calibration batch {batch.shape[0]}×{batch.shape[1]} tokens from {batch.source}")
         results = []
         for i, criterion in enumerate(criteria):
-            share = 1 / len(criteria)
-
-            def scaled(fraction, message, i=i, criterion=criterion, share=share):
-                progress((i + fraction) * share, f"{criterion}: {message}")
-
-            results.append(resources.scores_for(lm, spec, criterion, batch, choice["seed"], micro_batch, scaled))
+            step = sub_progress(progress, i / len(criteria), (i + 1) / len(criteria), f"{criterion}: ")
+            results.append(resources.scores_for(lm, spec, criterion, batch, choice["seed"], micro_batch, step))
     if g.failed:
         return
     state.put("scores", results[0])

@@ -49,7 +49,6 @@ def cell(text: str, tmp: str) -> str:
 def extra_cases(i, tiny, tmp: Path) -> dict:
     """Inputs of the other tests (safety, runs, locks), with what each produced."""
     from nirvana.guard.locks import Busy, heavy_work
-    from nirvana.guard.safety import check_upload
     from nirvana.models.loading import load_model
     from nirvana.store.runs import open_run
 
@@ -108,8 +107,6 @@ def extra_cases(i, tiny, tmp: Path) -> dict:
         "text file over the size limit (NIRVANA_MAX_TEXT_MB=0.001)": with_env(
             "NIRVANA_MAX_TEXT_MB", "0.001", lambda: load_text(str(big))
         ),
-        "upload with a wrong extension": lambda: check_upload("notes.exe", 100, "text"),
-        "upload over 20 MB": lambda: check_upload("huge.txt", 10**9, "text"),
         "model folder whose config needs remote code": lambda: load_model(str(evil)),
         "model folder with only pickled pytorch_model.bin": lambda: load_model(str(pickled)),
         "run id with path traversal": lambda: open_run("../../etc/passwd"),
@@ -186,7 +183,7 @@ FOOTER = """
   `waiting for <who> on <device>`; a holder killed with SIGKILL frees the device at once.
 - **Safety** (`nirvana/guard/safety.py`): local model paths limited to `NIRVANA_MODEL_ROOTS` and text
   paths to `NIRVANA_TEXT_ROOTS` when set (symlinks resolved; the cache dir always allowed); size
-  limits on text (64 MB), plan (32 MB), .npy (64 MB) and uploaded (20 MB) files; weights read
+  limits on text (64 MB), plan (32 MB) and .npy (64 MB) files; weights read
   from safetensors only (`use_safetensors=True`; `.npy` with `allow_pickle=False`);
   `trust_remote_code` False unless passed explicitly; a source scan in `tests/test_safety.py`
   forbids pickle, `torch.load` without `weights_only=True`, `shell=True`, `os.system`, `eval`/`exec`.

@@ -15,7 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nirvana.models.shapes import ModelShape
-from nirvana.pruning.allocation import MAX_SPARSITY, allocate
+from nirvana.pruning.allocation import allocate
+from nirvana.pruning.plan import MAX_SPARSITY
 from nirvana.scoring.scores import Scores
 
 

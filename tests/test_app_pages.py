@@ -189,7 +189,7 @@ def test_allocation_follows_the_sliders_from_cached_scores(at, tiny):
         assert m["KV groups pruned (of 4)"] == f"{plan.stats['kv_groups_pruned']}"
         overlay = decode(chart(at, "Which KV groups go")["data"][1]["z"])
         assert (overlay == 0).sum(1).tolist() == plan.kept_kv_groups
-    assert at.session_state["plan"].settings["sparsity"] == 0.3
+    assert at.session_state["plan"].settings.sparsity == 0.3
 
 
 def test_allocation_overlays_the_second_criterion(at, tiny):
@@ -228,7 +228,7 @@ def test_allocation_points_to_the_measured_best_gamma(at, app_env, monkeypatch, 
     at.button(key="try_best_gamma").click().run()
     no_errors(at)
     assert at.slider(key="gamma").value == 3.0
-    assert at.session_state["plan"].settings["gamma"] == 3.0
+    assert at.session_state["plan"].settings.gamma == 3.0
 
 
 def test_prune_page_compares_dense_and_pruned(at, tiny, tmp_path):
@@ -267,7 +267,7 @@ def test_prune_page_compares_dense_and_pruned(at, tiny, tmp_path):
     at.button(key="save_pruned").click().run()
     no_errors(at)
     reloaded = load_pruned(tmp_path / "pruned")
-    assert reloaded.plan["layers"] == plan.to_dict()["layers"]
+    assert reloaded.plan.layers == plan.layers
     # The saved folder loads back on the Model page, recognised as a pruned model.
     at.switch_page("pages/model.py").run()
     at.radio(key="model_source").set_value("Local directory").run()
@@ -319,7 +319,7 @@ def test_sweep_page_measures_points_and_loads_a_plan(at):
     no_errors(at)
     assert at.title[0].value == "3 · Allocation"
     assert at.slider(key="gamma").value == 2.0 and at.slider(key="sparsity").value == 0.2
-    assert at.session_state["plan"].settings["gamma"] == 2.0
+    assert at.session_state["plan"].settings.gamma == 2.0
 
 
 def test_unexpected_errors_become_a_friendly_box(at, monkeypatch):

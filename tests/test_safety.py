@@ -17,7 +17,6 @@ from nirvana.guard.safety import (
     PathNotAllowed,
     check_local_path,
     check_model_name,
-    check_upload,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -113,26 +112,6 @@ def test_text_and_plan_files_over_the_size_limit_are_refused_before_reading(tmp_
     monkeypatch.setenv("NIRVANA_MAX_PLAN_MB", "0.001")
     with pytest.raises(FileTooLarge, match="plan files"):
         PruningPlan.load(plan)
-
-
-@pytest.mark.parametrize(
-    ("filename", "size", "kind", "message"),
-    [
-        ("notes.txt", 1000, "text", None),
-        ("plan.json", 1000, "plan", None),
-        ("notes.exe", 1000, "text", r"not a \.txt or \.jsonl file"),
-        ("plan.txt", 1000, "plan", r"not a \.json file"),
-        ("huge.txt", 10**9, "text", r"over the 20 MB limit for upload files"),
-        ("x.bin", 10, "weights", "not accepted"),
-    ],
-    ids=["text-ok", "plan-ok", "wrong-extension", "plan-as-txt", "too-large", "unknown-kind"],
-)
-def test_check_upload(filename, size, kind, message):
-    if message is None:
-        check_upload(filename, size, kind)
-    else:
-        with pytest.raises(InvalidInput, match=message):
-            check_upload(filename, size, kind)
 
 
 def _custom_code_folder(base: Path, src: Path | None, model_type: str) -> tuple[Path, Path]:

@@ -53,7 +53,7 @@ def test_prune_cli_end_to_end(tmp_path, capsys, smollm2, smollm2_dir):
 
     loaded = load_pruned(out)
     assert model_shape(loaded.model).intermediate == tuple(report["kept_neurons"])
-    assert json.loads((out / "plan.json").read_text())["fingerprint"] == loaded.plan["fingerprint"]
+    assert json.loads((out / "plan.json").read_text())["fingerprint"] == loaded.plan.fingerprint
     capsys.readouterr()
     assert main(["generate", "--model", str(out), "--prompt", "The capital of France is", "--max-new-tokens", "8"]) == 0
     text = capsys.readouterr().out

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import hashlib
 
+from nirvana.models.weights import input_device
 from nirvana.store.fingerprint import content_key
-from ui.resources import heavy, memo, model_device
+from ui.resources import heavy, memo
 
 SPEED_BATCH_SIZES_CPU = (1, 4)
 SPEED_BATCH_SIZES_GPU = (1, 8, 32)
@@ -53,7 +54,7 @@ def speed(
     from nirvana.measure.speed import measure_speed
 
     if batch_sizes is None:
-        batch_sizes = SPEED_BATCH_SIZES_CPU if model_device(model) == "cpu" else SPEED_BATCH_SIZES_GPU
+        batch_sizes = SPEED_BATCH_SIZES_CPU if str(input_device(model)) == "cpu" else SPEED_BATCH_SIZES_GPU
     key = content_key("speed", model_key, batch_sizes, prompt_len, new_tokens, repeats)
 
     def compute():

@@ -22,6 +22,7 @@ import streamlit as st
 from nirvana.models.facts import describe
 from nirvana.models.loaded import LoadedModel
 from nirvana.models.loading import load_model
+from nirvana.models.weights import input_device
 from nirvana.store.fingerprint import content_key
 
 
@@ -67,10 +68,6 @@ def mark_loaded(spec: ModelSpec) -> None:
     _loaded_keys().add(spec.key)
 
 
-def model_device(model) -> str:
-    return str(model.get_input_embeddings().weight.device)
-
-
 def heavy(model, progress=None):
     """One heavy job per device across sessions and processes (`nirvana.guard.locks.heavy_work`).
 
@@ -79,7 +76,7 @@ def heavy(model, progress=None):
     from nirvana.guard.locks import heavy_work
 
     on_wait = (lambda message: progress(0.0, message)) if progress else None
-    return heavy_work(model_device(model), on_wait, who="an explorer session")
+    return heavy_work(str(input_device(model)), on_wait, who="an explorer session")
 
 
 class Memo:
@@ -132,9 +129,9 @@ def calibration(_tokenizer, model_key: str, source: str, samples: int, seq_len: 
 
 def scores_for(lm: LoadedModel, spec: ModelSpec, criterion: str, batch, seed: int, micro_batch: int, progress=None):
     """`compute_scores` through the shared memo (and the library's disk cache), one job per device."""
-    from nirvana.scoring.criteria import SCORERS, compute_scores
+    from nirvana.scoring.criteria import compute_scores, get_criterion
 
-    needs_data = SCORERS[criterion][1] if criterion in SCORERS else True
+    needs_data = get_criterion(criterion).needs_data
     key = content_key("scores", spec.key, criterion, batch.hash if needs_data else None, seed)
 
     def compute():

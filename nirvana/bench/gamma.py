@@ -19,7 +19,7 @@ from pathlib import Path
 
 from nirvana.bench.environment import machine_label
 from nirvana.errors import InvalidInput
-from nirvana.scoring.criteria import SCORERS
+from nirvana.scoring.criteria import CRITERIA
 from nirvana.store.paths import benchmarks_dir
 
 DEFAULT_OUT = benchmarks_dir("gamma")  # the checkout's benchmarks/gamma; ./benchmarks/gamma when installed
@@ -41,9 +41,9 @@ class GammaBenchConfig:
     out_dir: Path = DEFAULT_OUT
 
     def __post_init__(self) -> None:
-        unknown = [c for c in self.criteria if c not in SCORERS]
+        unknown = [c for c in self.criteria if c not in CRITERIA]
         if unknown:
-            raise InvalidInput(f"unknown criteria {unknown}; accepted: {', '.join(SCORERS)}.")
+            raise InvalidInput(f"unknown criteria {unknown}; accepted: {', '.join(CRITERIA)}.")
 
 
 def run_gamma_bench(config: GammaBenchConfig, log) -> dict:
@@ -72,7 +72,7 @@ def run_gamma_bench(config: GammaBenchConfig, log) -> dict:
     }
     for criterion in config.criteria:
         batch = None
-        if SCORERS[criterion][1]:
+        if CRITERIA[criterion].needs_data:
             batch = candidate_batch(
                 lm.tokenizer, anchor, source=spec.source, samples=config.samples, seq_len=config.seq_len, seed=0
             )

@@ -31,6 +31,8 @@ from pathlib import Path
 
 import torch
 
+from nirvana.models.weights import input_device
+from nirvana.progress import sub_progress
 from nirvana.pruning.slicing import slice_at
 from nirvana.reference import paper_reference
 from nirvana.scoring.criteria import compute_scores
@@ -130,7 +132,7 @@ def _summary(name: str, model, speed: dict, plan=None) -> dict:
     weights = weight_bytes(model)
     row = {
         "variant": name,
-        "target_sparsity": plan.settings.get("sparsity") if plan is not None else 0.0,
+        "target_sparsity": plan.settings.sparsity if plan is not None else 0.0,
         "params": count_parameters(model),
         "block_params": count_block_parameters(model),
         "batch_size": point["batch_size"],
@@ -150,8 +152,8 @@ def _summary(name: str, model, speed: dict, plan=None) -> dict:
     }
     if plan is not None:
         row["achieved_block_sparsity"] = plan.stats.get("achieved_block_sparsity")
-        row["gamma"] = plan.settings.get("gamma")
-        row["align"] = plan.settings.get("align")
+        row["gamma"] = plan.settings.gamma
+        row["align"] = plan.settings.align
     return row
 
 
@@ -196,7 +198,7 @@ def run_gpu_bench(
             new_tokens=new_tokens,
             repeats=repeats,
             warmup=1,
-            progress=lambda f, m: say(0.2 + 0.8 * f, m),
+            progress=sub_progress(say, 0.2, 1.0),
         )
     rows = [_summary(name, models[name], speeds[name], plans.get(name)) for name in models]
     dense_row = rows[0]
@@ -215,7 +217,7 @@ def run_gpu_bench(
         "measured_utc": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "build_and_prune_seconds": round(build_seconds, 2),
         "total_seconds": round(time.perf_counter() - start, 2),
-        "environment": device_info(next(dense.parameters()).device),
+        "environment": device_info(input_device(dense)),
         "paper_reference": paper_a100(),
         "results": rows,
     }

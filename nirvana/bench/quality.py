@@ -32,6 +32,7 @@ from pathlib import Path
 
 from nirvana.bench.environment import machine_label
 from nirvana.bench.quality_config import COLUMNS, KEY, QualityConfig
+from nirvana.scoring.criteria import CRITERIA as CRITERIA_TABLE
 
 
 @dataclass(frozen=True)
@@ -49,10 +50,9 @@ def plan_jobs(config: QualityConfig) -> list[Job]:
     interest: 0.2 and 0.5 by default), every criterion with global allocation, the uniform rows
     and the extra KL-selection candidates; then the same for the remaining sparsities.
     """
-    from nirvana.scoring.criteria import SCORERS
 
     def seed0(c):
-        return 0 if SCORERS[c][1] else None
+        return 0 if CRITERIA_TABLE[c].needs_data else None
 
     order = sorted(config.sparsities, key=lambda s: (s not in (0.2, 0.5), s))
     half = max(1, len(order) // 2)
@@ -61,7 +61,7 @@ def plan_jobs(config: QualityConfig) -> list[Job]:
         jobs += [Job(c, "global", seed0(c), s) for s in group for c in config.criteria]
         jobs += [Job(c, "uniform", seed0(c), s) for s in group for c in config.uniform_criteria]
         for c in config.select_criteria:
-            if SCORERS[c][1]:
+            if CRITERIA_TABLE[c].needs_data:
                 jobs += [Job(c, "global", k, s) for s in group for k in range(1, config.candidates)]
     return jobs
 

@@ -8,11 +8,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nirvana.scoring.criteria import CRITERIA as CRITERIA_TABLE
 from nirvana.search.calibration import AnchorSpec
 from nirvana.store.paths import benchmarks_dir
 
-CRITERIA = ("nirvana", "magnitude", "random", "taylor", "wanda")
-DATA_DRIVEN = ("nirvana", "taylor", "wanda")  # the criteria whose scores depend on calibration data
+# The grid's order: the paper's criterion, then the baselines alphabetically (rows, plots, report).
+CRITERIA = tuple(sorted(CRITERIA_TABLE, key=lambda name: (name != "nirvana", name)))
+DATA_DRIVEN = tuple(c for c in CRITERIA if CRITERIA_TABLE[c].needs_data)  # scores depend on calibration data
 SPARSITIES = (0.1, 0.2, 0.3, 0.5)
 DATASETS = ("wikitext2", "ptb")
 DEFAULT_OUT = benchmarks_dir("quality")  # the checkout's benchmarks/quality; ./benchmarks/quality when installed

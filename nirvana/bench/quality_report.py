@@ -11,6 +11,9 @@ from pathlib import Path
 
 from nirvana.bench.quality_config import CRITERIA, DEFAULT_OUT, QualityConfig
 from nirvana.charts import CRITERION_COLORS
+from nirvana.scoring.criteria import CRITERIA as CRITERIA_TABLE
+
+_DATA_FREE = tuple(name for name, c in CRITERIA_TABLE.items() if not c.needs_data)  # magnitude, random
 
 
 def committed_reports(directory: Path | None = None) -> list[Path]:
@@ -189,7 +192,7 @@ def _header(rows: list[dict], config: QualityConfig) -> list[str]:
         f"{', '.join(config.uniform_criteria) or 'none'}; "
         + (
             f"KL-guided calibration (K = {config.candidates}, seeds 0..{config.candidates - 1}) for "
-            f"{', '.join(config.select_criteria)} (magnitude and random use no calibration data)"
+            f"{', '.join(config.select_criteria)} ({' and '.join(_DATA_FREE)} use no calibration data)"
             if config.select_criteria
             else "no KL-guided calibration"
         )

@@ -13,6 +13,7 @@ from nirvana.cli.common import (
     record,
     stderr_progress,
 )
+from nirvana.scoring.criteria import DATA_CRITERIA, compute_scores, get_criterion
 
 
 def add_anchor_args(p) -> None:
@@ -23,7 +24,7 @@ def add_anchor_args(p) -> None:
 
 def _common(p) -> None:
     add_model_args(p)
-    p.add_argument("--criterion", default="nirvana", help="data-driven criterion: nirvana, taylor, wanda")
+    p.add_argument("--criterion", default="nirvana", help=f"data-driven criterion: {', '.join(DATA_CRITERIA)}")
     p.add_argument("--gamma", type=float, default=None, help="MLP/attention pruning ratio (default: analytic gamma*)")
     p.add_argument("--align", type=int, default=8)
     p.add_argument("--allocation", choices=["global", "uniform"], default="global")
@@ -109,7 +110,6 @@ def cmd_select_calib(args) -> int:
 def cmd_gamma_search(args) -> int:
     from nirvana.measure.kl import DenseReference
     from nirvana.models.shapes import model_shape
-    from nirvana.scoring.criteria import SCORERS, compute_scores
     from nirvana.search.calibration import anchor_batch, candidate_batch
     from nirvana.search.gamma import gamma_grid, gamma_search
 
@@ -118,7 +118,7 @@ def cmd_gamma_search(args) -> int:
         lm = load_from_args(args)
         anchor = anchor_batch(lm.tokenizer, _anchor_spec(args))
         batch = None
-        if SCORERS.get(args.criterion, (None, True))[1]:
+        if get_criterion(args.criterion).needs_data:
             batch = candidate_batch(
                 lm.tokenizer, anchor, source=args.pool, samples=args.samples, seq_len=args.seq_len, seed=args.seed
             )

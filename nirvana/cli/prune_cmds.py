@@ -11,12 +11,13 @@ from nirvana.errors import InvalidInput
 from nirvana.models.checkpoint import save_pruned
 from nirvana.pipeline import PruneSettings, check_scores_match, prune, score
 from nirvana.pruning.plan import PruningPlan
+from nirvana.scoring.criteria import CRITERIA
 from nirvana.scoring.scores import Scores
 from nirvana.store.runs import new_run
 
 
 def add_calibration_args(p) -> None:
-    p.add_argument("--criterion", default="nirvana", help="nirvana, taylor, magnitude, wanda, random")
+    p.add_argument("--criterion", default="nirvana", help=", ".join(CRITERIA))
     p.add_argument("--calib", default="wikitext2-valid", help="dataset name, .txt/.jsonl file, or .npy of ids [N, T]")
     p.add_argument("--samples", type=int, default=32, help="calibration sequences N")
     p.add_argument("--seq-len", type=int, default=128, help="tokens per calibration sequence T")

@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from nirvana.errors import OutOfMemory
+from nirvana.models.weights import input_device
 
 GIB = 1024**3
 SKIP_ENV = "NIRVANA_SKIP_MEMORY_CHECK"  # "1" disables the pre-flight check (never the OOM guard)
@@ -201,8 +202,6 @@ def model_devices(model) -> list[str]:
             if name not in devices:
                 devices.append(name)
         return devices or ["cpu"]
-    from nirvana.scoring.hooks import input_device
-
     return [str(input_device(model))]  # the execution device of an accelerate-offloaded model
 
 

@@ -9,7 +9,7 @@ The app serves strangers, so three rules hold in the library (the CLI and the ap
   Unset (the CLI's usual case), any path the user can read is accepted. Hub ids and registry
   names are not paths and are not affected.
 - **Files have a size limit** before they are read into memory: text files, plan JSON and
-  uploads (see `LIMITS`; `NIRVANA_MAX_<KIND>_MB` overrides one).
+  .npy token ids (see `LIMITS`; `NIRVANA_MAX_<KIND>_MB` overrides one).
 - **No remote code, no pickle.** `trust_remote_code` is False unless the caller passes True
   (CLI: `--trust-remote-code`); weights are read from safetensors only and `.npy` files with
   `allow_pickle=False`. Nothing builds a shell command from user input.
@@ -29,7 +29,6 @@ MB = 1024 * 1024
 # kind -> default limit in bytes. An 8B model's plan is ~3 MB of JSON; WikiText-2 test is 1.3 MB.
 LIMITS: dict[str, int] = {
     "text": 64 * MB,  # a calibration/evaluation text file read by nirvana.data.text
-    "upload": 20 * MB,  # one file uploaded through the app
     "plan": 32 * MB,  # a plan JSON
     "npy": 64 * MB,  # calibration token ids [N, T]
 }
@@ -118,16 +117,3 @@ def check_file_size(path: str | Path, kind: str) -> None:
     """`check_size` for a file on disk (reads only its size)."""
     path = Path(path)
     check_size(path.stat().st_size, kind, repr(str(path)))
-
-
-UPLOAD_TYPES = {"text": (".txt", ".jsonl"), "plan": (".json",), "npy": (".npy",)}
-
-
-def check_upload(filename: str, size_bytes: int, kind: str) -> None:
-    """Validate one uploaded file before reading it: extension for `kind`, then the upload size limit."""
-    suffixes = UPLOAD_TYPES.get(kind)
-    if suffixes is None:
-        raise InvalidInput(f"uploads of kind {kind!r} are not accepted; accepted: {', '.join(UPLOAD_TYPES)}.")
-    if not str(filename).lower().endswith(suffixes):
-        raise InvalidInput(f"{filename!r} is not a {' or '.join(suffixes)} file; upload one of those.")
-    check_size(size_bytes, "upload", repr(str(filename)))

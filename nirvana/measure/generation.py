@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
 from importlib.resources import files
 from pathlib import Path
 
 import torch
 
 from nirvana.errors import InvalidInput
+from nirvana.models.weights import input_device
+from nirvana.progress import Progress, sub_progress
 
-Progress = Callable[[float, str], None] | None
 DEFAULT_PROMPTS = files("nirvana") / "assets" / "prompts.json"  # package data: found when installed too
 
 
@@ -82,7 +82,7 @@ def generate(
     prompts = load_prompts() if prompts is None else normalize_prompts(list(prompts))
     if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise InvalidInput(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}.")
-    device = model.get_input_embeddings().weight.device
+    device = input_device(model)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p} if do_sample else {"do_sample": False}
     use_chat = bool(chat and getattr(tokenizer, "chat_template", None))
@@ -119,9 +119,10 @@ def side_by_side(dense_model, pruned_model, tokenizer, prompts=None, *, pruned_t
     Rows: {id, prompt, dense, pruned, dense_tokens, pruned_tokens, identical}. `kwargs` go to `generate`.
     """
     progress = kwargs.pop("progress", None)
-    half = (lambda lo: lambda f, m: progress(lo + f / 2, m)) if progress else (lambda lo: None)
-    dense = generate(dense_model, tokenizer, prompts, progress=half(0.0), **kwargs)
-    pruned = generate(pruned_model, pruned_tokenizer or tokenizer, prompts, progress=half(0.5), **kwargs)
+    dense = generate(dense_model, tokenizer, prompts, progress=sub_progress(progress, 0.0, 0.5), **kwargs)
+    pruned = generate(
+        pruned_model, pruned_tokenizer or tokenizer, prompts, progress=sub_progress(progress, 0.5, 1.0), **kwargs
+    )
     return [
         {
             "id": d["id"],

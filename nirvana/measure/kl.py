@@ -15,16 +15,14 @@ repeated for them at each measurement (identical numbers, twice the compute for 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import torch
 
-Progress = Callable[[float, str], None] | None
+from nirvana.models.weights import input_device
+from nirvana.progress import Progress
+
 DEFAULT_MAX_CACHE_BYTES = 2 * 2**30
-
-
-def _device(model: torch.nn.Module) -> torch.device:
-    return model.get_input_embeddings().weight.device
 
 
 @torch.no_grad()
@@ -33,7 +31,7 @@ def log_probs(model: torch.nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
     was_training = model.training
     model.eval()
     try:
-        logits = model(input_ids=input_ids.to(_device(model)), use_cache=False).logits  # (n, T, V)
+        logits = model(input_ids=input_ids.to(input_device(model)), use_cache=False).logits  # (n, T, V)
     finally:
         model.train(was_training)
     return logits.float().log_softmax(dim=-1).cpu()

@@ -18,7 +18,6 @@ import hashlib
 import math
 import time
 import weakref
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import torch
@@ -27,10 +26,11 @@ import torch.nn.functional as F
 from nirvana.data.calibration import tensor_hash
 from nirvana.data.text import Text, load_text
 from nirvana.errors import InvalidInput, OutOfMemory
+from nirvana.models.weights import input_device
+from nirvana.progress import Progress
 from nirvana.store.evalcache import eval_cache_path, load_cached, save_cached
 from nirvana.store.fingerprint import model_fingerprint
 
-Progress = Callable[[float, str], None] | None
 DEFAULT_SEQ_LEN = 512
 
 
@@ -106,7 +106,7 @@ def make_windows(tokenizer, text: str, seq_len: int = DEFAULT_SEQ_LEN, max_token
 @torch.no_grad()
 def window_nll(model, windows: torch.Tensor, batch_size: int = 4, progress: Progress = None) -> tuple[float, int]:
     """Sum of next-token NLL (nats, float64) over `windows: [W, S]`, and the count of predicted tokens."""
-    device = model.get_input_embeddings().weight.device
+    device = input_device(model)
     total, count = 0.0, 0
     n = windows.shape[0]
     for start in range(0, n, batch_size):

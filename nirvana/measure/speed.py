@@ -31,7 +31,6 @@ import statistics
 import sys
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -39,8 +38,9 @@ import torch
 from nirvana.errors import InvalidInput, OutOfMemory
 from nirvana.measure.flops import phase_flops
 from nirvana.models.shapes import ModelShape
+from nirvana.models.weights import input_device
+from nirvana.progress import Progress
 
-Progress = Callable[[float, str], None] | None
 DEFAULT_BATCH_SIZES = (1, 8, 32)
 
 
@@ -319,7 +319,7 @@ def measure_speeds(
     out = {}
     for name, m in models.items():
         m.eval()
-        device = m.get_input_embeddings().weight.device
+        device = input_device(m)
         out[name] = {
             **device_info(device),  # load average before the run
             "dtype": str(next(m.parameters()).dtype).replace("torch.", ""),
@@ -338,7 +338,7 @@ def measure_speeds(
             ids_cpu = random_prompts(vocab, b, prompt_len, seed)
             for i in range(warmup + repeats):
                 for name, m in models.items():
-                    ids = ids_cpu.to(m.get_input_embeddings().weight.device)
+                    ids = ids_cpu.to(input_device(m))
                     try:
                         run = _run_once(m, ids, new_tokens, _pad_id(m))
                     except torch.OutOfMemoryError as exc:

@@ -16,17 +16,15 @@ import difflib
 import importlib.metadata
 import os
 import time
-from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 
 from nirvana.errors import DatasetNotFound, InvalidInput
+from nirvana.progress import Progress
 from nirvana.store.evalcache import eval_cache_path, load_cached, save_cached
 from nirvana.store.fingerprint import model_fingerprint
 
-Progress = Callable[[float, str], None] | None
 PAPER_TASKS = ("arc_easy", "arc_challenge", "winogrande", "hellaswag", "piqa", "boolq", "openbookqa")
-METRICS = ("acc", "acc_norm")
 
 
 def harness_version() -> str:

@@ -35,8 +35,6 @@ class Architecture:
     tested: str = ""  # how this row was verified, shown by `nirvana info`
 
 
-_LLAMA_LAYOUT = Architecture()
-
 ARCHITECTURES: dict[str, Architecture] = {
     "llama": Architecture(tested="SmolLM2-135M (real weights) and tiny random LlamaConfig"),
     "mistral": Architecture(tested="tiny random MistralConfig"),
@@ -73,10 +71,6 @@ def _get(module: nn.Module, dotted: str) -> nn.Module:
     for part in dotted.split("."):
         module = getattr(module, part)
     return module
-
-
-def decoder_layers(model: nn.Module) -> nn.ModuleList:
-    return _get(model, get_architecture(model).layers)
 
 
 @dataclass

@@ -9,8 +9,6 @@ to the stored shapes, and assigns the saved tensors.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import time
 from pathlib import Path
 
@@ -22,6 +20,7 @@ from nirvana.guard.safety import check_local_path
 from nirvana.models.architectures import get_architecture, layer_projections, text_config
 from nirvana.models.shapes import head_dim_of
 from nirvana.pruning.plan import PruningPlan
+from nirvana.store.atomic import atomic_path
 
 PLAN_FILE = "plan.json"
 
@@ -33,17 +32,12 @@ def save_pruned(model: nn.Module, tokenizer, plan: PruningPlan | None, directory
         >>> save_pruned(pruned, tok, plan, "out/model")
     """
     directory = Path(directory)
-    tmp = directory.with_name(f".{directory.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp, safe_serialization=True)
-    if tokenizer is not None:
-        tokenizer.save_pretrained(tmp)
-    if plan is not None:
-        plan.save(tmp / PLAN_FILE)
-    if directory.exists():
-        shutil.rmtree(directory)
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(tmp, directory)
+    with atomic_path(directory) as tmp:
+        model.save_pretrained(tmp, safe_serialization=True)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(tmp)
+        if plan is not None:
+            plan.save(tmp / PLAN_FILE)
     return directory
 
 
@@ -169,7 +163,7 @@ def load_pruned(directory: str | Path, *, dtype: torch.dtype | None = None, devi
     plan = None
     if (directory / PLAN_FILE).exists():
         try:
-            plan = PruningPlan.load(directory / PLAN_FILE).to_dict()
+            plan = PruningPlan.load(directory / PLAN_FILE)
         except PlanMismatch as exc:
             raise CorruptCheckpoint(f"{str(directory / PLAN_FILE)!r} is damaged: {exc}") from exc
     tokenizer = AutoTokenizer.from_pretrained(directory)

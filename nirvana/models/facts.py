@@ -30,7 +30,7 @@ def describe(lm: LoadedModel) -> dict:
         "default_gamma": round(default_gamma(shape), 4) if shape.is_uniform else None,
         "pruned": not shape.is_uniform or lm.plan is not None,
         "dtype": str(next(lm.model.parameters()).dtype).replace("torch.", ""),
-        "device": str(next(lm.model.parameters()).device),
+        "device": str(next(lm.model.parameters()).device),  # "meta" when accelerate offloaded the weights
         "adapter_tested_on": get_architecture(lm.model).tested,
         "model_load_seconds": round(lm.load_seconds, 3),
         "import_seconds": round(lm.import_seconds, 3),  # one-time Python imports, not part of the load

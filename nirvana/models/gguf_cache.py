@@ -14,8 +14,6 @@ folder, a renamed or moved one finds its old one, and a multi-GB file is keyed i
 from __future__ import annotations
 
 import hashlib
-import os
-import shutil
 import struct
 from pathlib import Path
 
@@ -23,6 +21,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from nirvana.errors import CorruptCheckpoint, UnsupportedArchitecture
+from nirvana.store.atomic import atomic_path
 from nirvana.store.paths import cache_dir
 
 _SLICES, _SLICE = 64, 1 << 16
@@ -78,11 +77,7 @@ def convert_gguf(path: Path, target: Path, progress=None) -> Path:
     if getattr(model, "hf_quantizer", None) is not None:
         # GGUF-loaded models refuse save_pretrained until the (already de-quantized) config is dropped.
         model.hf_quantizer.remove_quantization_config(model)
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.rmtree(target, ignore_errors=True)
-    os.replace(tmp, target)
+    with atomic_path(target) as tmp:  # a killed conversion leaves no folder that looks converted
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
     return target

@@ -1,7 +1,7 @@
 """Tiny random models of every supported family, for tests, demos and CPU smoke runs.
 
 2 layers, GQA (4 query heads over 2 KV heads), a 64-token vocabulary. Built from configs, so
-they need no download. Also reachable as model names `tiny-llama`, `tiny-qwen2`, ... in tests.
+they need no download.
 """
 
 from __future__ import annotations

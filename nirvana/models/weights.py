@@ -88,3 +88,13 @@ def refuse_cpu_repacked_4bit(lin: nn.Module) -> None:
             "gradients through it would be wrong. Load a fresh instance of the model for scoring "
             "(score first, then generate or evaluate)."
         )
+
+
+def input_device(model: nn.Module) -> torch.device:
+    """Where input ids must go: the embedding's device (its execution device when offloaded)."""
+    emb = model.get_input_embeddings()
+    device = emb.weight.device
+    if device.type == "meta":
+        hook = getattr(emb, "_hf_hook", None)
+        device = torch.device(getattr(hook, "execution_device", None) or "cpu")
+    return device

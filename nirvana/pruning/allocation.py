@@ -24,11 +24,9 @@ import numpy as np
 
 from nirvana.errors import InvalidInput
 from nirvana.models.shapes import ModelShape
-from nirvana.pruning.plan import LayerPlan, PruningPlan, finite
+from nirvana.pruning.plan import LayerPlan, PlanSettings, PruningPlan
 from nirvana.scoring.scores import Scores
 
-MAX_SPARSITY = 0.95
-ALLOCATIONS = ("global", "uniform")
 _EPS = 1e-9  # floor(0.3 * 10) must be 3, not 2
 
 
@@ -41,25 +39,26 @@ def default_gamma(shape: ModelShape) -> float:
     return 3 * inter * g / (2 * d * hkv * (g + 1) ** 2)
 
 
-def validate_settings(shape: ModelShape, sparsity, gamma, align, allocation: str) -> None:
-    if not finite(sparsity) or not 0 <= sparsity <= MAX_SPARSITY:
-        raise InvalidInput(
-            f"sparsity must be a number in [0, {MAX_SPARSITY}] (fraction of decoder-block weights "
-            f"to remove), got {sparsity!r}."
-        )
-    if not finite(gamma) or gamma <= 0:
-        raise InvalidInput(
-            f"gamma must be a positive number (MLP fraction pruned / KV-group fraction pruned), "
-            f"got {gamma!r}; the analytic default for this model is {default_gamma(shape):.3g}."
-        )
-    smallest = min(shape.intermediate)
-    if not isinstance(align, int) or isinstance(align, bool) or align < 1 or align & (align - 1) or align > smallest:
-        raise InvalidInput(
-            f"align must be a power of two between 1 and the MLP width ({smallest}), got {align!r}; "
-            "common choices: 1 (off), 8, 16, 64, 128."
-        )
-    if allocation not in ALLOCATIONS:
-        raise InvalidInput(f"allocation must be one of {', '.join(ALLOCATIONS)}, got {allocation!r}.")
+def validate_settings(
+    shape: ModelShape,
+    sparsity,
+    gamma,
+    align,
+    allocation: str,
+    criterion: str = "nirvana",
+    calibration: dict | None = None,
+) -> PlanSettings:
+    """The plan's settings for this model, or `InvalidInput` saying which one is wrong and what is accepted."""
+    return PlanSettings(
+        sparsity,
+        gamma,
+        default_gamma(shape),
+        align,
+        allocation,
+        criterion,
+        calibration,
+        mlp_width=min(shape.intermediate),
+    )
 
 
 def budget_fractions(shape: ModelShape, sparsity: float, gamma: float) -> tuple[float, float, list[str]]:
@@ -121,9 +120,8 @@ def allocate(
         >>> plan.stats["achieved_block_sparsity"]
         0.499...
     """
-    gamma_star = default_gamma(shape)
-    gamma = gamma_star if gamma is None else gamma
-    validate_settings(shape, sparsity, gamma, align, allocation)
+    gamma = default_gamma(shape) if gamma is None else gamma
+    settings = validate_settings(shape, sparsity, gamma, align, allocation, scores.criterion, scores.calibration)
     L, hkv, inter = shape.num_layers, shape.num_kv_heads[0], shape.intermediate[0]
     if tuple(scores.attn.shape) != (L, hkv) or tuple(scores.mlp.shape) != (L, inter):
         raise InvalidInput(
@@ -146,15 +144,6 @@ def allocate(
         LayerPlan(i, np.flatnonzero(~attn_pruned[i]).tolist(), np.flatnonzero(~mlp_pruned[i]).tolist())
         for i in range(L)
     ]
-    settings = {
-        "sparsity": sparsity,
-        "gamma": gamma,
-        "gamma_default": gamma_star,
-        "align": align,
-        "allocation": allocation,
-        "criterion": scores.criterion,
-        "calibration": scores.calibration,
-    }
     stats = plan_stats(shape, layers)
     stats.update(
         {

@@ -9,13 +9,91 @@ from __future__ import annotations
 
 import json
 import math
-import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import InitVar, asdict, dataclass, field, fields
 from pathlib import Path
 
-from nirvana.errors import PlanMismatch
+from nirvana.errors import InvalidInput, PlanMismatch
+from nirvana.store.atomic import atomic_write_text
 
 SCHEMA_VERSION = 1
+MAX_SPARSITY = 0.95
+ALLOCATIONS = ("global", "uniform")
+
+
+@dataclass(frozen=True)
+class PlanSettings:
+    """How a plan was made; validated when built (from allocate's arguments or a plan file).
+
+    `sparsity`: target fraction of decoder-block weights removed, in [0, MAX_SPARSITY].
+    `gamma`: MLP fraction pruned / KV-group fraction pruned (> 0); `gamma_default` the analytic gamma*.
+    `align`: kept neurons per layer rounded up to a multiple of this power of two (1 = off).
+    `criterion` and `calibration`: where the scores came from (`Scores.criterion`, `.calibration`).
+    `mlp_width` (not stored): the model's smallest MLP width, the upper bound on `align` when known.
+    """
+
+    sparsity: float
+    gamma: float
+    gamma_default: float
+    align: int = 8
+    allocation: str = "global"
+    criterion: str = "nirvana"
+    calibration: dict | None = None
+    mlp_width: InitVar[int | None] = None
+
+    def __post_init__(self, mlp_width: int | None) -> None:
+        if not finite(self.sparsity) or not 0 <= self.sparsity <= MAX_SPARSITY:
+            raise InvalidInput(
+                f"sparsity must be a number in [0, {MAX_SPARSITY}] (fraction of decoder-block weights "
+                f"to remove), got {self.sparsity!r}."
+            )
+        if not finite(self.gamma_default) or self.gamma_default <= 0:
+            raise InvalidInput(
+                f"gamma_default must be a positive number (the analytic gamma*), got {self.gamma_default!r}."
+            )
+        if not finite(self.gamma) or self.gamma <= 0:
+            raise InvalidInput(
+                f"gamma must be a positive number (MLP fraction pruned / KV-group fraction pruned), "
+                f"got {self.gamma!r}; the analytic default for this model is {self.gamma_default:.3g}."
+            )
+        align = self.align
+        bad = not isinstance(align, int) or isinstance(align, bool) or align < 1 or align & (align - 1)
+        if bad or (mlp_width is not None and align > mlp_width):
+            width = "the MLP width" if mlp_width is None else f"the MLP width ({mlp_width})"
+            raise InvalidInput(
+                f"align must be a power of two between 1 and {width}, got {align!r}; "
+                "common choices: 1 (off), 8, 16, 64, 128."
+            )
+        if self.allocation not in ALLOCATIONS:
+            raise InvalidInput(f"allocation must be one of {', '.join(ALLOCATIONS)}, got {self.allocation!r}.")
+        if not isinstance(self.criterion, str) or not self.criterion:
+            raise InvalidInput(f"criterion must be a criterion name (see nirvana.SCORERS), got {self.criterion!r}.")
+        if self.calibration is not None and not isinstance(self.calibration, dict):
+            raise InvalidInput(
+                f"calibration must be the scores' calibration description (a dict) or None, got {self.calibration!r}."
+            )
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> PlanSettings:
+        """Read the `settings` object of a plan file; `PlanMismatch` says what is missing or wrong."""
+        if not isinstance(data, dict):
+            raise PlanMismatch("plan settings must be a JSON object; these are not.")
+        names = [f.name for f in fields(cls)]
+        missing = [k for k in names[:3] if k not in data]  # sparsity, gamma, gamma_default; the rest have defaults
+        if missing:
+            raise PlanMismatch(f"plan settings are missing {', '.join(missing)}; the plan is not a nirvana plan.")
+        unknown = sorted(set(data) - set(names))
+        if unknown:
+            raise PlanMismatch(
+                f"plan settings hold unknown keys {', '.join(unknown)}; accepted: {', '.join(names)}. "
+                "Was the plan written by another version of nirvana?"
+            )
+        try:
+            return cls(**data)
+        except InvalidInput as exc:
+            raise PlanMismatch(f"plan settings are invalid: {exc}") from exc
 
 
 @dataclass
@@ -29,10 +107,16 @@ class LayerPlan:
 class PruningPlan:
     fingerprint: str
     model: dict  # ModelShape.to_dict() of the dense model
-    settings: dict  # sparsity, gamma, gamma_default, align, allocation, criterion, calibration
+    settings: PlanSettings
     layers: list[LayerPlan]
     stats: dict = field(default_factory=dict)  # achieved sparsity, parameter counts, notes
     schema_version: int = SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        if isinstance(self.settings, dict):  # as read from JSON, or built by hand
+            self.settings = PlanSettings.from_dict(self.settings)
+        if not isinstance(self.settings, PlanSettings):
+            raise InvalidInput(f"plan settings must be a PlanSettings, got {type(self.settings).__name__}.")
 
     @property
     def kept_kv_groups(self) -> list[int]:
@@ -49,12 +133,7 @@ class PruningPlan:
         return json.dumps(self.to_dict(), separators=(",", ":"))
 
     def save(self, path: str | Path) -> Path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-        tmp.write_text(self.to_json())
-        os.replace(tmp, path)
-        return path
+        return atomic_write_text(path, self.to_json())
 
     @classmethod
     def from_dict(cls, data: dict) -> PruningPlan:
@@ -83,7 +162,7 @@ class PruningPlan:
         plan = cls(
             str(data["fingerprint"]),
             dict(data["model"]),
-            dict(data["settings"]),
+            PlanSettings.from_dict(data["settings"]),
             layers,
             dict(data.get("stats", {})),
             version,
@@ -139,8 +218,8 @@ class PruningPlan:
             )
 
     def summary(self) -> dict:
-        s = self.settings
-        return {k: v for k, v in {**s, **self.stats}.items() if not isinstance(v, (list, dict)) or k == "notes"}
+        merged = {**self.settings.to_dict(), **self.stats}
+        return {k: v for k, v in merged.items() if not isinstance(v, (list, dict)) or k == "notes"}
 
 
 def finite(value: float) -> bool:

@@ -1,11 +1,12 @@
-"""Importance criteria behind one interface: `SCORERS[name](model, batch) -> Scores`.
+"""Importance criteria as a typed table, `CRITERIA[name]`, behind one entry point `compute_scores`.
 
 - `nirvana`: |dF/dW * W| with F = mean over (batch, vocab) of the max over positions of the
   logits (METHOD.md section 2). One forward and one backward, no labels.
 - `taylor`: |dLoss/dW * W| with the next-token LM loss (LLM-Pruner's first-order criterion).
 - `magnitude`: |W|.  `wanda`: |W| * ||X_col||_2 of the layer input.  `random`: seeded.
 
-All of them score the same units (KV groups, neurons) through `nirvana.scoring.units`.
+All of them score the same units (KV groups, neurons) through `nirvana.scoring.units`. Each is one
+`Criterion` row (scorer, what it needs, label, colour): adding a criterion is one row.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
@@ -23,13 +25,12 @@ from nirvana.errors import InvalidInput
 from nirvana.guard.memory import check_scoring_memory, oom_guard
 from nirvana.models.architectures import layer_projections
 from nirvana.models.shapes import model_shape
-from nirvana.models.weights import dense_weight
+from nirvana.models.weights import dense_weight, input_device
+from nirvana.progress import Progress
 from nirvana.scoring.hooks import hook_saliency, resolve_method
 from nirvana.scoring.scores import Scores, score_cache_path
 from nirvana.scoring.units import group_units, reduce_to_axis
 from nirvana.store.fingerprint import model_fingerprint
-
-Progress = Callable[[float, str], None] | None
 
 
 def nirvana_objective(logits: torch.Tensor, input_ids: torch.Tensor, total_samples: int) -> torch.Tensor:
@@ -64,15 +65,11 @@ def _only_block_weights_require_grad(model: torch.nn.Module):
         model.zero_grad(set_to_none=True)
 
 
-def _model_device(model: torch.nn.Module) -> torch.device:
-    return model.get_input_embeddings().weight.device
-
-
 def gradient_saliency(model, input_ids: torch.Tensor, objective, micro_batch: int = 0, progress: Progress = None):
     """Per-layer axis vectors of |dObjective/dW * W| (+ bias terms) via autograd on `.grad`."""
     n = input_ids.shape[0]
     micro_batch = micro_batch or n
-    device = _model_device(model)
+    device = input_device(model)
     with _only_block_weights_require_grad(model):
         model.zero_grad(set_to_none=True)
         for start in range(0, n, micro_batch):
@@ -126,7 +123,7 @@ def input_norms(model, input_ids: torch.Tensor, micro_batch: int = 0) -> list[di
         micro_batch = micro_batch or n
         with torch.no_grad():
             for start in range(0, n, micro_batch):
-                model(input_ids=input_ids[start : start + micro_batch].to(_model_device(model)), use_cache=False)
+                model(input_ids=input_ids[start : start + micro_batch].to(input_device(model)), use_cache=False)
     finally:
         for h in handles:
             h.remove()
@@ -186,15 +183,95 @@ def _scores_random(model, batch, seed, micro_batch, progress):
     return attn, mlp
 
 
-# name -> (function, needs calibration data, description)
-SCORERS: dict[str, tuple[Callable, bool, str]] = {
-    "nirvana": (_scores_nirvana, True, "|dF/dW * W|, F = mean over batch and vocab of max over positions of logits"),
-    "taylor": (_scores_taylor, True, "|dLoss/dW * W| with the LM loss (LLM-Pruner first-order)"),
-    "magnitude": (_scores_magnitude, False, "|W|"),
-    "wanda": (_scores_wanda, True, "|W| * ||X||_2 of the layer input (Wanda-style)"),
-    "random": (_scores_random, False, "uniform random, seeded"),
+@dataclass(frozen=True)
+class Criterion:
+    """One importance criterion: how it scores, what it needs, and how the app and reports show it.
+
+    `score(model, batch, seed, micro_batch, progress[, method]) -> (attn [L, Hkv], mlp [L, I])`.
+    """
+
+    name: str
+    score: Callable
+    needs_data: bool  # reads the calibration batch (its scores depend on which text)
+    uses_gradients: bool  # a backward pass; takes `method=` (autograd | hooks)
+    seeded: bool  # depends on `seed` (part of its cache key)
+    label: str  # for people: legends, tables, help
+    color: str  # one colour per criterion, shared by the app and the benchmark plots
+    description: str  # one line: what it computes
+
+
+CRITERIA: dict[str, Criterion] = {
+    c.name: c
+    for c in (
+        Criterion(
+            "nirvana",
+            _scores_nirvana,
+            needs_data=True,
+            uses_gradients=True,
+            seeded=False,
+            label="NIRVANA",
+            color="#1f77b4",
+            description="|dF/dW * W|, F = mean over batch and vocab of max over positions of logits",
+        ),
+        Criterion(
+            "taylor",
+            _scores_taylor,
+            needs_data=True,
+            uses_gradients=True,
+            seeded=False,
+            label="loss-Taylor",
+            color="#2ca02c",
+            description="|dLoss/dW * W| with the LM loss (LLM-Pruner first-order)",
+        ),
+        Criterion(
+            "magnitude",
+            _scores_magnitude,
+            needs_data=False,
+            uses_gradients=False,
+            seeded=False,
+            label="magnitude",
+            color="#d62728",
+            description="|W|",
+        ),
+        Criterion(
+            "wanda",
+            _scores_wanda,
+            needs_data=True,
+            uses_gradients=False,
+            seeded=False,
+            label="Wanda-style",
+            color="#9467bd",
+            description="|W| * ||X||_2 of the layer input",
+        ),
+        Criterion(
+            "random",
+            _scores_random,
+            needs_data=False,
+            uses_gradients=False,
+            seeded=True,
+            label="random",
+            color="#7f7f7f",
+            description="uniform random, seeded",
+        ),
+    )
 }
-GRADIENT_CRITERIA = ("nirvana", "taylor")  # take `method=` (autograd | hooks)
+# The public name (`nirvana.SCORERS`): the same table, `SCORERS[name].score(...)`.
+SCORERS = CRITERIA
+# The criteria whose scores depend on calibration data (the ones a calibration search can help).
+DATA_CRITERIA = tuple(name for name, c in CRITERIA.items() if c.needs_data)
+
+
+def get_criterion(name: str) -> Criterion:
+    """The table row for `name`; `InvalidInput` listing the accepted names otherwise."""
+    if name not in CRITERIA:
+        raise InvalidInput(f"unknown criterion {name!r}; accepted: {', '.join(CRITERIA)}.")
+    return CRITERIA[name]
+
+
+def criteria_help(names=None) -> str:
+    """`name (label): description; ...` for help texts (all criteria, or `names`)."""
+    rows = [CRITERIA[n] for n in (names or CRITERIA)]
+    return "; ".join(f"{c.name}{f' ({c.label})' if c.label != c.name else ''}: {c.description}" for c in rows)
 
 
 def compute_scores(
@@ -219,9 +296,8 @@ def compute_scores(
         >>> scores = compute_scores(model, "nirvana", calibration_batch(tok, "wikitext2-valid"))
         >>> scores.attn.shape, scores.mlp.shape      # (L, Hkv), (L, I)
     """
-    if criterion not in SCORERS:
-        raise InvalidInput(f"unknown criterion {criterion!r}; accepted: {', '.join(SCORERS)}.")
-    fn, needs_data, _ = SCORERS[criterion]
+    row = get_criterion(criterion)
+    needs_data = row.needs_data
     shape = model_shape(model)
     if not shape.is_uniform:
         raise InvalidInput("this model is already pruned (layers differ in width); score the dense model instead.")
@@ -231,9 +307,9 @@ def compute_scores(
         batch.check_vocab(model.get_input_embeddings().num_embeddings)
     fingerprint = model_fingerprint(model)
     calib = batch.describe() if (batch is not None and needs_data) else None
-    extra = {"seed": seed} if criterion == "random" else {}
+    extra = {"seed": seed} if row.seeded else {}
     kwargs = {}
-    if criterion in GRADIENT_CRITERIA:
+    if row.uses_gradients:
         kwargs["method"] = extra["method"] = resolve_method(model, method)
     path = score_cache_path(fingerprint, criterion, calib["hash"] if calib else None, extra)
     if use_cache and path.with_suffix(".json").exists():
@@ -252,13 +328,13 @@ def compute_scores(
     model.eval()
     try:
         with oom_guard(f"scoring ({criterion})"):
-            attn, mlp = fn(model, batch, seed, micro_batch, progress, **kwargs)
+            attn, mlp = row.score(model, batch, seed, micro_batch, progress, **kwargs)
     finally:
         model.train(was_training)
     meta = {
         "seconds": round(time.perf_counter() - start, 3),
         "cache_hit": False,
-        "seed": seed if criterion == "random" else None,
+        "seed": seed if row.seeded else None,
     }
     if kwargs:
         meta["method"] = kwargs["method"]

@@ -27,16 +27,20 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable
 
 import torch
 import torch.nn as nn
 
 from nirvana.models.architectures import layer_projections
-from nirvana.models.weights import dense_weight, is_quantized_linear, offloaded_weight, refuse_cpu_repacked_4bit
+from nirvana.models.weights import (
+    dense_weight,
+    input_device,
+    is_quantized_linear,
+    offloaded_weight,
+    refuse_cpu_repacked_4bit,
+)
+from nirvana.progress import Progress
 from nirvana.scoring.units import reduce_to_axis
-
-Progress = Callable[[float, str], None] | None
 
 # Projections whose bias belongs to the unit axis (rows); o/down biases are per output feature.
 _ROW_BIAS = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")
@@ -134,16 +138,6 @@ class _Collector:
         if missing:
             raise RuntimeError(f"no gradient reached {len(missing)} projections (first: {missing[0]}).")
         return [{name: self.vectors[lin] for name, lin in proj.named_linears().items()} for proj in self.projections]
-
-
-def input_device(model: nn.Module) -> torch.device:
-    """Where input ids must go: the embedding's device (its execution device when offloaded)."""
-    emb = model.get_input_embeddings()
-    device = emb.weight.device
-    if device.type == "meta":
-        hook = getattr(emb, "_hf_hook", None)
-        device = torch.device(getattr(hook, "execution_device", None) or "cpu")
-    return device
 
 
 def hook_saliency(

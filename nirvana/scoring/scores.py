@@ -8,7 +8,6 @@ one per MLP neuron. Higher means more important. Cached as safetensors (tensors)
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from nirvana.errors import PlanMismatch
+from nirvana.store.atomic import atomic_path
 from nirvana.store.fingerprint import content_key
 from nirvana.store.paths import cache_dir
 
@@ -49,11 +49,10 @@ class Scores:
         stem = path.with_suffix("") if path.suffix in {".safetensors", ".json"} else path
         stem.parent.mkdir(parents=True, exist_ok=True)
         st, js = stem.with_suffix(".safetensors"), stem.with_suffix(".json")
-        tmp_st, tmp_js = st.with_name(st.name + f".tmp{os.getpid()}"), js.with_name(js.name + f".tmp{os.getpid()}")
-        save_file({"attn": self.attn.contiguous(), "mlp": self.mlp.contiguous()}, str(tmp_st))
-        tmp_js.write_text(json.dumps(self.metadata(), indent=1))
-        os.replace(tmp_st, st)
-        os.replace(tmp_js, js)  # the JSON lands last: a score file without it is never read
+        # The inner block commits first: the JSON lands last, and a score file without it is never read.
+        with atomic_path(js) as tmp_js, atomic_path(st) as tmp_st:
+            save_file({"attn": self.attn.contiguous(), "mlp": self.mlp.contiguous()}, str(tmp_st))
+            tmp_js.write_text(json.dumps(self.metadata(), indent=1))
         return st
 
     @classmethod

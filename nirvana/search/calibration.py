@@ -14,17 +14,18 @@ cached on disk as JSON under `<cache>/calib_select/`, keyed by everything that d
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import asdict, dataclass, field
 
 from nirvana.data.calibration import CalibrationBatch, calibration_batch
 from nirvana.errors import InvalidInput
-from nirvana.measure.kl import DenseReference, Progress, kl_to_dense
+from nirvana.measure.kl import DenseReference, kl_to_dense
 from nirvana.models.shapes import model_shape
+from nirvana.progress import Progress, sub_progress
 from nirvana.pruning.allocation import default_gamma
 from nirvana.pruning.slicing import prune_and_measure
-from nirvana.scoring.criteria import SCORERS, compute_scores
+from nirvana.scoring.criteria import DATA_CRITERIA, compute_scores
+from nirvana.store.atomic import atomic_write_text
 from nirvana.store.fingerprint import content_key, model_fingerprint
 from nirvana.store.paths import cache_dir
 
@@ -141,11 +142,10 @@ def select_calibration(
         >>> sel = select_calibration(model, tok, sparsity=0.2, candidates=4)
         >>> sel.chosen_seed, [round(c.kl, 4) for c in sel.candidates]
     """
-    if criterion not in SCORERS or not SCORERS[criterion][1]:
-        data_criteria = [name for name, (_, needs_data, _) in SCORERS.items() if needs_data]
+    if criterion not in DATA_CRITERIA:
         raise InvalidInput(
             f"calibration selection needs a data-driven criterion; got {criterion!r}, accepted: "
-            f"{', '.join(data_criteria)}."
+            f"{', '.join(DATA_CRITERIA)}."
         )
     if str(pool).endswith(".npy"):
         raise InvalidInput(
@@ -182,7 +182,7 @@ def select_calibration(
             progress(1.0, f"calibration choice loaded from cache: seed {cached.chosen_seed}")
         return cached
     if reference is None:
-        reference = DenseReference(model, anchor_ids.input_ids, progress=_sub(progress, 0.0, 0.05, "anchor: "))
+        reference = DenseReference(model, anchor_ids.input_ids, progress=sub_progress(progress, 0.0, 0.05, "anchor: "))
     elif reference.input_ids.shape != anchor_ids.input_ids.shape or not bool(
         (reference.input_ids == anchor_ids.input_ids).all()
     ):
@@ -201,13 +201,13 @@ def select_calibration(
             seed=seed,
             micro_batch=micro_batch,
             use_cache=use_cache,
-            progress=_sub(progress, lo, lo + (hi - lo) * 0.6, f"candidate {i + 1}/{k} (seed {seed}) scores: "),
+            progress=sub_progress(progress, lo, lo + (hi - lo) * 0.6, f"candidate {i + 1}/{k} (seed {seed}) scores: "),
         )
         plan, kl = prune_and_measure(
             model,
             scores,
             lambda pruned: kl_to_dense(
-                pruned, reference, _sub(progress, lo + (hi - lo) * 0.6, hi, f"candidate {i + 1}/{k} ")
+                pruned, reference, sub_progress(progress, lo + (hi - lo) * 0.6, hi, f"candidate {i + 1}/{k} ")
             ),
             sparsity=sparsity,
             gamma=gamma,
@@ -233,10 +233,7 @@ def select_calibration(
     )
     selection.notes = notes
     if use_cache:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(selection.to_dict(), indent=1))
-        os.replace(tmp, path)
+        atomic_write_text(path, json.dumps(selection.to_dict(), indent=1))
     return selection
 
 
@@ -258,10 +255,3 @@ def chosen_batch(tokenizer, selection: Selection) -> CalibrationBatch:
             "rerun the selection with use_cache=False."
         )
     return batch
-
-
-def _sub(progress: Progress, lo: float, hi: float, prefix: str) -> Progress:
-    """Map a sub-task's [0, 1] progress into [lo, hi] of the caller's bar."""
-    if progress is None:
-        return None
-    return lambda f, msg: progress(lo + (hi - lo) * f, prefix + msg)

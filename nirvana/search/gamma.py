@@ -13,8 +13,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from nirvana.errors import InvalidInput
-from nirvana.measure.kl import DenseReference, Progress, kl_to_dense
+from nirvana.measure.kl import DenseReference, kl_to_dense
 from nirvana.models.shapes import model_shape
+from nirvana.progress import Progress
 from nirvana.pruning.allocation import default_gamma
 from nirvana.pruning.slicing import prune_and_measure
 from nirvana.scoring.scores import Scores

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from nirvana.measure.flops import ideal_speedup
 from nirvana.models.shapes import ModelShape, model_shape
+from nirvana.progress import sub_progress
 from nirvana.pruning.slicing import planned_shape, prune_and_measure
 
 QUALITY = {"perplexity": "perplexity", "kl": "KL to dense (nats/token)"}
@@ -54,7 +55,7 @@ def run_sweep(lm, scores, settings: SweepSettings, progress=None) -> list[dict]:
         reference = DenseReference(lm.model, anchor.input_ids)
     rows, measured = [], {}  # plan signature -> (quality, decode speed): identical plans are measured once
     for i, (axis, sparsity, gamma) in enumerate(points):
-        step = sub_range(progress, i / len(points), (i + 1) / len(points), f"point {i + 1}/{len(points)}: ")
+        step = sub_progress(progress, i / len(points), (i + 1) / len(points), f"point {i + 1}/{len(points)}: ")
 
         def measure(model, step=step):
             quality = _quality(lm, model, settings, reference, step)
@@ -108,10 +109,3 @@ def _decode_speed(model, settings: SweepSettings, progress) -> float:
         model, batch_sizes=(1,), prompt_len=32, new_tokens=settings.speed_new_tokens, repeats=1, warmup=1
     )
     return result["results"][0]["decode_tokens_per_s"]
-
-
-def sub_range(progress, lo: float, hi: float, prefix: str = ""):
-    """Map a sub-task's [0, 1] progress into [lo, hi] of the caller's bar (None stays None)."""
-    if progress is None:
-        return None
-    return lambda f, msg: progress(lo + (hi - lo) * f, prefix + msg)

@@ -8,9 +8,9 @@ exact inputs (token windows, task names) and the settings. Results are small JSO
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
+from nirvana.store.atomic import atomic_write_text
 from nirvana.store.fingerprint import content_key
 from nirvana.store.paths import cache_dir
 
@@ -30,10 +30,5 @@ def load_cached(path: Path) -> dict | None:
 
 
 def save_cached(path: Path, data: dict) -> Path:
-    """Write `data` as JSON atomically (temporary file in the same folder, then `os.replace`)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str))
-    os.replace(tmp, path)
-    return path
+    """Write `data` as JSON atomically (nirvana.store.atomic)."""
+    return atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True, default=str))

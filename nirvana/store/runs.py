@@ -38,6 +38,7 @@ from pathlib import Path
 
 from nirvana.errors import CorruptCheckpoint, InvalidInput, NirvanaError
 from nirvana.pruning.plan import PruningPlan
+from nirvana.store.atomic import atomic_write_text
 
 RUNS_ENV = "NIRVANA_RUNS_DIR"
 RUN_FILE = "run.json"
@@ -134,12 +135,7 @@ class RunWriter:
             "summary": self.summary,
             "files": files,
         }
-        tmp = self.path / f".{RUN_FILE}.tmp"
-        with open(tmp, "w") as f:
-            f.write(json.dumps(record, indent=2, default=str))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path / RUN_FILE)
+        atomic_write_text(self.path / RUN_FILE, json.dumps(record, indent=2, default=str), fsync=True)
         os.replace(self.path, self.final_path)  # fails rather than overwrite: ids are unique
         self.committed = True
         return self.final_path
