@@ -127,6 +127,7 @@ def cmd_prune(args) -> int:
 
 
 def _prune(args, run) -> int:
+    from nirvana.export.card import write_model_card
     from nirvana.models.checkpoint import save_pruned
     from nirvana.models.shapes import count_block_parameters, count_parameters, model_shape
     from nirvana.pruning.allocation import allocate, default_gamma, validate_settings
@@ -160,7 +161,7 @@ def _prune(args, run) -> int:
     timings["slice"] = time.perf_counter() - t
     t = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
-    save_pruned(pruned, lm.tokenizer, plan, out / "model")
+    save_pruned(pruned, lm.tokenizer, plan, out / "model", base_model=args.model)
     plan.save(out / "plan.json")
     timings["save"] = time.perf_counter() - t
     report = {
@@ -187,6 +188,7 @@ def _prune(args, run) -> int:
     if getattr(args, "selection", None):
         report["calibration_selection"] = args.selection
     (out / "report.json").write_text(json.dumps(report, indent=2))
+    write_model_card(out / "model", report, plan, base_model=args.model)  # the card now holds the report's figures
     run.write_json("report.json", {**report, "out": str(out.resolve())})
     run.write_json("metrics.json", {k: report[k] for k in _METRICS})
     run.summary = {k: report[k] for k in _SUMMARY} | {"out": str(out.resolve())}
