@@ -50,8 +50,9 @@ CHILD = textwrap.dedent(
     out = []
     for case in json.loads(sys.argv[1]):
         ref = torch.load(case["ref"])
+        remote = case.get("remote", True)  # False: a plain stock load, no trust_remote_code at all
         model, info = AutoModelForCausalLM.from_pretrained(
-            case["dir"], trust_remote_code=True, output_loading_info=True
+            case["dir"], trust_remote_code=remote, output_loading_info=True
         )
         model.eval()
         with torch.no_grad():
@@ -61,11 +62,11 @@ CHILD = textwrap.dedent(
         with tempfile.TemporaryDirectory() as tmp:
             model.save_pretrained(tmp)
             saved = json.loads((Path(tmp) / "config.json").read_text())
-            again = AutoModelForCausalLM.from_pretrained(tmp, trust_remote_code=True).eval()
+            again = AutoModelForCausalLM.from_pretrained(tmp, trust_remote_code=remote).eval()
             with torch.no_grad():
                 round_trip = torch.equal(again(ref["ids"]).logits, logits)
             file_kept = (Path(tmp) / "modeling_nirvana.py").exists()
-        bf16 = AutoModelForCausalLM.from_pretrained(case["dir"], trust_remote_code=True, dtype=torch.bfloat16,
+        bf16 = AutoModelForCausalLM.from_pretrained(case["dir"], trust_remote_code=remote, dtype=torch.bfloat16,
                                                     device_map="auto")
         bf16_tokens = bf16.generate(ref["ids"][:1], max_new_tokens=2, do_sample=False)
         out.append({
@@ -192,6 +193,27 @@ def test_gemma3_multimodal_and_the_reference_format_load_stock(tmp_path, smollm2
     assert gemma["class"] == "NirvanaGemma3ForConditionalGeneration" and gemma["loading_info"] == {}
     assert gemma["same_tokens"] and gemma["round_trip_equal"]
     assert ref["class"] == "NirvanaLlamaForCausalLM" and ref["same_tokens"] and ref["loading_info"] == {}
+
+
+def test_uniform_widths_become_an_ordinary_checkpoint_that_loads_without_remote_code(tmp_path, smollm2):
+    """`--allocation uniform` keeps the same widths in every layer: the config's globals say so, and
+    transformers' own class loads it (so does any engine that runs the family)."""
+    vocab = len(smollm2.tokenizer)
+    ids = random_batch(vocab=100, n=2, t=12, seed=3).input_ids
+    families = ("llama", "qwen2", "qwen3", "gemma3_text")
+    cases = []
+    for family in families:
+        model = tiny_model(family, attn_implementation="sdpa", vocab_size=vocab)
+        scores = compute_scores(model, "nirvana", random_batch(vocab=100), use_cache=False)
+        plan = allocate(scores, model_shape(model), 0.5, allocation="uniform")
+        folder = save_pruned(apply_plan(model, plan), smollm2.tokenizer, plan, tmp_path / family)
+        cfg = json.loads((folder / "config.json").read_text())
+        assert cfg["num_key_value_heads"] == plan.kept_kv_groups[0] < model.config.num_key_value_heads
+        assert cfg["intermediate_size"] == plan.kept_neurons[0] and cfg["head_dim"] == model.config.head_dim
+        cases.append({**reference(load_model(str(folder), dtype="float32").model, folder, ids), "remote": False})
+    for family, result in zip(families, stock_load(cases, tmp_path)):
+        assert not result["class"].startswith("Nirvana"), result  # transformers' own class
+        assert result["loading_info"] == {} and result["same_tokens"] and result["round_trip_equal"], family
 
 
 def test_older_folders_without_the_modeling_file_still_load_in_nirvana(tmp_path, smollm2):

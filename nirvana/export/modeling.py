@@ -77,10 +77,42 @@ def add_stock_loading(folder: str | Path) -> Path:
         )
     entry = auto_map_entry(config.get("model_type"))
     shutil.copyfile(MODELING_SOURCE, folder / MODELING_FILE)
+    uniform_globals(config)
     config["auto_map"] = {**(config.get("auto_map") or {}), "AutoModelForCausalLM": entry}
     # transformers writes config.json sorted with indent 2; keep that so diffs stay small.
     (folder / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     return folder / MODELING_FILE
+
+
+def uniform_globals(config: dict) -> bool:
+    """When every layer kept the same widths, write them as the config's global widths.
+
+    Such a folder is then an ordinary checkpoint of its family: stock transformers (and any engine
+    that runs the family) builds it without `trust_remote_code`. `head_dim` is written explicitly,
+    since D / Hq no longer holds once heads are gone. Returns whether the globals were rewritten.
+    """
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    widths = _widths(config, text)
+    if not widths or len(set(widths)) != 1:
+        return False
+    kv_heads, neurons = widths[0]
+    group = text["num_attention_heads"] // text["num_key_value_heads"]
+    head_dim = text.get("head_dim") or text["hidden_size"] // text["num_attention_heads"]
+    text.update(
+        head_dim=head_dim, num_key_value_heads=kv_heads, num_attention_heads=kv_heads * group, intermediate_size=neurons
+    )
+    return True
+
+
+def _widths(config: dict, text: dict) -> list[tuple[int, int]]:
+    """(KV heads, neurons) per layer from our keys or the reference's (query heads -> KV heads)."""
+    if config.get("nirvana_layer_shapes"):
+        return [(int(s["num_key_value_heads"]), int(s["intermediate_size"])) for s in config["nirvana_layer_shapes"]]
+    heads, inter = config.get("modified_head_num"), config.get("modified_intermediate_dimension")
+    if heads and inter:
+        group = text["num_attention_heads"] // text["num_key_value_heads"]
+        return [(int(h) // group, int(i)) for h, i in zip(heads, inter)]
+    return []
 
 
 def is_stock_loadable(folder: str | Path) -> bool:
