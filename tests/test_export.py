@@ -381,3 +381,25 @@ def test_smollm2_pruned_at_half_loads_stock_with_the_same_logits_and_tokens(tmp_
     assert result["loading_info"] == {} and result["same_tokens"] and result["round_trip_equal"], result
     assert result["max_diff"] < 1e-4
     assert "base_model: HuggingFaceTB/SmolLM2-135M-Instruct" in (folder / CARD_FILE).read_text()
+
+
+def test_card_command_adds_an_evaluation_of_this_folder_and_refuses_another_models(pruned_folder, tmp_path):
+    from nirvana.cli import main
+
+    model_dir = pruned_folder / "model"
+    evaluation = {
+        "model": str(model_dir),
+        "ppl": {"wikitext2": {"ppl": 229.7, "tokens": 16384, "split": "test", "nll": 5.43}},
+        "tasks": {"tasks": {"arc_easy": {"acc": 0.4312, "acc_norm": 0.4011, "samples": 200}}},
+    }
+    path = tmp_path / "eval.json"
+    path.write_text(json.dumps(evaluation))
+    assert main(["card", "--model", str(pruned_folder), "--eval", str(path), "--base-model", "smollm2-135m"]) == 0
+    rows = card_tables((model_dir / CARD_FILE).read_text())
+    assert (
+        float(rows["perplexity / wikitext2 / ppl"]) == 229.7
+        and number(rows["perplexity / wikitext2 / tokens"]) == 16384
+    )
+    assert float(rows["accuracy / arc_easy / acc"]) == 0.4312 and "accuracy / arc_easy / samples" not in rows
+    path.write_text(json.dumps({**evaluation, "model": "smollm2-135m"}))
+    assert main(["card", "--model", str(pruned_folder), "--eval", str(path)]) == 2

@@ -1,4 +1,4 @@
-"""`push`: publish a pruned model folder to the Hugging Face Hub."""
+"""`push` (publish a pruned model folder to the Hugging Face Hub) and `card` (rewrite its model card)."""
 
 from __future__ import annotations
 
@@ -16,10 +16,39 @@ def register(sub) -> None:
     p.add_argument("--message", default=None, help="commit message")
     p.set_defaults(func=cmd_push)
 
+    p = sub.add_parser("card", help="rewrite a pruned folder's model card (README.md), adding measured results")
+    p.add_argument("--model", required=True, help="folder written by `prune --out` (or its model/ subfolder)")
+    p.add_argument("--eval", default=None, help="output of `eval --model DIR ... --json` on this folder")
+    p.add_argument("--base-model", default=None, help="what was pruned, if report.json does not say")
+    p.set_defaults(func=cmd_card)
+
 
 def cmd_push(args) -> int:
     from nirvana.export.hub import push
 
     result = push(args.model, args.repo_id, private=args.private, dry_run=args.dry_run, commit_message=args.message)
     print_json(result)
+    return 0
+
+
+def cmd_card(args) -> int:
+    import json
+    from pathlib import Path
+
+    from nirvana.errors import InvalidInput
+    from nirvana.export.card import measured_results, read_report, write_model_card
+    from nirvana.export.hub import pruned_model_folder
+
+    folder = pruned_model_folder(args.model)
+    results = None
+    if args.eval:
+        try:
+            evaluation = json.loads(Path(args.eval).read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise InvalidInput(
+                f"--eval {args.eval!r} is not readable JSON ({exc}); pass the output of `eval --json`."
+            ) from exc
+        results = measured_results(evaluation, folder)
+    path = write_model_card(folder, read_report(folder), base_model=args.base_model, results=results)
+    print_json({"card": str(path), "results": results or {}})
     return 0

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from huggingface_hub import ModelCard, ModelCardData
 
+from nirvana.errors import InvalidInput
 from nirvana.pruning.plan import PruningPlan
 from nirvana.store.paths import cache_dir
 
@@ -323,6 +324,28 @@ def write_model_card(
     path = folder / CARD_FILE
     path.write_text(text)
     return path
+
+
+def measured_results(evaluation: dict, folder: str | Path | None = None) -> dict:
+    """The quality figures of an `eval --json` result (perplexity per dataset, task accuracies).
+
+    With `folder`, refuses results measured on another model: a card must describe its own weights.
+    """
+    if folder is not None and evaluation.get("model"):
+        measured, here = Path(str(evaluation["model"])).expanduser().resolve(), Path(folder).resolve()
+        if measured not in (here, here.parent):
+            raise InvalidInput(
+                f"the evaluation was measured on {evaluation['model']!r}, not on {str(folder)!r}; "
+                f"run `python -m nirvana eval --model {folder} --ppl wikitext2 --json` on this folder."
+            )
+    out: dict = {}
+    for name, r in (evaluation.get("ppl") or {}).items():
+        out.setdefault("perplexity", {})[name] = {"ppl": r["ppl"], "tokens": r["tokens"]}
+    for name, r in ((evaluation.get("tasks") or {}).get("tasks") or {}).items():
+        numbers = {k: v for k, v in r.items() if "acc" in k and isinstance(v, float)}
+        if numbers:
+            out.setdefault("accuracy", {})[name] = numbers
+    return out
 
 
 def read_report(folder: str | Path) -> dict | None:
