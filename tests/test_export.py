@@ -211,6 +211,7 @@ def test_uniform_widths_become_an_ordinary_checkpoint_that_loads_without_remote_
         assert cfg["num_key_value_heads"] == plan.kept_kv_groups[0] < model.config.num_key_value_heads
         assert cfg["intermediate_size"] == plan.kept_neurons[0] and cfg["head_dim"] == model.config.head_dim
         cases.append({**reference(load_model(str(folder), dtype="float32").model, folder, ids), "remote": False})
+        assert "without `trust_remote_code` too" in (folder / CARD_FILE).read_text()
     for family, result in zip(families, stock_load(cases, tmp_path)):
         assert not result["class"].startswith("Nirvana"), result  # transformers' own class
         assert result["loading_info"] == {} and result["same_tokens"] and result["round_trip_equal"], family
@@ -281,7 +282,8 @@ def test_prune_writes_a_card_with_the_reports_figures(tmp_path, tiny_with_tokeni
     assert layer_rows(text) == [
         (i, k, n) for i, (k, n) in enumerate(zip(report["kept_kv_groups"], report["kept_neurons"]))
     ]
-    assert "No quality measurement ran" in text
+    assert "No quality measurement ran" in text and "without `trust_remote_code` too" not in text
+    assert rows["pruned from"] == str(tiny_with_tokenizer_dir)
     assert f'from_pretrained("{out / "model"}", trust_remote_code=True)' in text
     assert is_stock_loadable(out / "model")
 

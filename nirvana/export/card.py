@@ -180,6 +180,7 @@ def render_model_card(
     results: dict | None = None,
     model_name: str | None = None,
     repo_hint: str = "PATH_OR_REPO_ID",
+    uniform: bool = False,
 ) -> str:
     """The card's text (front matter + markdown). `results`: measured figures, nested dicts allowed."""
     fig = _figures(report, plan)
@@ -198,6 +199,7 @@ def render_model_card(
     gamma_text = _num(gamma, 3) + (f" (analytic default {_num(gamma_default, 3)})" if gamma_default is not None else "")
     setting_rows = [
         ("method", f"NIRVANA structured pruning ([paper]({PAPER})), NIRVANA Explorer"),
+        ("pruned from", fig.get("model")),
         ("criterion", fig.get("criterion")),
         ("allocation", fig.get("allocation")),
         ("target block sparsity", _num(target)),
@@ -237,7 +239,7 @@ def render_model_card(
             "",
         ]
     lines += _layer_table(fig, plan)
-    lines += _how_to_load(repo_hint)
+    lines += _how_to_load(repo_hint, uniform)
     return f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(lines)
 
 
@@ -263,7 +265,12 @@ def _layer_table(fig: dict, plan: PruningPlan | None) -> list[str]:
     return [*rows, ""]
 
 
-def _how_to_load(repo: str) -> list[str]:
+def _how_to_load(repo: str, uniform: bool = False) -> list[str]:
+    same_widths = [
+        "Every layer kept the same widths, so `config.json`'s global widths describe this model and "
+        "`from_pretrained` works without `trust_remote_code` too (as does any engine that runs the family).",
+        "",
+    ]
     return [
         "## How to load",
         "",
@@ -280,6 +287,7 @@ def _how_to_load(repo: str) -> list[str]:
         "`*ForCausalLM` and resizes each layer's projections to the widths in `config.json` "
         "(`nirvana_layer_shapes`). Without it, transformers builds dense layers and fails on the shape mismatch.",
         "",
+        *(same_widths if uniform else []),
         "**NIRVANA Explorer**:",
         "",
         "```python",
@@ -320,7 +328,9 @@ def write_model_card(
     if base_model is None and report:
         base_model = report.get("model")
     base = base_model if isinstance(base_model, BaseModel) else resolve_base_model(base_model)
-    text = render_model_card(report, plan, base_model=base, results=results, repo_hint=str(location or folder))
+    text = render_model_card(
+        report, plan, base_model=base, results=results, repo_hint=str(location or folder), uniform=_uniform(folder)
+    )
     path = folder / CARD_FILE
     path.write_text(text)
     return path
@@ -346,6 +356,21 @@ def measured_results(evaluation: dict, folder: str | Path | None = None) -> dict
         if numbers:
             out.setdefault("accuracy", {})[name] = numbers
     return out
+
+
+def _uniform(folder: Path) -> bool:
+    """config.json's global widths were rewritten to the (uniform) pruned ones."""
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return False
+    shapes = config.get("nirvana_layer_shapes") or []
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    return bool(shapes) and all(
+        s["num_key_value_heads"] == text.get("num_key_value_heads")
+        and s["intermediate_size"] == text.get("intermediate_size")
+        for s in shapes
+    )
 
 
 def read_report(folder: str | Path) -> dict | None:
