@@ -405,3 +405,33 @@ def test_card_command_adds_an_evaluation_of_this_folder_and_refuses_another_mode
     assert float(rows["accuracy / arc_easy / acc"]) == 0.4312 and "accuracy / arc_easy / samples" not in rows
     path.write_text(json.dumps({**evaluation, "model": "smollm2-135m"}))
     assert main(["card", "--model", str(pruned_folder), "--eval", str(path)]) == 2
+
+
+def test_push_creates_a_private_repo_and_uploads_the_card_naming_the_repo(pruned_folder, monkeypatch):
+    """The upload itself, with huggingface_hub's two calls recorded instead of sent."""
+    import huggingface_hub
+
+    from nirvana.export import hub
+
+    calls = {}
+
+    def create_repo(self, repo_id, **kwargs):
+        calls["create_repo"] = (repo_id, kwargs)
+        return f"https://huggingface.co/{repo_id}"
+
+    def create_commit(self, repo_id, operations, **kwargs):
+        calls["commit"] = (repo_id, {op.path_in_repo: op for op in operations})
+
+    monkeypatch.setattr(huggingface_hub.HfApi, "create_repo", create_repo)
+    monkeypatch.setattr(huggingface_hub.HfApi, "create_commit", create_commit)
+    monkeypatch.setattr(hub, "_offline", lambda: False)
+    result = hub.push(pruned_folder, "alice/tiny-nirvana", token="hf_test_not_a_token")
+    repo_id, kwargs = calls["create_repo"]
+    assert repo_id == "alice/tiny-nirvana" and kwargs["private"] is True and kwargs["exist_ok"] is True
+    _, ops = calls["commit"]
+    assert {"model.safetensors", "config.json", MODELING_FILE, CARD_FILE} <= set(ops)
+    card = ops[CARD_FILE].path_or_fileobj
+    card = card if isinstance(card, bytes) else card.getvalue()
+    assert b'from_pretrained("alice/tiny-nirvana", trust_remote_code=True)' in card
+    assert str(pruned_folder).encode() not in card
+    assert result["url"] == "https://huggingface.co/alice/tiny-nirvana" and result["private"] is True

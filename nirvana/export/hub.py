@@ -188,5 +188,5 @@ def push(
                 "connection (or HF_ENDPOINT) and push again. Nothing was uploaded unless the repository was created."
             ) from exc
         raise
-    return {**summary, "files": [{"path": u.path_in_repo, "bytes": u.size} for u in planned_uploads(folder)],
-            "url": str(url)}  # fmt: skip
+    uploaded = [{"path": u.path_in_repo, "bytes": u.size} for u in planned_uploads(folder)]
+    return {**summary, "files": uploaded, "total_bytes": sum(f["bytes"] for f in uploaded), "url": str(url)}
