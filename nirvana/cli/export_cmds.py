@@ -1,4 +1,4 @@
-"""`push` (publish a pruned model folder to the Hugging Face Hub) and `card` (rewrite its model card)."""
+"""`push` (publish a pruned folder to the Hugging Face Hub), `card` (rewrite its model card), `export-gguf`."""
 
 from __future__ import annotations
 
@@ -21,6 +21,13 @@ def register(sub) -> None:
     p.add_argument("--eval", default=None, help="output of `eval --model DIR ... --json` on this folder")
     p.add_argument("--base-model", default=None, help="what was pruned, if report.json does not say")
     p.set_defaults(func=cmd_card)
+
+    p = sub.add_parser("export-gguf", help="write a pruned Llama as a GGUF that llama.cpp runs with per-layer widths")
+    p.add_argument("--model", required=True, help="folder written by `prune --out` (or its model/ subfolder)")
+    p.add_argument("--out", required=True, help="the .gguf file to write")
+    p.add_argument("--tokenizer-gguf", default=None, help="a GGUF of the base model (default: the embedded one)")
+    p.add_argument("--dtype", default="f32", choices=["f32", "f16"], help="weight type (quantize with llama.cpp)")
+    p.set_defaults(func=cmd_export_gguf)
 
 
 def cmd_push(args) -> int:
@@ -51,4 +58,12 @@ def cmd_card(args) -> int:
         results = measured_results(evaluation, folder)
     path = write_model_card(folder, read_report(folder), base_model=args.base_model, results=results)
     print_json({"card": str(path), "results": results or {}})
+    return 0
+
+
+def cmd_export_gguf(args) -> int:
+    from nirvana.export.gguf import write_gguf
+
+    path = write_gguf(args.model, args.out, tokenizer_gguf=args.tokenizer_gguf, dtype=args.dtype)
+    print_json({"gguf": str(path), "bytes": path.stat().st_size, "architecture": "deci"})
     return 0
