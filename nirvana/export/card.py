@@ -298,9 +298,10 @@ def _how_to_load(repo: str, uniform: bool = False) -> list[str]:
         "",
         f'or `python -m nirvana generate --model {repo} --prompt "..."`.',
         "",
-        "**Serving engines**: the stock Llama / Qwen / Gemma code paths of vLLM, SGLang, TGI and llama.cpp "
-        "build every layer from one global width, so they cannot serve this folder as it is; NIRVANA "
-        "Explorer's `docs/EXPORT.md` says what was verified, what runs today and what to do instead.",
+        "**Serving engines**: the Llama / Qwen / Gemma code paths of vLLM, SGLang, TGI and TensorRT-LLM build "
+        "every layer from one global width, so they cannot serve this folder as it is. llama.cpp can, for a "
+        "Llama: `python -m nirvana export-gguf --model FOLDER --out model.gguf` writes its `deci` architecture "
+        "with per-layer widths. NIRVANA Explorer's `docs/EXPORT.md` says what was verified and what to do instead.",
         "",
     ]
 
