@@ -37,3 +37,7 @@ class CorruptCheckpoint(NirvanaError):
 
 class OutOfMemory(NirvanaError):
     """A step would not fit (or did not fit) in the device's memory."""
+
+
+class PublishFailed(NirvanaError):
+    """An upload to the Hugging Face Hub could not be made (offline, no network, token refused)."""

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from nirvana.cli.common import add_model_args, heavy, load_from_args, print_json, stderr_progress
 from nirvana.errors import InvalidInput
+from nirvana.export.card import write_model_card
 from nirvana.models.checkpoint import save_pruned
 from nirvana.pipeline import PruneSettings, check_scores_match, prune, score
 from nirvana.pruning.plan import PruningPlan
@@ -103,7 +104,7 @@ def _prune(args, settings: PruneSettings | None, run) -> int:
         run.save_scores_ref(result.scores.metadata())
     run.save_plan(result.plan)
     t = time.perf_counter()
-    save_pruned(result.model, lm.tokenizer, result.plan, out / "model")
+    save_pruned(result.model, lm.tokenizer, result.plan, out / "model", base_model=args.model)
     result.plan.save(out / "plan.json")
     report = {
         **result.report,
@@ -115,6 +116,7 @@ def _prune(args, settings: PruneSettings | None, run) -> int:
         },
     }
     (out / "report.json").write_text(json.dumps(report, indent=2))
+    write_model_card(out / "model", report, result.plan, base_model=args.model)  # the card holds the report's figures
     run.write_json("report.json", {**report, "out": str(out.resolve())})
     run.write_json("metrics.json", {k: report[k] for k in _METRICS})
     run.summary = {k: report[k] for k in _SUMMARY} | {"out": str(out.resolve())}

@@ -16,6 +16,8 @@ import torch
 import torch.nn as nn
 
 from nirvana.errors import CorruptCheckpoint, PlanMismatch
+from nirvana.export.card import write_model_card
+from nirvana.export.modeling import add_stock_loading, has_per_layer_widths
 from nirvana.guard.safety import check_local_path
 from nirvana.models.architectures import get_architecture, layer_projections, text_config
 from nirvana.models.shapes import head_dim_of
@@ -25,9 +27,14 @@ from nirvana.store.atomic import atomic_path
 PLAN_FILE = "plan.json"
 
 
-def save_pruned(model: nn.Module, tokenizer, plan: PruningPlan | None, directory: str | Path) -> Path:
+def save_pruned(
+    model: nn.Module, tokenizer, plan: PruningPlan | None, directory: str | Path, *, base_model: str | None = None
+) -> Path:
     """Write safetensors weights, tokenizer, config (with per-layer shapes) and the plan, atomically.
 
+    A pruned folder also gets `modeling_nirvana.py` + `auto_map` (stock transformers loads it with
+    `trust_remote_code=True`, no nirvana needed) and a model card `README.md` from the plan's figures;
+    `base_model` (the name it was loaded by) fills the card's `base_model` and `license`.
     Example:
         >>> save_pruned(pruned, tok, plan, "out/model")
     """
@@ -38,6 +45,10 @@ def save_pruned(model: nn.Module, tokenizer, plan: PruningPlan | None, directory
             tokenizer.save_pretrained(tmp)
         if plan is not None:
             plan.save(tmp / PLAN_FILE)
+        if has_per_layer_widths(model.config.to_dict()):
+            add_stock_loading(tmp)
+            source = base_model or getattr(model.config, "_name_or_path", None)
+            write_model_card(tmp, None, plan, base_model=source, location=directory)
     return directory
 
 

@@ -100,6 +100,12 @@ def _embedded_folder(entry: EmbeddedGGUF) -> Path:
     return folder
 
 
+def embedded_gguf_file(name: str) -> Path:
+    """The GGUF file of a registry model, as its package ships it."""
+    entry = REGISTRY[name]
+    return _embedded_folder(entry) / entry.filename
+
+
 def embedded_model_dir(name: str, progress=None) -> Path:
     """Safetensors copy of an embedded GGUF model, converting it on first use (atomically)."""
     entry = REGISTRY[name]
