@@ -323,12 +323,12 @@ def test_sweep_page_measures_points_and_loads_a_plan(at):
 
 
 def test_unexpected_errors_become_a_friendly_box(at, monkeypatch):
-    import nirvana.scoring.criteria
+    import ui.resources
 
     def broken(*args, **kwargs):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(nirvana.scoring.criteria, "compute_scores", broken)
+    monkeypatch.setattr(ui.resources, "compute_scores", broken)  # what the Saliency page calls
     at.switch_page("pages/saliency.py").run()
     at.selectbox(key="criterion").set_value("random").run()
     at.button(key="compute_saliency").click().run()

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import shutil
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -207,11 +209,31 @@ def test_no_unsafe_calls_in_the_source(rule):
     pattern = re.compile(FORBIDDEN[rule], re.MULTILINE)
     hits = []
     for path in _sources():
-        for lineno, line in enumerate(path.read_text().splitlines(), 1):
-            code = line.split("#", 1)[0]
-            if pattern.search(code) and not re.match(r"\s*(\"|')", code):  # skip docstring/message lines
-                hits.append(f"{path.relative_to(ROOT)}:{lineno}: {line.strip()}")
+        text = path.read_text()
+        for lineno, code in _code_lines(text).items():
+            if pattern.search(code):
+                hits.append(f"{path.relative_to(ROOT)}:{lineno}: {text.splitlines()[lineno - 1].strip()}")
     assert not hits, f"{rule}:\n" + "\n".join(hits)
+
+
+def _code_lines(text: str) -> dict[int, str]:
+    """Each line as written, with string literals (docstrings, messages, load instructions) and comments blanked."""
+    lines = [list(line) for line in text.splitlines()]
+    for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+        if tok.type not in (tokenize.STRING, tokenize.COMMENT):
+            continue
+        (row, col), (end_row, end_col) = tok.start, tok.end
+        for r in range(row, end_row + 1):
+            line = lines[r - 1]
+            lo, hi = (col if r == row else 0), (end_col if r == end_row else len(line))
+            line[lo:hi] = " " * (hi - lo)
+    return {n: "".join(chars) for n, chars in enumerate(lines, 1)}
+
+
+def test_the_source_scan_sees_calls_not_words():
+    code = _code_lines('x = f(trust_remote_code=True)  # ok\n"""trust_remote_code=True in a docstring"""\n')
+    assert re.search(FORBIDDEN["trust_remote_code switched on"], code[1])
+    assert not re.search(FORBIDDEN["trust_remote_code switched on"], code[2])
 
 
 def test_trust_remote_code_defaults_to_false_everywhere():

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import hashlib
 
+from nirvana.measure.generation import generate as generate_rows
+from nirvana.measure.perplexity import perplexity as ppl
+from nirvana.measure.speed import measure_speed
 from nirvana.models.weights import input_device
 from nirvana.store.fingerprint import content_key
 from ui.resources import heavy, memo
@@ -29,7 +32,6 @@ def pruned_model_key(spec_key: str, plan) -> str:
 
 def perplexity(model, tokenizer, model_key: str, dataset: str, tokens: int, window: int, progress=None):
     """`nirvana.perplexity.perplexity` with the paper's windows, memoised; returns a dict."""
-    from nirvana.measure.perplexity import perplexity as ppl
 
     key = content_key("ppl", model_key, dataset, tokens, window)
 
@@ -51,7 +53,6 @@ def speed(
     repeats: int = 2,
 ):
     """Measured prefill/decode speed and peak memory (`nirvana.measure.speed.measure_speed`), memoised."""
-    from nirvana.measure.speed import measure_speed
 
     if batch_sizes is None:
         batch_sizes = SPEED_BATCH_SIZES_CPU if str(input_device(model)) == "cpu" else SPEED_BATCH_SIZES_GPU
@@ -81,7 +82,6 @@ def generate(
     model, tokenizer, model_key: str, prompts: list[str], max_new_tokens: int, chat: bool = True, progress=None
 ) -> list[dict]:
     """Greedy continuations of each prompt (`nirvana.measure.generation.generate`), memoised."""
-    from nirvana.measure.generation import generate as generate_rows
 
     key = content_key("generate", model_key, prompts, max_new_tokens, chat)
 

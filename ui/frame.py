@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from ui import state
+from nirvana.models.shapes import ModelShape
+from ui import resources, state
 
 
 def explain(markdown: str, *, expanded: bool = False, title: str = "What is shown here, and how to read it") -> None:
@@ -48,8 +49,6 @@ def need_scores() -> tuple[str, object] | None:
 
 def scored_model():
     """(model, scores key, scores, shape) once a model is loaded and scored; else None (info box shown)."""
-    from nirvana.models.shapes import ModelShape
-    from ui import resources
 
     scores_entry = need_scores()
     lm = state.model() if scores_entry is not None else None

@@ -19,10 +19,15 @@ from dataclasses import asdict, dataclass
 
 import streamlit as st
 
+from nirvana.data.calibration import calibration_batch
+from nirvana.guard.locks import heavy_work
 from nirvana.models.facts import describe
 from nirvana.models.loaded import LoadedModel
 from nirvana.models.loading import load_model
+from nirvana.models.shapes import ModelShape, model_shape
 from nirvana.models.weights import input_device
+from nirvana.pruning.allocation import allocate
+from nirvana.scoring.criteria import compute_scores, get_criterion
 from nirvana.store.fingerprint import content_key
 
 
@@ -73,7 +78,6 @@ def heavy(model, progress=None):
 
     It also serialises gradient scoring on the shared model, which writes `.grad` on its weights.
     """
-    from nirvana.guard.locks import heavy_work
 
     on_wait = (lambda message: progress(0.0, message)) if progress else None
     return heavy_work(str(input_device(model)), on_wait, who="an explorer session")
@@ -122,14 +126,12 @@ def memo(namespace: str) -> Memo:
 @st.cache_data(max_entries=32, show_spinner=False)
 def calibration(_tokenizer, model_key: str, source: str, samples: int, seq_len: int, seed: int):
     """`calibration_batch`, cached by (model, source, N, T, seed); tokenizing the pool takes seconds."""
-    from nirvana.data.calibration import calibration_batch
 
     return calibration_batch(_tokenizer, source, samples=samples, seq_len=seq_len, seed=seed, fallback=True)
 
 
 def scores_for(lm: LoadedModel, spec: ModelSpec, criterion: str, batch, seed: int, micro_batch: int, progress=None):
     """`compute_scores` through the shared memo (and the library's disk cache), one job per device."""
-    from nirvana.scoring.criteria import compute_scores, get_criterion
 
     needs_data = get_criterion(criterion).needs_data
     key = content_key("scores", spec.key, criterion, batch.hash if needs_data else None, seed)
@@ -151,8 +153,6 @@ def scores_for(lm: LoadedModel, spec: ModelSpec, criterion: str, batch, seed: in
 @st.cache_data(max_entries=512, show_spinner=False)
 def plan_for(_scores, scores_key: str, shape: dict, sparsity: float, gamma: float, align: int, allocation: str):
     """`allocate` (pure tensor work, ~10 ms) cached by scores and settings; returns a fresh copy."""
-    from nirvana.models.shapes import ModelShape
-    from nirvana.pruning.allocation import allocate
 
     return allocate(_scores, ModelShape.from_dict(shape), sparsity, gamma, align, allocation)
 
@@ -165,6 +165,5 @@ def model_facts(_lm: LoadedModel, spec_key: str) -> dict:
 
 @st.cache_data(max_entries=16, show_spinner=False)
 def shape_dict(_lm: LoadedModel, spec_key: str) -> dict:
-    from nirvana.models.shapes import model_shape
 
     return model_shape(_lm.model).to_dict()

@@ -16,6 +16,7 @@ import streamlit as st
 import torch
 
 from nirvana.models.loading import DEFAULT_MODEL
+from ui.errors import guard
 from ui.resources import ModelSpec, is_loaded, load, mark_loaded
 
 # Keys of widgets whose values must survive page switches (streamlit drops the state of widgets
@@ -72,7 +73,6 @@ def model():
 
     Returns None when loading failed (the error box is already on the page).
     """
-    from ui.errors import guard
 
     current = spec()
     if is_loaded(current):

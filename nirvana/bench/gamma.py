@@ -19,7 +19,13 @@ from pathlib import Path
 
 from nirvana.bench.environment import machine_label
 from nirvana.errors import InvalidInput
-from nirvana.scoring.criteria import CRITERIA
+from nirvana.measure.kl import DenseReference
+from nirvana.models.loading import load_model
+from nirvana.models.shapes import model_shape
+from nirvana.pruning.allocation import default_gamma
+from nirvana.scoring.criteria import CRITERIA, compute_scores
+from nirvana.search.calibration import AnchorSpec, anchor_batch, candidate_batch
+from nirvana.search.gamma import gamma_grid, gamma_search
 from nirvana.store.paths import benchmarks_dir
 
 DEFAULT_OUT = benchmarks_dir("gamma")  # the checkout's benchmarks/gamma; ./benchmarks/gamma when installed
@@ -47,13 +53,6 @@ class GammaBenchConfig:
 
 
 def run_gamma_bench(config: GammaBenchConfig, log) -> dict:
-    from nirvana.measure.kl import DenseReference
-    from nirvana.models.loading import load_model
-    from nirvana.models.shapes import model_shape
-    from nirvana.pruning.allocation import default_gamma
-    from nirvana.scoring.criteria import compute_scores
-    from nirvana.search.calibration import AnchorSpec, anchor_batch, candidate_batch
-    from nirvana.search.gamma import gamma_grid, gamma_search
 
     start = time.perf_counter()
     lm = load_model(config.model, dtype="float32")
@@ -140,6 +139,7 @@ def markdown_report(data: dict) -> str:
 
 
 def plot_report(data: dict, path: Path) -> None:
+    # here, not at the top: matplotlib only draws benchmark plots (Agg is chosen before pyplot)
     import matplotlib
 
     matplotlib.use("Agg")

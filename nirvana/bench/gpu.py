@@ -30,7 +30,12 @@ import time
 from pathlib import Path
 
 import torch
+from transformers import AutoModelForCausalLM, LlamaConfig
 
+from nirvana.guard.memory import oom_guard
+from nirvana.measure.speed import device_info, measure_speeds
+from nirvana.models.loading import resolve_device
+from nirvana.models.shapes import count_block_parameters, count_parameters
 from nirvana.models.weights import input_device
 from nirvana.progress import sub_progress
 from nirvana.pruning.slicing import slice_at
@@ -99,7 +104,6 @@ TINY = dict(
 
 def build_model(config_values: dict, dtype: torch.dtype, device: str, seed: int = 0):
     """A Llama with random weights, built directly on `device` (no CPU copy of 16 GB first)."""
-    from transformers import AutoModelForCausalLM, LlamaConfig
 
     config = LlamaConfig(**config_values)
     config._attn_implementation = "sdpa"
@@ -126,7 +130,6 @@ def prune(model, sparsity: float, align: int = 8, seed: int = 0):
 
 
 def _summary(name: str, model, speed: dict, plan=None) -> dict:
-    from nirvana.models.shapes import count_block_parameters, count_parameters
 
     point = speed["results"][0]
     weights = weight_bytes(model)
@@ -169,9 +172,6 @@ def run_gpu_bench(
     progress=None,
 ) -> dict:
     """Build, prune and time dense vs pruned; return the JSON-ready result (see module docstring)."""
-    from nirvana.guard.memory import oom_guard
-    from nirvana.measure.speed import device_info, measure_speeds
-    from nirvana.models.loading import resolve_device
 
     device = resolve_device(device)
     if tiny:

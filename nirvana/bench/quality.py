@@ -27,12 +27,21 @@ import csv
 import datetime as dt
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from nirvana.bench.environment import machine_label
 from nirvana.bench.quality_config import COLUMNS, KEY, QualityConfig
+from nirvana.data.text import load_text
+from nirvana.measure.kl import DenseReference, kl_to_dense
+from nirvana.measure.perplexity import perplexity
+from nirvana.models.loading import load_model
+from nirvana.models.shapes import count_parameters, model_shape
+from nirvana.pruning.allocation import default_gamma
+from nirvana.pruning.slicing import prune_and_measure
 from nirvana.scoring.criteria import CRITERIA as CRITERIA_TABLE
+from nirvana.scoring.criteria import compute_scores
+from nirvana.search.calibration import anchor_batch, candidate_batch
 
 
 @dataclass(frozen=True)
@@ -106,10 +115,6 @@ class _Runner:
     """Holds the model, anchor, dense reference and per-(criterion, seed) scores across rows."""
 
     def __init__(self, config: QualityConfig, log):
-        from nirvana.data.text import load_text
-        from nirvana.models.loading import load_model
-        from nirvana.models.shapes import model_shape
-        from nirvana.search.calibration import anchor_batch
 
         self.config, self.log = config, log
         self.lm = load_model(config.model, dtype="float32")
@@ -123,7 +128,6 @@ class _Runner:
 
     @property
     def reference(self):
-        from nirvana.measure.kl import DenseReference
 
         if self._reference is None:
             t = time.perf_counter()
@@ -133,8 +137,6 @@ class _Runner:
         return self._reference
 
     def scores(self, criterion: str, seed: int | None):
-        from nirvana.scoring.criteria import compute_scores
-        from nirvana.search.calibration import candidate_batch
 
         key = (criterion, seed)
         if key not in self._scores:
@@ -158,10 +160,6 @@ class _Runner:
         return out
 
     def run(self, job: Job) -> dict:
-        from nirvana.measure.kl import kl_to_dense
-        from nirvana.models.shapes import count_parameters
-        from nirvana.pruning.allocation import default_gamma
-        from nirvana.pruning.slicing import prune_and_measure
 
         t = time.perf_counter()
         c = self.config
@@ -205,7 +203,6 @@ def text_prefix(text, tokenizer, tokens: int, margin: int = 64):
     Its first `tokens` tokens equal those of the whole text: BPE only differs near the cut, and
     the margin keeps the cut past every window `perplexity(max_tokens=tokens)` takes.
     """
-    from dataclasses import replace
 
     docs, chars = [], 0
     for i, doc in enumerate(text.documents):
@@ -221,7 +218,6 @@ def text_prefix(text, tokenizer, tokens: int, margin: int = 64):
 
 def evaluate_ppl(model, tokenizer, dataset, tokens: int, window: int) -> tuple[float, int]:
     """(perplexity, tokens evaluated) on the first `tokens` tokens of `dataset`, `window`-token windows."""
-    from nirvana.measure.perplexity import perplexity
 
     result = perplexity(model, tokenizer, dataset, seq_len=window, max_tokens=tokens)
     return float(result.ppl), int(result.tokens)

@@ -321,6 +321,7 @@ def markdown_report(rows: list[dict], config: QualityConfig, summary: dict) -> s
 
 
 def _plot_curves(rows, config: QualityConfig, summary: dict, path: Path) -> None:
+    # here, not at the top: matplotlib only draws benchmark plots (Agg is chosen before pyplot)
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 5.2))
@@ -369,6 +370,7 @@ def _ratio_series(items, criteria, sparsities, numerator, denominator) -> dict[s
 
 
 def _plot_ablations(config: QualityConfig, summary: dict, path: Path) -> None:
+    # here, not at the top: matplotlib only draws benchmark plots (Agg is chosen before pyplot)
     import matplotlib.pyplot as plt
 
     ab, sparsities = summary["ablations"], summary["sparsities"]
@@ -422,6 +424,7 @@ def _plot_ablations(config: QualityConfig, summary: dict, path: Path) -> None:
 
 def plot_report(rows: list[dict], config: QualityConfig, summary: dict, out_dir: Path) -> list[Path]:
     """Two PNGs: PPL (WikiText-2, PTB) and KL vs sparsity per criterion; the three ablations."""
+    # here, not at the top: matplotlib only draws benchmark plots (Agg is chosen before pyplot)
     import matplotlib
 
     matplotlib.use("Agg")

@@ -154,6 +154,7 @@ def markdown_table(result: dict) -> str:
 
 
 def plot(result: dict, path: Path) -> Path:
+    # here, not at the top: matplotlib only draws benchmark plots (Agg is chosen before pyplot)
     import matplotlib
 
     matplotlib.use("Agg")

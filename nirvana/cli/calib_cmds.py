@@ -13,7 +13,11 @@ from nirvana.cli.common import (
     record,
     stderr_progress,
 )
+from nirvana.measure.kl import DenseReference
+from nirvana.models.shapes import model_shape
 from nirvana.scoring.criteria import DATA_CRITERIA, compute_scores, get_criterion
+from nirvana.search.calibration import AnchorSpec, anchor_batch, candidate_batch, select_calibration
+from nirvana.search.gamma import gamma_grid, gamma_search
 
 
 def add_anchor_args(p) -> None:
@@ -55,7 +59,6 @@ def register(sub) -> None:
 
 def run_selection(args, lm, *, candidates: int, pool: str, anchor, seeds=None):
     """KL-guided calibration from parsed flags; `select-calib` and `prune --select-calib K` share it."""
-    from nirvana.search.calibration import select_calibration
 
     return select_calibration(
         lm.model,
@@ -78,7 +81,6 @@ def run_selection(args, lm, *, candidates: int, pool: str, anchor, seeds=None):
 
 
 def _anchor_spec(args):
-    from nirvana.search.calibration import AnchorSpec
 
     return AnchorSpec(args.pool, args.anchor_samples, args.anchor_seq_len, args.anchor_seed)
 
@@ -108,10 +110,6 @@ def cmd_select_calib(args) -> int:
 
 
 def cmd_gamma_search(args) -> int:
-    from nirvana.measure.kl import DenseReference
-    from nirvana.models.shapes import model_shape
-    from nirvana.search.calibration import anchor_batch, candidate_batch
-    from nirvana.search.gamma import gamma_grid, gamma_search
 
     t0 = time.perf_counter()
     with heavy(args, "gamma-search"):

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
 
-from nirvana.models.loading import DEFAULT_MODEL
+from nirvana.guard.locks import heavy_work
+from nirvana.models.loading import DEFAULT_MODEL, load_model
+from nirvana.store.runs import record_run
 
 
 def add_model_args(p, default: str | None = DEFAULT_MODEL, flag: str = "--model") -> None:
@@ -33,7 +36,6 @@ def add_model_args(p, default: str | None = DEFAULT_MODEL, flag: str = "--model"
 
 
 def load_from_args(args, name: str | None = None):
-    from nirvana.models.loading import load_model
 
     return load_model(
         name or args.model,
@@ -49,7 +51,6 @@ def load_from_args(args, name: str | None = None):
 
 def heavy(args, what: str, model: str | None = None):
     """Hold the device for this command; while another job holds it, say so on stderr."""
-    from nirvana.guard.locks import heavy_work
 
     return heavy_work(
         getattr(args, "device", "auto"),
@@ -60,7 +61,6 @@ def heavy(args, what: str, model: str | None = None):
 
 def record(kind: str, args, metrics: dict, summary: dict) -> str:
     """Write this command's settings and results under the runs folder; return the run id."""
-    from nirvana.store.runs import record_run
 
     settings = {k: v for k, v in vars(args).items() if k != "func"}
     return record_run(kind, settings=settings, metrics=metrics, summary=summary)
@@ -88,7 +88,6 @@ def parse_int_list(text: str) -> list[int]:
 
 def parse_max_memory(text: str) -> dict:
     """ "0=70GiB,cpu=200GiB" -> {0: "70GiB", "cpu": "200GiB"} (accelerate's max_memory)."""
-    import argparse
 
     out: dict = {}
     for part in filter(None, (x.strip() for x in text.split(","))):

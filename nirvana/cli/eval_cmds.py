@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 
+import torch
+
 from nirvana.cli.common import (
     add_model_args,
     heavy,
@@ -14,6 +16,12 @@ from nirvana.cli.common import (
     stderr_progress,
 )
 from nirvana.errors import InvalidInput
+from nirvana.measure.flops import phase_flops, summary
+from nirvana.measure.generation import generate, load_prompts, side_by_side
+from nirvana.measure.perplexity import perplexity
+from nirvana.measure.speed import measure_speed, measure_speeds
+from nirvana.measure.tasks import run_tasks
+from nirvana.models.shapes import model_shape
 
 
 def add_eval_args(p) -> None:
@@ -68,7 +76,6 @@ def _check(args) -> None:
     if args.threads is not None:
         if args.threads < 1:
             raise InvalidInput(f"--threads must be a positive integer, got {args.threads}.")
-        import torch
 
         torch.set_num_threads(args.threads)
     try:
@@ -87,14 +94,11 @@ def _datasets(args) -> list[str]:
 
 def static_facts(model) -> dict:
     """Parameters and analytic FLOPs per token (no measurement)."""
-    from nirvana.measure.flops import summary
-    from nirvana.models.shapes import model_shape
 
     return summary(model_shape(model))
 
 
 def perplexities(model, tokenizer, args) -> dict:
-    from nirvana.measure.perplexity import perplexity
 
     out = {}
     for name in _datasets(args):
@@ -115,8 +119,6 @@ def perplexities(model, tokenizer, args) -> dict:
 
 def phase_ideals(dense_model, pruned_model, args) -> dict:
     """Ideal (FLOPs) speed-ups of prefill and decode at the measured prompt and generation lengths."""
-    from nirvana.measure.flops import phase_flops
-    from nirvana.models.shapes import model_shape
 
     d = phase_flops(model_shape(dense_model), args.prompt_len, args.new_tokens)
     p = phase_flops(model_shape(pruned_model), args.prompt_len, args.new_tokens)
@@ -135,14 +137,11 @@ def speed_kwargs(args) -> dict:
 
 
 def add_phase_flops(speed: dict, model, args) -> None:
-    from nirvana.measure.flops import phase_flops
-    from nirvana.models.shapes import model_shape
 
     speed["flops_per_token_phase"] = phase_flops(model_shape(model), args.prompt_len, args.new_tokens)
 
 
 def run_tasks_for(model, tokenizer, args) -> dict:
-    from nirvana.measure.tasks import run_tasks
 
     return run_tasks(
         model,
@@ -157,7 +156,6 @@ def run_tasks_for(model, tokenizer, args) -> dict:
 
 
 def generation_kwargs(args) -> dict:
-    from nirvana.measure.generation import load_prompts
 
     return {
         "prompts": load_prompts(args.prompts),
@@ -174,15 +172,11 @@ def evaluate(lm, args) -> dict:
     if args.ppl:
         result["ppl"] = perplexities(lm.model, lm.tokenizer, args)
     if args.speed:
-        from nirvana.measure.speed import measure_speed
-
         result["speed"] = measure_speed(lm.model, **speed_kwargs(args))
         add_phase_flops(result["speed"], lm.model, args)
     if args.tasks:
         result["tasks"] = run_tasks_for(lm.model, lm.tokenizer, args)
     if args.generate:
-        from nirvana.measure.generation import generate
-
         result["generations"] = generate(lm.model, lm.tokenizer, **generation_kwargs(args))
     return result
 
@@ -247,8 +241,6 @@ def compare(dense, pruned, args) -> dict:
         out["pruned"]["ppl"] = perplexities(pruned.model, pruned.tokenizer, args)
         ratios["ppl"] = {k: out["pruned"]["ppl"][k]["ppl"] / v["ppl"] for k, v in out["dense"]["ppl"].items()}
     if args.speed:
-        from nirvana.measure.speed import measure_speeds
-
         speeds = measure_speeds({"dense": dense.model, "pruned": pruned.model}, **speed_kwargs(args))
         for key, lm in (("dense", dense), ("pruned", pruned)):
             out[key]["speed"] = speeds[key]
@@ -268,8 +260,6 @@ def compare(dense, pruned, args) -> dict:
         }
         ratios["tasks_note"] = "pruned minus dense accuracy"
     if args.generate:
-        from nirvana.measure.generation import side_by_side
-
         out["generations"] = side_by_side(
             dense.model, pruned.model, dense.tokenizer, pruned_tokenizer=pruned.tokenizer, **generation_kwargs(args)
         )

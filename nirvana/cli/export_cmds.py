@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from nirvana.cli.common import print_json
+from nirvana.errors import InvalidInput
+from nirvana.export.card import measured_results, read_report, write_model_card
+from nirvana.export.gguf import write_gguf
+from nirvana.export.hub import pruned_model_folder, push
 
 
 def register(sub) -> None:
@@ -31,7 +38,6 @@ def register(sub) -> None:
 
 
 def cmd_push(args) -> int:
-    from nirvana.export.hub import push
 
     result = push(args.model, args.repo_id, private=args.private, dry_run=args.dry_run, commit_message=args.message)
     print_json(result)
@@ -39,12 +45,6 @@ def cmd_push(args) -> int:
 
 
 def cmd_card(args) -> int:
-    import json
-    from pathlib import Path
-
-    from nirvana.errors import InvalidInput
-    from nirvana.export.card import measured_results, read_report, write_model_card
-    from nirvana.export.hub import pruned_model_folder
 
     folder = pruned_model_folder(args.model)
     results = None
@@ -62,7 +62,6 @@ def cmd_card(args) -> int:
 
 
 def cmd_export_gguf(args) -> int:
-    from nirvana.export.gguf import write_gguf
 
     path = write_gguf(args.model, args.out, tokenizer_gguf=args.tokenizer_gguf, dtype=args.dtype)
     print_json({"gguf": str(path), "bytes": path.stat().st_size, "architecture": "deci"})

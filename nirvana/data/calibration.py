@@ -17,6 +17,7 @@ import torch
 
 from nirvana.data.text import load_text
 from nirvana.errors import InvalidInput
+from nirvana.guard.safety import TEXT_ROOTS_ENV, check_file_size, check_local_path
 
 MAX_SAMPLES, MAX_SEQ_LEN = 4096, 8192
 
@@ -138,7 +139,6 @@ def calibration_batch(
 
 
 def load_npy(path: str | Path) -> CalibrationBatch:
-    from nirvana.guard.safety import TEXT_ROOTS_ENV, check_file_size, check_local_path
 
     path = Path(path)
     check_local_path(path, TEXT_ROOTS_ENV, "calibration file")

@@ -15,6 +15,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from pydoc_data.topics import topics
 
 from nirvana.errors import DatasetNotFound
 from nirvana.guard.safety import TEXT_ROOTS_ENV, check_file_size, check_local_path
@@ -175,7 +176,6 @@ def load_text(name: str, *, fallback: bool = False) -> Text:
 
 def embedded_text() -> Text:
     """The Python documentation topics shipped with CPython: ~1 MB of English prose and code."""
-    from pydoc_data.topics import topics
 
     docs = [topics[k].strip() for k in sorted(topics)]
     return Text(EMBEDDED, "", [d for d in docs if d], "embedded:pydoc_data.topics")
@@ -221,6 +221,7 @@ def _from_file(path: Path, name: str) -> Text:
 
 
 def _from_hub(source: DatasetSource) -> list[str]:
+    # here, not at the top: datasets is slow to import and only needed for hub datasets
     import datasets
 
     path, config, split, field_name = source.hub

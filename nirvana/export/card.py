@@ -85,6 +85,7 @@ def _card_data(path: Path) -> dict:
 
 
 def _cached_hub_license(repo_id: str) -> str | None:
+    # here, not at the top: huggingface_hub is needed only to publish or look up a licence
     from huggingface_hub import try_to_load_from_cache
 
     try:

@@ -21,6 +21,7 @@ from safetensors.torch import load_file
 from nirvana.errors import InvalidInput, UnsupportedArchitecture
 from nirvana.export.card import KNOWN_BASES, resolve_base_model
 from nirvana.export.hub import pruned_model_folder
+from nirvana.models.loading import embedded_gguf_file
 
 ARCH = "deci"
 DTYPES = ("f32", "f16")
@@ -46,7 +47,6 @@ def unpermute(weight: np.ndarray, n_head: int) -> np.ndarray:
 
 def default_tokenizer_gguf(folder: Path) -> Path | None:
     """The embedded registry GGUF when the folder's card says it was pruned from that model."""
-    from nirvana.models.loading import embedded_gguf_file
 
     base = resolve_base_model(str(folder)).repo_id
     for name, known in KNOWN_BASES.items():

@@ -8,6 +8,7 @@ The card's loading examples name the local folder; the uploaded copy names the r
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +32,6 @@ class Upload:
 
 def pruned_model_folder(path: str | Path) -> Path:
     """The model folder itself (a `prune --out` folder holding `model/` is accepted), or a clear error."""
-    import json
 
     folder = Path(path).expanduser()
     if not folder.is_dir():
@@ -55,6 +55,7 @@ def pruned_model_folder(path: str | Path) -> Path:
 
 def check_repo_id(repo_id: str) -> str:
     """`NAMESPACE/NAME` with the Hub's allowed characters, or `InvalidInput` saying why not."""
+    # here, not at the top: huggingface_hub is needed only to publish or look up a licence
     from huggingface_hub.errors import HFValidationError
     from huggingface_hub.utils import validate_repo_id
 
@@ -103,6 +104,7 @@ def _card_for_repo(folder: Path, repo_id: str) -> bytes:
 
 
 def _offline() -> bool:
+    # here, not at the top: huggingface_hub is needed only to publish or look up a licence
     from huggingface_hub import constants
 
     return bool(constants.HF_HUB_OFFLINE) or os.environ.get("HF_HUB_OFFLINE", "").lower() in {"1", "true", "yes"}
@@ -141,6 +143,7 @@ def push(
     }
     if dry_run:
         return summary
+    # here, not at the top: huggingface_hub is needed only to publish or look up a licence
     from huggingface_hub import CommitOperationAdd, HfApi, get_token
     from huggingface_hub.errors import HfHubHTTPError
 

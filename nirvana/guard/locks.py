@@ -23,9 +23,11 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import torch
 from filelock import FileLock, Timeout
 
 from nirvana.errors import NirvanaError
+from nirvana.store.paths import cache_dir
 
 OnWait = Callable[[str], None] | None
 
@@ -42,7 +44,6 @@ _local = threading.local()  # .held: {device: depth} for the current thread
 
 def device_key(device: str | None = "auto") -> str:
     """Normalise a device name: auto -> cuda:0 or cpu, cuda -> cuda:0, lower case."""
-    import torch
 
     text = str(device or "auto").strip().lower()
     if text == "auto":
@@ -54,7 +55,6 @@ def device_key(device: str | None = "auto") -> str:
 
 def lock_path(device: str) -> Path:
     """The file lock of one device under the cache dir."""
-    from nirvana.store.paths import cache_dir
 
     safe = "".join(c if c.isalnum() else "-" for c in device_key(device))
     return cache_dir() / "locks" / f"heavy-{safe}.lock"

@@ -27,9 +27,12 @@ import contextlib
 import os
 from dataclasses import asdict, dataclass, field
 
+import psutil
 import torch
 
 from nirvana.errors import OutOfMemory
+from nirvana.models.architectures import text_config
+from nirvana.models.shapes import head_dim_of
 from nirvana.models.weights import input_device
 
 GIB = 1024**3
@@ -55,8 +58,6 @@ class ArchSizes:
 
     @classmethod
     def from_config(cls, config) -> ArchSizes:
-        from nirvana.models.architectures import text_config
-        from nirvana.models.shapes import head_dim_of
 
         cfg = text_config(config)
         return cls(
@@ -185,7 +186,6 @@ def available_bytes(device: str | torch.device = "cpu") -> int:
     if device.type == "cuda":
         free, _total = torch.cuda.mem_get_info(device)
         return int(free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device))
-    import psutil
 
     return int(psutil.virtual_memory().available)
 

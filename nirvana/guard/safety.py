@@ -21,6 +21,7 @@ import os
 from pathlib import Path
 
 from nirvana.errors import InvalidInput
+from nirvana.store.paths import cache_dir
 
 MODEL_ROOTS_ENV = "NIRVANA_MODEL_ROOTS"
 TEXT_ROOTS_ENV = "NIRVANA_TEXT_ROOTS"
@@ -47,7 +48,6 @@ def _roots(env: str) -> list[Path] | None:
     value = os.environ.get(env)
     if value is None:
         return None
-    from nirvana.store.paths import cache_dir
 
     roots = [Path(p).expanduser().resolve() for p in value.split(os.pathsep) if p.strip()]
     return [*roots, cache_dir().resolve()]

@@ -33,6 +33,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 
+import psutil
 import torch
 
 from nirvana.errors import InvalidInput, OutOfMemory
@@ -140,7 +141,6 @@ class PeakMemory:
         return self
 
     def _rss(self) -> int:
-        import psutil
 
         return psutil.Process().memory_info().rss
 

@@ -49,6 +49,7 @@ def _task_manager(include_path):
 @lru_cache(maxsize=4)
 def _cached_manager(paths: tuple[str, ...]):
     """Indexing the harness's thousands of task YAMLs takes seconds: do it once per process and path set."""
+    # here, not at the top: lm-eval is optional (zero-shot tasks only) and slow to import
     from lm_eval.tasks import TaskManager
 
     return TaskManager(include_path=list(paths) or None, verbosity="ERROR")
@@ -110,6 +111,7 @@ def run_tasks(
         cached["cache_hit"] = True
         return cached
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # here, not at the top: lm-eval is optional (zero-shot tasks only) and slow to import
     from lm_eval import simple_evaluate
     from lm_eval.models.huggingface import HFLM
 

@@ -14,14 +14,19 @@ from pathlib import Path
 
 import torch
 import torch.nn as nn
+from accelerate import init_empty_weights
+from safetensors.torch import load_file
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from nirvana.errors import CorruptCheckpoint, PlanMismatch
 from nirvana.export.card import write_model_card
 from nirvana.export.modeling import add_stock_loading, has_per_layer_widths
 from nirvana.guard.safety import check_local_path
 from nirvana.models.architectures import get_architecture, layer_projections, text_config
+from nirvana.models.loaded import LoadedModel
 from nirvana.models.shapes import head_dim_of
 from nirvana.pruning.plan import PruningPlan
+from nirvana.pruning.slicing import update_config
 from nirvana.store.atomic import atomic_path
 
 PLAN_FILE = "plan.json"
@@ -93,7 +98,6 @@ def _resize_layers(model: nn.Module, widths: list[tuple[int, int]]) -> None:
 
 
 def _read_state_dict(directory: Path) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
 
     index = directory / "model.safetensors.index.json"
     if index.exists():
@@ -124,10 +128,6 @@ def load_pruned(directory: str | Path, *, dtype: torch.dtype | None = None, devi
 
     Returns a `LoadedModel`. Accepts the model folder itself or a `prune --out` folder holding `model/`.
     """
-    from accelerate import init_empty_weights
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
-    from nirvana.models.loaded import LoadedModel
 
     start = time.perf_counter()
     directory = check_local_path(directory)  # under NIRVANA_MODEL_ROOTS when it is set
@@ -168,7 +168,6 @@ def load_pruned(directory: str | Path, *, dtype: torch.dtype | None = None, devi
         model.to(dtype)
     model.to(device)
     model.eval()
-    from nirvana.pruning.slicing import update_config
 
     update_config(model)
     plan = None

@@ -11,19 +11,24 @@ per-layer shapes.
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import json
 import os
+import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlparse
 
 import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig
 
-from nirvana.errors import InvalidInput, ModelNotFound
+from nirvana.errors import InvalidInput, ModelNotFound, UnsupportedArchitecture
 from nirvana.guard import memory
 from nirvana.guard.safety import check_model_name
 from nirvana.models.architectures import get_architecture
+from nirvana.models.checkpoint import load_pruned
 from nirvana.models.gguf_cache import convert_gguf, gguf_model_dir, is_converted
 from nirvana.models.loaded import LoadedModel
 from nirvana.store.paths import cache_dir
@@ -156,7 +161,6 @@ def load_model(
     `device_map="auto"`. Without a device map the weights' size is checked against the device's
     free memory first (`nirvana.guard.memory`): a model that cannot fit raises `OutOfMemory`.
     """
-    from transformers import AutoModelForCausalLM
 
     import_seconds = _import_model_code(name)
     start = time.perf_counter()
@@ -173,8 +177,6 @@ def load_model(
         src, source = embedded_model_dir(name, progress), f"registry:{name}"
     elif path.is_dir():
         if is_pruned_dir(path):
-            from nirvana.models.checkpoint import load_pruned
-
             loaded = load_pruned(path, dtype=torch_dtype, device=device)
             loaded.load_seconds = time.perf_counter() - start
             loaded.import_seconds = import_seconds
@@ -203,8 +205,6 @@ def load_model(
         kwargs["max_memory"] = max_memory
         kwargs.setdefault("device_map", "auto")
     try:
-        from transformers import AutoConfig
-
         config = AutoConfig.from_pretrained(
             src, trust_remote_code=trust_remote_code, local_files_only=kwargs.get("local_files_only", False)
         )
@@ -227,8 +227,6 @@ def load_model(
                 f"{name!r} needs custom code from its repository; it is not run unless you pass "
                 "trust_remote_code=True (CLI: --trust-remote-code) and trust its author."
             ) from exc
-        from nirvana.errors import UnsupportedArchitecture
-
         raise UnsupportedArchitecture(f"{name!r} is not a causal LM transformers can load: {_first_line(exc)}") from exc
     if "device_map" not in kwargs and device != "cpu":
         model.to(device)
@@ -242,7 +240,6 @@ def load_model(
 
 def _load_tokenizer(src, name: str, trust_remote_code: bool, local_files_only: bool):
     """The tokenizer of a model folder or hub id; a folder without one is a clear error, not a crash."""
-    from transformers import AutoTokenizer
 
     try:
         return AutoTokenizer.from_pretrained(
@@ -264,7 +261,6 @@ def _import_model_code(name: str) -> float:
     process. Timing it apart keeps `load_seconds` about reading weights (what the cache speeds up),
     and both figures are reported.
     """
-    import importlib
 
     folder = cache_dir() / "models" / name if name in REGISTRY else Path(name).expanduser()
     if (folder / "model" / "config.json").exists():  # a `prune --out` folder
@@ -288,9 +284,6 @@ def hub_reachable(timeout: float = 3.0) -> bool:
     if os.environ.get("HF_HUB_OFFLINE", "").lower() in {"1", "true", "yes"}:
         return False
     if _HUB_REACHABLE is None:
-        import socket
-        from urllib.parse import urlparse
-
         host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname or "huggingface.co"
         try:
             socket.create_connection((host, 443), timeout=timeout).close()
@@ -301,7 +294,6 @@ def hub_reachable(timeout: float = 3.0) -> bool:
 
 
 def _bnb_config(quantization: str, compute_dtype: torch.dtype):
-    from transformers import BitsAndBytesConfig
 
     if quantization == "8bit":
         return BitsAndBytesConfig(load_in_8bit=True)

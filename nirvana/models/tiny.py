@@ -7,12 +7,13 @@ they need no download.
 from __future__ import annotations
 
 import torch
+import transformers as tf
+from transformers import AutoModelForCausalLM
 
 TINY_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text")
 
 
 def tiny_config(family: str = "llama", **overrides):
-    import transformers as tf
 
     common = dict(
         vocab_size=64,
@@ -42,7 +43,6 @@ def tiny_config(family: str = "llama", **overrides):
 
 
 def tiny_model(family: str = "llama", seed: int = 0, attn_implementation: str = "eager", **overrides):
-    from transformers import AutoModelForCausalLM
 
     config = tiny_config(family, **overrides)
     config._attn_implementation = attn_implementation

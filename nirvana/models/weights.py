@@ -62,6 +62,7 @@ def dense_weight(lin: nn.Module) -> torch.Tensor:
         cb = weight.data if state is None or state.CB is None else state.CB
         return cb.float() * (scb.float()[:, None] / 127.0)
     if kind in {"Linear4bit", "LinearNF4", "LinearFP4"}:
+        # here, not at the top: bitsandbytes is optional (8-bit/4-bit models only)
         import bitsandbytes.functional as bnbf
 
         refuse_cpu_repacked_4bit(lin)

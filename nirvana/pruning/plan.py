@@ -13,6 +13,7 @@ from dataclasses import InitVar, asdict, dataclass, field, fields
 from pathlib import Path
 
 from nirvana.errors import InvalidInput, PlanMismatch
+from nirvana.guard.safety import check_file_size
 from nirvana.store.atomic import atomic_write_text
 
 SCHEMA_VERSION = 1
@@ -180,7 +181,6 @@ class PruningPlan:
 
     @classmethod
     def load(cls, path: str | Path) -> PruningPlan:
-        from nirvana.guard.safety import check_file_size
 
         path = Path(path)
         try:

@@ -15,7 +15,7 @@ from typing import TypeVar
 import torch
 import torch.nn as nn
 
-from nirvana.errors import InvalidInput
+from nirvana.errors import InvalidInput, PlanMismatch
 from nirvana.models.architectures import get_architecture, layer_projections
 from nirvana.models.shapes import ModelShape, model_shape
 from nirvana.models.weights import real_parameter
@@ -84,8 +84,6 @@ def apply_plan(
         plan.check_model(model_fingerprint(model))
     shape = model_shape(model)
     if list(shape.num_kv_heads) != plan.model["num_kv_heads"] or list(shape.intermediate) != plan.model["intermediate"]:
-        from nirvana.errors import PlanMismatch
-
         raise PlanMismatch("the plan's layer widths do not match this model's; was it made for another model?")
     if not inplace:
         model = copy_without_block_weights(model)

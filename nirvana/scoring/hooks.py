@@ -31,6 +31,7 @@ import math
 import torch
 import torch.nn as nn
 
+from nirvana.errors import InvalidInput
 from nirvana.models.architectures import layer_projections
 from nirvana.models.weights import (
     dense_weight,
@@ -185,7 +186,6 @@ def needs_hooks(model: nn.Module) -> str | None:
 
 def resolve_method(model: nn.Module, method: str = "auto") -> str:
     """`auto` -> "hooks" for quantized or offloaded models, else "autograd" (the reference path)."""
-    from nirvana.errors import InvalidInput
 
     if method not in METHODS:
         raise InvalidInput(f"saliency method {method!r} is not supported; use one of {', '.join(METHODS)}.")

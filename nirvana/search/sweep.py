@@ -10,9 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from nirvana.measure.flops import ideal_speedup
+from nirvana.measure.kl import DenseReference, kl_to_dense
+from nirvana.measure.perplexity import perplexity
+from nirvana.measure.speed import measure_speed
 from nirvana.models.shapes import ModelShape, model_shape
 from nirvana.progress import sub_progress
 from nirvana.pruning.slicing import planned_shape, prune_and_measure
+from nirvana.search.calibration import AnchorSpec, anchor_batch
 
 QUALITY = {"perplexity": "perplexity", "kl": "KL to dense (nats/token)"}
 
@@ -48,9 +52,6 @@ def run_sweep(lm, scores, settings: SweepSettings, progress=None) -> list[dict]:
     points = sweep_points(settings)
     reference = None
     if settings.metric == "kl":
-        from nirvana.measure.kl import DenseReference
-        from nirvana.search.calibration import AnchorSpec, anchor_batch
-
         anchor = anchor_batch(lm.tokenizer, AnchorSpec(samples=settings.anchor_samples, seq_len=settings.anchor_len))
         reference = DenseReference(lm.model, anchor.input_ids)
     rows, measured = [], {}  # plan signature -> (quality, decode speed): identical plans are measured once
@@ -85,10 +86,7 @@ def run_sweep(lm, scores, settings: SweepSettings, progress=None) -> list[dict]:
 
 def _quality(lm, model, settings: SweepSettings, reference, progress) -> float:
     if settings.metric == "kl":
-        from nirvana.measure.kl import kl_to_dense
-
         return kl_to_dense(model, reference, progress)
-    from nirvana.measure.perplexity import perplexity
 
     result = perplexity(
         model,
@@ -103,7 +101,6 @@ def _quality(lm, model, settings: SweepSettings, reference, progress) -> float:
 
 
 def _decode_speed(model, settings: SweepSettings, progress) -> float:
-    from nirvana.measure.speed import measure_speed
 
     result = measure_speed(
         model, batch_sizes=(1,), prompt_len=32, new_tokens=settings.speed_new_tokens, repeats=1, warmup=1

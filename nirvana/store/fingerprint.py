@@ -13,6 +13,8 @@ import json
 
 import torch
 
+from nirvana.models.weights import offloaded_weight
+
 _VOLATILE = {"_name_or_path", "transformers_version", "_commit_hash", "architectures", "quantization_config"}
 _SAMPLES = 2048
 
@@ -39,7 +41,6 @@ def model_fingerprint(model: torch.nn.Module) -> str:
 def _offloaded(model: torch.nn.Module, name: str) -> torch.Tensor | None:
     """The stored tensor behind an accelerate-offloaded (meta) entry, so offloaded and resident
     loads of one checkpoint share a fingerprint; None when there is no stored copy."""
-    from nirvana.models.weights import offloaded_weight
 
     prefix, _, attr = name.rpartition(".")
     try:

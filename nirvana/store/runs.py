@@ -39,6 +39,7 @@ from pathlib import Path
 from nirvana.errors import CorruptCheckpoint, InvalidInput, NirvanaError
 from nirvana.pruning.plan import PruningPlan
 from nirvana.store.atomic import atomic_write_text
+from nirvana.store.paths import cache_dir
 
 RUNS_ENV = "NIRVANA_RUNS_DIR"
 RUN_FILE = "run.json"
@@ -59,7 +60,6 @@ def runs_root(root: str | Path | None = None) -> Path:
     env = os.environ.get(RUNS_ENV)
     if env:
         return Path(env).expanduser()
-    from nirvana.store.paths import cache_dir
 
     return cache_dir() / "runs"
 
