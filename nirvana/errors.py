@@ -37,3 +37,7 @@ class CorruptCheckpoint(NirvanaError):
 
 class OutOfMemory(NirvanaError):
     """A step would not fit (or did not fit) in the device's memory."""
+
+
+class TrainingDiverged(NirvanaError):
+    """A fine-tuning loss or gradient became NaN/inf; the last good state was kept, nothing was saved."""

@@ -16,7 +16,7 @@ import textwrap
 from nirvana.errors import NirvanaError
 
 # Modules under nirvana.cli that each register one or more subcommands.
-COMMAND_MODULES = ("model_cmds", "prune_cmds", "calib_cmds", "eval_cmds", "bench_cmds")
+COMMAND_MODULES = ("model_cmds", "prune_cmds", "recover_cmds", "calib_cmds", "eval_cmds", "bench_cmds")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from nirvana.cli.common import add_model_args, heavy, load_from_args, print_json, stderr_progress
+from nirvana.cli.recover_cmds import add_recovery_args, config_from_args, run_recovery, save_result
 
 
 def add_calibration_args(p) -> None:
@@ -42,6 +43,14 @@ def register(sub) -> None:
         metavar="K",
         help="choose among K calibration batches (seeds 0..K-1, drawn from --calib) by KL to dense; cached",
     )
+    p.add_argument(
+        "--recover-steps",
+        type=int,
+        default=None,
+        metavar="N",
+        help="then LoRA-recover N steps (see `recover`); --out then holds the recovered model",
+    )
+    add_recovery_args(p, prefix="recover-")
     p.add_argument("--out", required=True, help="output folder: plan.json, model/, report.json")
     p.set_defaults(func=cmd_prune)
 
@@ -122,6 +131,11 @@ def cmd_prune(args) -> int:
     from nirvana.store.runs import new_run
 
     settings = {k: getattr(args, k, None) for k in _SETTINGS}
+    if args.recover_steps is not None:  # bad recovery settings fail before minutes of scoring
+        from nirvana.recovery.data import load_documents
+
+        args.recovery_config = config_from_args(args, args.recover_steps, None, prefix="recover_")
+        args.recovery_docs = load_documents(args.recover_data)
     with _heavy(args, "prune"), new_run("prune", settings=settings) as run:
         return _prune(args, run)
 
@@ -189,6 +203,8 @@ def _prune(args, run) -> int:
     (out / "report.json").write_text(json.dumps(report, indent=2))
     run.write_json("report.json", {**report, "out": str(out.resolve())})
     run.write_json("metrics.json", {k: report[k] for k in _METRICS})
+    if args.recover_steps is not None:
+        report["recovery"] = _recover_after_prune(args, pruned, lm.tokenizer, plan, report, out)
     run.summary = {k: report[k] for k in _SUMMARY} | {"out": str(out.resolve())}
     print_json({k: v for k, v in report.items() if k not in ("kept_neurons",)} | {"run": run.id})
     return 0
@@ -207,6 +223,16 @@ _METRICS = (
 _SUMMARY = (
     "model", "criterion", "target_sparsity", "achieved_block_sparsity", "gamma", "params_before", "params_after",
 )  # fmt: skip
+
+
+def _recover_after_prune(args, pruned, tokenizer, plan, report: dict, out: Path) -> dict:
+    """`prune --recover-steps N`: train the in-memory pruned model, then replace --out with the recovered one."""
+    from nirvana.models.loaded import LoadedModel
+
+    docs, info = args.recovery_docs
+    result = run_recovery(pruned, tokenizer, args.recovery_config, docs, info, inplace=True)
+    lm = LoadedModel(result.model, tokenizer, str(out), "pruned", 0.0, [], plan.to_dict())
+    return save_result(result, lm, out, report, args.model)
 
 
 def _output_folder(path: str) -> Path:

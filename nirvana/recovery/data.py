@@ -124,6 +124,22 @@ def recovery_data(
         (torch.Size([64, 128]), 'wikitext2:validation')
     """
     docs, info = load_documents(source)
+    return tokenize_documents(
+        tokenizer,
+        docs,
+        info,
+        seq_len=seq_len,
+        train_sequences=train_sequences,
+        heldout_sequences=heldout_sequences,
+        seed=seed,
+    )
+
+
+def tokenize_documents(
+    tokenizer, docs: list[str], info: dict, *, seq_len: int, train_sequences: int, heldout_sequences: int, seed: int = 0
+) -> RecoveryData:
+    """The tokenizing half of `recovery_data`, for documents already resolved by `load_documents`."""
+    docs = list(docs)
     if info["kind"] == "instructions":
         random.Random(seed).shuffle(docs)  # independent examples: any order; plain text keeps its order
     eos = tokenizer.eos_token_id
