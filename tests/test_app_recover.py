@@ -93,3 +93,35 @@ def test_bad_rank_is_a_friendly_message(app):
     app.button(key="rec_start").click().run()
     assert not app.exception
     assert any("larger than layer" in e.value for e in app.error)
+
+
+def test_evidence_page_shows_the_recovery_benchmark(app, monkeypatch, tmp_path):
+    import nirvana.bench.recovery as bench
+
+    monkeypatch.setattr(bench, "DEFAULT_OUT", tmp_path)
+    pages = "pages" if (page_tests.ROOT / "pages" / "evidence.py").exists() else "app_pages"
+    app.switch_page(f"{pages}/evidence.py").run()
+    assert any("No recovery benchmark yet" in c.value for c in app.caption)
+    row = {c: "" for c in bench.COLUMNS} | {
+        "model": "smollm2-135m",
+        "criterion": "nirvana",
+        "allocation": "global",
+        "sparsity": "0.5",
+        "steps": "16",
+        "data": "calibration",
+        "seed": "0",
+        "token_budget": "16384",
+        "ppl_wikitext2_before": "230.1",
+        "ppl_wikitext2_after": "120.5",
+        "ppl_ptb_before": "400.2",
+        "ppl_ptb_after": "250.0",
+        "tokens_trained": "32768",
+        "lora": "r8 a16 d0.05 lr0.0001 b16x128",
+        "machine": "test machine",
+    }
+    bench.append_row(tmp_path / "recovery.csv", row)
+    app.run()
+    page_tests.no_errors(app)
+    table = next(d.value for d in app.dataframe if "WikiText-2 after" in d.value.columns)
+    assert list(table["WikiText-2 after"]) == [120.5] and list(table["criterion"]) == ["nirvana"]
+    assert any("ranking before `nirvana`" in m.value for m in app.markdown)

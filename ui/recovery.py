@@ -253,3 +253,41 @@ def _save(lm, pruned: dict, result: RecoveryResult) -> None:
             path = save_recovered(result, lm.tokenizer, plan, folder, base_model=lm.name, allow_partial=True)
         if not g.failed:
             st.success(f"Saved to `{path}` (model/, plan.json, recovery.json). Load it on the Model page.")
+
+
+def evidence() -> None:
+    """The committed recovery benchmark (`benchmarks/recovery/`) on the Evidence page: measured, never live."""
+    import pandas as pd
+
+    from nirvana.bench.recovery import DEFAULT_OUT, rankings, read_rows
+
+    st.markdown("##### Does the pruned model fine-tune back? (LoRA recovery, measured)")
+    rows = read_rows(DEFAULT_OUT / "recovery.csv")
+    if not rows:
+        st.caption("No recovery benchmark yet: `python -m nirvana bench recovery --model smollm2-135m`.")
+        return
+    r0 = rows[0]
+    st.caption(
+        f"{r0['model']}: each pruned model LoRA-recovered for {r0['steps']} steps ({r0['lora']}) on `{r0['data']}`, "
+        f"seed {r0['seed']}; perplexity on the first {r0['token_budget']} tokens. {r0['machine']}."
+    )
+    table = pd.DataFrame(
+        {
+            "criterion": r["criterion"],
+            "allocation": r["allocation"],
+            "sparsity": float(r["sparsity"]),
+            "WikiText-2 before": float(r["ppl_wikitext2_before"]),
+            "WikiText-2 after": float(r["ppl_wikitext2_after"]),
+            "PTB before": float(r["ppl_ptb_before"]),
+            "PTB after": float(r["ppl_ptb_after"]),
+            "tokens trained": int(r["tokens_trained"]),
+            "acc7 after": r["acc7_after"] or "-",
+        }
+        for r in rows
+    )
+    st.dataframe(table, hide_index=True)
+    for line in rankings(rows):
+        st.markdown(line)
+    png = DEFAULT_OUT / "recovery.png"
+    if png.exists():
+        st.image(str(png), caption="training and held-out loss of every row")
