@@ -14,6 +14,7 @@ import math
 import resource
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -192,7 +193,9 @@ def recover(
     if config.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.enable_input_require_grads()
-    peft_model = get_peft_model(model, lora_config, autocast_adapter_dtype=True)  # adapters in fp32
+    with warnings.catch_warnings():  # peft 0.21 calls transformers' deprecated is_gradient_checkpointing
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        peft_model = get_peft_model(model, lora_config, autocast_adapter_dtype=True)  # adapters in fp32
     lora_params = [p for p in peft_model.parameters() if p.requires_grad]
     for p in lora_params:  # peft keeps fp32 adapters on a half base; make it explicit on every path
         p.data = p.data.float()
