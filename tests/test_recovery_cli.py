@@ -197,3 +197,30 @@ def test_interrupt_leaves_no_output(capsys, pruned_dir, corpus, tmp_path, monkey
     )
     assert code == 130 and "nothing partial was kept" in capsys.readouterr().err
     assert not out.exists() and not list(tmp_path.glob(".rec*"))
+
+
+@pytest.mark.parametrize(
+    "extra, needle",
+    [
+        (["--recover-steps", "0"], "--recover-steps must be a positive integer"),
+        (["--recover-steps", "2", "--recover-lr", "7"], "lr 7.0 is outside"),
+        (["--recover-steps", "2", "--recover-data", "/no/such/file.jsonl"], "does not exist"),
+    ],
+)
+def test_prune_recover_settings_fail_before_scoring(
+    capsys, tiny_with_tokenizer_dir, tmp_path, monkeypatch, extra, needle
+):
+    import nirvana.scoring.criteria as criteria
+
+    monkeypatch.setattr(criteria, "compute_scores", lambda *a, **k: pytest.fail("scored before validating"))
+    argv = ["prune", "--model", str(tiny_with_tokenizer_dir), "--sparsity", "0.5", *extra, "--out", str(tmp_path / "o")]
+    _fails(capsys, argv, needle)
+    assert not (tmp_path / "o").exists()
+
+
+def test_token_budget_rounds_up_to_whole_steps(capsys, pruned_dir, corpus, tmp_path):
+    out = tmp_path / "rec"
+    argv = ["recover", "--model", str(pruned_dir), "--tokens", "40", "--data", str(corpus), *FAST, "--out", str(out)]
+    assert main(argv) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["steps_done"] == 2 and summary["tokens_trained"] == 64  # ceil(40 / (2 x 16)) steps
