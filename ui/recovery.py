@@ -14,12 +14,18 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
+from nirvana.bench.recovery import DEFAULT_OUT, rankings, read_rows
+from nirvana.guard.locks import heavy_work
 from nirvana.recovery.config import DEFAULT_STEPS, RecoveryConfig
-from nirvana.recovery.train import RecoveryResult, RecoveryStep
+from nirvana.recovery.data import recovery_data
+from nirvana.recovery.save import save_recovered
+from nirvana.recovery.train import RecoveryResult, RecoveryStep, recover, target_module_names
 from nirvana.store.fingerprint import content_key
+from nirvana.store.paths import cache_dir
 from ui import evals, state
 from ui.errors import guard
 from ui.resources import model_device
@@ -60,9 +66,6 @@ class RecoveryJob:
 
 def start(pruned_model, tokenizer, plan_key: str, config: RecoveryConfig, data_source: str) -> RecoveryJob:
     """Tokenize the data and train a copy of `pruned_model` in a thread; return the job at once."""
-    from nirvana.guard.locks import heavy_work
-    from nirvana.recovery.data import recovery_data
-    from nirvana.recovery.train import recover, target_module_names
 
     target_module_names(pruned_model, config)  # a bad r fails here, in the page, not in the thread
     job = RecoveryJob(plan_key, config, data_source)
@@ -242,8 +245,6 @@ def _perplexity(lm, pruned: dict, recovered: dict) -> None:
 
 
 def _save(lm, pruned: dict, result: RecoveryResult) -> None:
-    from nirvana.recovery.save import save_recovered
-    from nirvana.store.paths import cache_dir
 
     default = cache_dir() / "recovered" / f"{pruned['plan_key']}-s{result.steps_done}"
     folder = st.text_input("Save the recovered model to", value=str(default), key="rec_save_dir")
@@ -257,10 +258,6 @@ def _save(lm, pruned: dict, result: RecoveryResult) -> None:
 
 def evidence() -> None:
     """The committed recovery benchmark (`benchmarks/recovery/`) on the Evidence page: measured, never live."""
-    import pandas as pd
-
-    from nirvana.bench.recovery import DEFAULT_OUT, rankings, read_rows
-
     st.markdown("##### Does the pruned model fine-tune back? (LoRA recovery, measured)")
     rows = read_rows(DEFAULT_OUT / "recovery.csv")
     if not rows:

@@ -122,6 +122,7 @@ def append_row(path: Path, row: dict) -> None:
 
 def run_recovery_bench(config: RecoveryBenchConfig, log=print) -> list[dict]:
     """Run (or resume) the rows, appending each to the CSV and rebuilding the report after each."""
+    # Imported here, like the other bench modules: `python -m nirvana --help` must not load torch.
     import torch
 
     from nirvana.data.calibration import calibration_batch

@@ -28,6 +28,8 @@ import torch
 
 from nirvana.data.text import DATASETS, data_dir, load_text, parse_name
 from nirvana.errors import DatasetNotFound, InvalidInput
+from nirvana.guard.safety import TEXT_ROOTS_ENV, check_local_path
+from nirvana.models.loading import hub_reachable
 
 CALIBRATION = "wikitext2-valid"
 ALPACA_HUB_ID = "yahma/alpaca-cleaned"
@@ -196,8 +198,6 @@ def _hub_allowed() -> bool:
         "0",
     ):
         return False
-    from nirvana.models.loading import hub_reachable
-
     return hub_reachable()
 
 
@@ -223,8 +223,6 @@ def _alpaca() -> tuple[list[str], dict]:
 
 
 def _from_file(path: Path) -> tuple[list[str], dict]:
-    from nirvana.guard.safety import TEXT_ROOTS_ENV, check_local_path
-
     suffix = path.suffix.lower()
     if not path.exists():
         raise DatasetNotFound(_accepted(f"training data file {str(path)!r} does not exist"))

@@ -17,6 +17,8 @@ import os
 import shutil
 from pathlib import Path
 
+from safetensors.torch import save_file
+
 from nirvana.errors import InvalidInput
 from nirvana.models.checkpoint import save_pruned
 from nirvana.pruning.plan import PruningPlan
@@ -102,8 +104,6 @@ def load_recovery_record(directory: str | Path) -> dict | None:
 
 def _save_adapter(result: RecoveryResult, directory: Path, base_model: str | None) -> None:
     """peft's own adapter format: adapter_config.json + adapter_model.safetensors."""
-    from safetensors.torch import save_file
-
     directory.mkdir(parents=True)
     lora_config = result.lora_config
     lora_config.base_model_name_or_path = base_model

@@ -17,6 +17,7 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from importlib.metadata import version
 
 import torch
 import torch.nn as nn
@@ -364,8 +365,6 @@ def _restore(params: list[torch.Tensor], saved: list[torch.Tensor]) -> None:
 
 
 def _peft_version() -> str:
-    from importlib.metadata import version
-
     return version("peft")
 
 
