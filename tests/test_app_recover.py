@@ -97,8 +97,9 @@ def test_bad_rank_is_a_friendly_message(app):
 
 def test_evidence_page_shows_the_recovery_benchmark(app, monkeypatch, tmp_path):
     import nirvana.bench.recovery as bench
+    import ui.recovery
 
-    monkeypatch.setattr(bench, "DEFAULT_OUT", tmp_path)
+    monkeypatch.setattr(ui.recovery, "DEFAULT_OUT", tmp_path)
     pages = "pages" if (page_tests.ROOT / "pages" / "evidence.py").exists() else "app_pages"
     app.switch_page(f"{pages}/evidence.py").run()
     assert any("No recovery benchmark yet" in c.value for c in app.caption)
