@@ -43,8 +43,8 @@ def _curve(app):
 
 def test_recover_tab_trains_the_pruned_copy_and_saves(app, tmp_path):
     page_tests.apply_a_plan(app, 0.3)
-    dense = app.session_state["pruned"]["model"]
-    shared_before = {k: v.clone() for k, v in dense.state_dict().items()}
+    pruned_copy = app.session_state["pruned"]["model"]
+    pruned_before = {k: v.clone() for k, v in pruned_copy.state_dict().items()}
     defaults = (app.number_input(key="rec_r").value, app.number_input(key="rec_lr").value)
     assert defaults == (8, 1e-4)
     assert any("tokens**; estimated" in c.value for c in app.caption)
@@ -59,8 +59,8 @@ def test_recover_tab_trains_the_pruned_copy_and_saves(app, tmp_path):
     assert job.result.complete and job.result.steps_done == 3
     curve = _curve(app)[0]
     assert [t["name"] for t in curve["data"]] == ["training loss", "held-out loss"]
-    # The session's pruned copy is not what was trained: it and the shared dense model are unchanged.
-    assert all(v.equal(shared_before[k]) for k, v in app.session_state["pruned"]["model"].state_dict().items())
+    # A copy of the session's pruned copy is trained: the pruned copy stays as it was, for "before".
+    assert all(v.equal(pruned_before[k]) for k, v in app.session_state["pruned"]["model"].state_dict().items())
     assert app.session_state["recovered"]["model"] is job.result.model
     app.button(key="rec_ppl").click().run()
     page_tests.no_errors(app)
