@@ -225,7 +225,10 @@ def write_report(rows: list[dict], config: RecoveryBenchConfig) -> Path:
         f"Written by `python -m nirvana bench recovery --model {config.model} --steps {config.steps}`. "
         "Each pruned model is recovered with the same data, steps, seed and LoRA settings; perplexity on the first "
         f"{config.tokens} tokens of WikiText-2 test and PTB validation, 512-token windows. "
-        "`acc7` (the seven-task average) is left empty until the accuracy module lands.",
+        "`acc7` (the seven-task average) is left empty until the accuracy module lands. Scores come from "
+        f"{config.samples} x {config.seq_len} WikiText-2 validation tokens, seed 0 (the `prune` command's default "
+        "batch; the quality benchmark's candidate 0 is another draw, so its perplexities differ a little); "
+        "gamma*, align 8. Training data: the same packed, seeded windows for every row.",
     ]
     if config.note:
         lines += ["", config.note]
@@ -244,8 +247,8 @@ def write_report(rows: list[dict], config: RecoveryBenchConfig) -> Path:
         )
     lines += ["", *rankings(rows)]
     if rows:
-        lines += ["", f"Machine: {rows[-1]['machine']}; load average at the end of each row: "]
-        lines += [f"{row_name(r)} {r['load_avg']} ({r['seconds']} s)" for r in rows]
+        lines += ["", f"Machine: {rows[-1]['machine']}. Row time and the load average (1/5/15 min) at its end:", ""]
+        lines += [f"- {row_name(r)}: {r['seconds']} s, load {r['load_avg']}" for r in rows]
     md = out / "recovery.md"
     md.write_text("\n".join(lines) + "\n")
     plot_curves(rows, out)
