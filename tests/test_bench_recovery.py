@@ -39,3 +39,11 @@ def test_rows_curves_report_and_resume(tiny_with_tokenizer_dir, tmp_path):
     logs.clear()
     assert len(run_recovery_bench(config, logs.append)) == 2  # resumed: nothing re-run
     assert "0 to run" in logs[0] and len(read_rows(config.csv_path)) == 2
+
+
+def test_bench_recovery_refuses_a_non_positive_budget(capsys, tmp_path):
+    from nirvana.cli import main
+
+    assert main(["bench", "recovery", "--steps", "0", "--out-dir", str(tmp_path)]) == 2
+    assert "--steps must be a positive integer" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
