@@ -41,3 +41,7 @@ class OutOfMemory(NirvanaError):
 
 class PublishFailed(NirvanaError):
     """An upload to the Hugging Face Hub could not be made (offline, no network, token refused)."""
+
+
+class TrainingDiverged(NirvanaError):
+    """A fine-tuning loss or gradient became NaN/inf; the last good state was kept, nothing was saved."""

@@ -18,7 +18,7 @@ from nirvana.bench.gamma import committed_gamma, kl_at
 from nirvana.bench.quality import read_rows
 from nirvana.bench.quality_report import committed_reports, config_from_rows, summarize, verdicts
 from nirvana.bench.speed import committed_speed
-from ui import frame
+from ui import frame, recovery
 from ui.errors import guard
 
 EXPLANATION = """
@@ -224,6 +224,7 @@ def main() -> None:
             "`python -m nirvana bench quality --model smollm2-135m` and reload this page."
         )
         _speed()
+        recovery.evidence()
         return
     path = reports[0]
     if len(reports) > 1:
@@ -243,6 +244,7 @@ def main() -> None:
     _ablations(summary)
     _gamma(rows[0]["model"])
     _speed()
+    recovery.evidence()
     with st.expander("Every row (CSV)"):
         st.dataframe(pd.DataFrame(rows), hide_index=True)
         st.download_button("Download CSV", path.read_bytes(), file_name=path.name, mime="text/csv", on_click="ignore")

@@ -18,7 +18,7 @@ from nirvana.models.shapes import count_parameters, model_shape
 from nirvana.pipeline import prune
 from nirvana.progress import sub_progress
 from nirvana.store.paths import cache_dir
-from ui import evals, frame, state
+from ui import evals, frame, recovery, state
 from ui.errors import guard
 from ui.progress import progress_status
 
@@ -365,16 +365,18 @@ def main() -> None:
     if pruned is not None and pruned["plan_key"] != evals.plan_key(plan):
         pruned = None
     if pruned is not None:
-        tabs = st.tabs(["Perplexity", "Generations", "Speed & memory", "Paper reference", "Save"])
+        tabs = st.tabs(["Perplexity", "Generations", "Speed & memory", "Recover (LoRA)", "Paper reference", "Save"])
         with tabs[0], guard("the perplexity view"):
             _perplexity(lm, pruned)
         with tabs[1], guard("the generation view"):
             _generations(lm, pruned)
         with tabs[2], guard("the speed view"):
             _speed(lm, pruned)
-        with tabs[3], guard("reading the paper's reference figures"):
+        with tabs[3], guard("the recovery view"):
+            recovery.render(lm, pruned)
+        with tabs[4], guard("reading the paper's reference figures"):
             _paper_reference()
-        with tabs[4]:
+        with tabs[5]:
             _save(lm, plan, pruned)
     else:
         _save(lm, plan, None)

@@ -20,6 +20,10 @@ from nirvana.bench.quality import committed_rows, run_quality
 from nirvana.bench.quality_config import CRITERIA, DATA_DRIVEN, SPARSITIES, QualityConfig
 from nirvana.bench.quality_config import DEFAULT_OUT as QUALITY_OUT
 from nirvana.bench.quality_report import write_report
+from nirvana.bench.recovery import DEFAULT_OUT as RECOVERY_OUT
+from nirvana.bench.recovery import RecoveryBenchConfig, run_recovery_bench
+from nirvana.bench.recovery import read_rows as recovery_rows
+from nirvana.bench.recovery import write_report as write_recovery_report
 from nirvana.cli.common import (
     add_model_args,
     load_from_args,
@@ -36,7 +40,7 @@ from nirvana.search.calibration import AnchorSpec
 def register(sub) -> None:
     p = sub.add_parser("bench", help="run a benchmark and write its table and plot under benchmarks/")
     bench_sub = p.add_subparsers(dest="benchmark", metavar="BENCHMARK", required=True)
-    for add in (_add_speed, _add_gpu, _add_quality, _add_gamma):
+    for add in (_add_speed, _add_gpu, _add_quality, _add_gamma, _add_recovery):
         add(bench_sub)
 
 
@@ -229,4 +233,40 @@ def cmd_gamma(args) -> int:
     paths = write_gamma_outputs(data, config.out_dir)
     print(paths[1].read_text())
     log("wrote " + ", ".join(str(p) for p in paths))
+    return 0
+
+
+# ---------------------------------------------------------------- recovery
+
+
+def _add_recovery(bench_sub) -> None:
+    p = bench_sub.add_parser("recovery", help="LoRA recovery of pruned models per criterion: perplexity before/after")
+    p.add_argument("--model", default="smollm2-135m")
+    p.add_argument("--steps", type=int, default=16, help="optimizer steps per row (16 x 128 tokens each)")
+    p.add_argument("--data", default="calibration", help="training data (see `recover --data`)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--tokens", type=int, default=16384, help="perplexity tokens per dataset")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--out-dir", type=Path, default=RECOVERY_OUT)
+    p.add_argument("--report-only", action="store_true", help="rebuild markdown and plot from the CSV")
+    p.add_argument("--note", default="")
+    p.set_defaults(func=cmd_recovery)
+
+
+def cmd_recovery(args) -> int:
+    if args.steps < 1:
+        raise InvalidInput(f"--steps must be a positive integer, got {args.steps}.")
+    config = RecoveryBenchConfig(
+        model=args.model,
+        steps=args.steps,
+        data=args.data,
+        seed=args.seed,
+        tokens=args.tokens,
+        threads=args.threads,
+        out_dir=args.out_dir,
+        note=args.note,
+    )
+    rows = recovery_rows(config.csv_path) if args.report_only else run_recovery_bench(config, log)
+    md = write_recovery_report(rows, config)
+    print(md.read_text())
     return 0

@@ -7,11 +7,14 @@ import time
 from pathlib import Path
 
 from nirvana.cli.common import add_model_args, heavy, load_from_args, print_json, stderr_progress
+from nirvana.cli.recover_cmds import add_recovery_args, config_from_args, run_recovery, save_result
 from nirvana.errors import InvalidInput
 from nirvana.export.card import write_model_card
 from nirvana.models.checkpoint import save_pruned
-from nirvana.pipeline import PruneSettings, check_scores_match, prune, score
+from nirvana.models.loaded import LoadedModel
+from nirvana.pipeline import PruneResult, PruneSettings, check_scores_match, prune, score
 from nirvana.pruning.plan import PruningPlan
+from nirvana.recovery.data import load_documents
 from nirvana.scoring.criteria import CRITERIA
 from nirvana.scoring.scores import Scores
 from nirvana.store.runs import new_run
@@ -50,6 +53,14 @@ def register(sub) -> None:
         metavar="K",
         help="choose among K calibration batches (seeds 0..K-1, drawn from --calib) by KL to dense; cached",
     )
+    p.add_argument(
+        "--recover-steps",
+        type=int,
+        default=None,
+        metavar="N",
+        help="then LoRA-recover N steps (see `recover`); --out then holds the recovered model",
+    )
+    add_recovery_args(p, prefix="recover-")
     p.add_argument("--out", required=True, help="output folder: plan.json, model/, report.json")
     p.set_defaults(func=cmd_prune)
 
@@ -86,11 +97,18 @@ def cmd_prune(args) -> int:
     """Prune under the device lock, recording the run in the runs folder (committed only when complete)."""
     settings = None if args.plan else settings_from_args(args)
     recorded = {k: getattr(args, k, None) for k in _SETTINGS}
+    recovery = None
+    if args.recover_steps is not None:  # bad recovery settings fail before minutes of scoring
+        recovery = (
+            config_from_args(args, args.recover_steps, None, prefix="recover_"),
+            load_documents(args.recover_data),
+        )
     with heavy(args, "prune"), new_run("prune", settings=recorded) as run:
-        return _prune(args, settings, run)
+        return _prune(args, settings, run, recovery)
 
 
-def _prune(args, settings: PruneSettings | None, run) -> int:
+def _prune(args, settings: PruneSettings | None, run, recovery=None) -> int:
+    """`recovery`: (RecoveryConfig, (documents, data info)) for `--recover-steps`, checked before any model work."""
     out = _output_folder(args.out)
     t = time.perf_counter()
     lm = load_from_args(args)
@@ -119,6 +137,8 @@ def _prune(args, settings: PruneSettings | None, run) -> int:
     write_model_card(out / "model", report, result.plan, base_model=args.model)  # the card holds the report's figures
     run.write_json("report.json", {**report, "out": str(out.resolve())})
     run.write_json("metrics.json", {k: report[k] for k in _METRICS})
+    if recovery is not None:
+        report["recovery"] = _recover_after_prune(args, recovery, result, lm.tokenizer, report, out)
     run.summary = {k: report[k] for k in _SUMMARY} | {"out": str(out.resolve())}
     print_json({k: v for k, v in report.items() if k not in ("kept_neurons",)} | {"run": run.id})
     return 0
@@ -137,6 +157,14 @@ _METRICS = (
 _SUMMARY = (
     "model", "criterion", "target_sparsity", "achieved_block_sparsity", "gamma", "params_before", "params_after",
 )  # fmt: skip
+
+
+def _recover_after_prune(args, recovery, pruned: PruneResult, tokenizer, report: dict, out: Path) -> dict:
+    """`prune --recover-steps N`: train the in-memory pruned model, then replace --out with the recovered one."""
+    config, (docs, info) = recovery
+    result = run_recovery(pruned.model, tokenizer, config, docs, info, inplace=True)
+    lm = LoadedModel(result.model, tokenizer, str(out), "pruned", 0.0, [], pruned.plan)
+    return save_result(result, lm, out, report, args.model)
 
 
 def _output_folder(path: str) -> Path:

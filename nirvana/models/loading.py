@@ -123,7 +123,12 @@ def embedded_model_dir(name: str, progress=None) -> Path:
 
 
 def is_pruned_dir(path: Path) -> bool:
-    return (path / "plan.json").exists() or (path / "model" / "plan.json").exists() or _has_reference_format(path)
+    return (
+        (path / "plan.json").exists()
+        or (path / "model" / "plan.json").exists()
+        or _has_reference_format(path)
+        or _has_reference_format(path / "model")  # a recovered dense model: model/ without a plan
+    )
 
 
 def _has_reference_format(path: Path) -> bool:

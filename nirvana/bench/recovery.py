@@ -1,0 +1,298 @@
+"""Recovery benchmark: does a short LoRA fine-tune rank the criteria as pruning alone does?
+
+    python -m nirvana bench recovery --model smollm2-135m [--steps 16] [--tokens 16384]
+
+Rows: nirvana, taylor (global allocation) and wanda (uniform allocation) at 0.2 and 0.5, and
+magnitude at 0.2; each pruned model is recovered with the same data, steps, seed and LoRA
+settings (`RecoveryConfig` defaults: r 8, alpha 16, dropout 0.05, seven projections, lr 1e-4,
+batch 16 x 128 tokens). Every row holds WikiText-2 test and PTB validation perplexity (the first
+`--tokens` tokens, 512-token windows) before and after, the held-out loss before and after, the
+training speed, and empty `acc7_*` slots for the seven-task average (filled once the accuracy
+module lands). Loss curves go to `curves/<row>.json`; rows are appended to the CSV as they finish
+and a rerun skips rows already there (resumable). The markdown and the plot are rebuilt from the
+CSV and curves after every row, or alone with `--report-only`.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from nirvana.bench.environment import machine_label
+from nirvana.bench.quality import evaluate_ppl, read_rows, text_prefix
+from nirvana.data.text import load_text
+from nirvana.models.loading import load_model
+from nirvana.models.shapes import count_parameters
+from nirvana.pipeline import PruneSettings, prune
+from nirvana.recovery.config import RecoveryConfig
+from nirvana.recovery.data import load_documents, tokenize_documents
+from nirvana.recovery.train import recover
+from nirvana.store.paths import benchmarks_dir
+
+DEFAULT_OUT = benchmarks_dir("recovery")  # the checkout's benchmarks/recovery; ./benchmarks/recovery when installed
+# (criterion, allocation, sparsity), most informative first: the paper's claim is nirvana vs taylor.
+JOBS = (
+    ("nirvana", "global", 0.5),
+    ("taylor", "global", 0.5),
+    ("nirvana", "global", 0.2),
+    ("taylor", "global", 0.2),
+    ("wanda", "uniform", 0.5),
+    ("wanda", "uniform", 0.2),
+    ("magnitude", "global", 0.2),
+)
+DATASETS = ("wikitext2", "ptb")
+COLUMNS = (
+    "model",
+    "criterion",
+    "allocation",
+    "sparsity",
+    "steps",
+    "data",
+    "seed",
+    "token_budget",
+    "achieved_block_sparsity",
+    "params_after",
+    "ppl_wikitext2_before",
+    "ppl_wikitext2_after",
+    "ppl_ptb_before",
+    "ppl_ptb_after",
+    "heldout_before",
+    "heldout_after",
+    "acc7_before",
+    "acc7_after",
+    "tokens_trained",
+    "tokens_per_s",
+    "train_seconds",
+    "seconds",
+    "lora",
+    "finished_utc",
+    "machine",
+    "load_avg",
+)
+KEY = ("model", "criterion", "allocation", "sparsity", "steps", "data", "seed", "token_budget")
+
+
+@dataclass
+class RecoveryBenchConfig:
+    model: str = "smollm2-135m"
+    jobs: tuple[tuple[str, str, float], ...] = JOBS
+    steps: int = 16
+    data: str = "calibration"
+    seed: int = 0
+    tokens: int = 16384  # perplexity tokens per dataset
+    window: int = 512
+    samples: int = 32  # calibration N x T for scoring
+    seq_len: int = 128
+    threads: int | None = None
+    out_dir: Path = DEFAULT_OUT
+    note: str = ""
+    recovery: dict = field(default_factory=dict)  # RecoveryConfig overrides
+
+    @property
+    def csv_path(self) -> Path:
+        return Path(self.out_dir) / "recovery.csv"
+
+    def key(self, criterion: str, allocation: str, sparsity: float) -> dict:
+        return {
+            "model": self.model,
+            "criterion": criterion,
+            "allocation": allocation,
+            "sparsity": sparsity,
+            "steps": self.steps,
+            "data": self.data,
+            "seed": self.seed,
+            "token_budget": self.tokens,
+        }
+
+
+def row_name(row: dict) -> str:
+    return f"{row['criterion']}-{row['allocation']}-{float(row['sparsity']):g}-s{row['steps']}"
+
+
+def append_row(path: Path, row: dict) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    new = not path.exists()
+    with open(path, "a", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        if new:
+            writer.writeheader()
+        writer.writerow({k: row.get(k, "") for k in COLUMNS})
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def run_recovery_bench(config: RecoveryBenchConfig, log=print) -> list[dict]:
+    """Run (or resume) the rows, appending each to the CSV and rebuilding the report after each."""
+    # Imported here, like the other bench modules: `python -m nirvana --help` must not load torch.
+
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    rc = RecoveryConfig(steps=config.steps, seed=config.seed, **config.recovery)
+    done = {tuple(str(r[k]) for k in KEY) for r in read_rows(config.csv_path)}
+    todo = [j for j in config.jobs if tuple(str(v) for v in config.key(*j).values()) not in done]
+    log(f"{len(config.jobs)} rows, {len(config.jobs) - len(todo)} already in {config.csv_path}, {len(todo)} to run")
+    if not todo:
+        return read_rows(config.csv_path)
+    lm = load_model(config.model, dtype="float32", device="cpu")
+    texts = {n: text_prefix(load_text(n), lm.tokenizer, config.tokens) for n in DATASETS}
+    docs, info = load_documents(config.data)
+    data = tokenize_documents(
+        lm.tokenizer,
+        docs,
+        info,
+        seq_len=rc.seq_len,
+        train_sequences=max(1, rc.total_steps * rc.batch_size),
+        heldout_sequences=rc.eval_sequences,
+        seed=rc.seed,
+    )  # the same windows, in the same order, for every row
+    machine = machine_label()
+    for criterion, allocation, sparsity in todo:
+        t0 = time.perf_counter()
+        settings = PruneSettings(
+            sparsity=sparsity,
+            criterion=criterion,
+            allocation=allocation,
+            samples=config.samples,
+            seq_len=config.seq_len,
+        )
+        pruned_result = prune(lm, settings)  # a sliced copy: the dense model serves every row
+        plan, pruned = pruned_result.plan, pruned_result.model
+        row = {**config.key(criterion, allocation, sparsity), "machine": machine}
+        row["achieved_block_sparsity"] = round(plan.stats["achieved_block_sparsity"], 4)
+        row["params_after"] = count_parameters(pruned)
+        for name in DATASETS:
+            row[f"ppl_{name}_before"] = round(
+                evaluate_ppl(pruned, lm.tokenizer, texts[name], config.tokens, config.window)[0], 3
+            )
+        log(
+            f"{criterion} {allocation} {sparsity}: before wt2 {row['ppl_wikitext2_before']} ptb {row['ppl_ptb_before']}"
+        )
+        result = recover(
+            pruned, data, rc, inplace=True, progress=lambda s: log(f"  {criterion} {sparsity}: {s.message}")
+        )
+        if not result.complete:
+            log(f"{criterion} {allocation} {sparsity}: {result.message}; row not written")
+            continue
+        for name in DATASETS:
+            row[f"ppl_{name}_after"] = round(
+                evaluate_ppl(result.model, lm.tokenizer, texts[name], config.tokens, config.window)[0], 3
+            )
+        s = result.summary()
+        row.update(
+            heldout_before=round(s["heldout_before"], 4),
+            heldout_after=round(s["heldout_after"], 4),
+            tokens_trained=s["tokens_trained"],
+            tokens_per_s=s["tokens_per_second"],
+            train_seconds=s["train_seconds"],
+            seconds=round(time.perf_counter() - t0, 1),
+            lora=f"r{rc.r} a{rc.alpha:g} d{rc.dropout} lr{rc.lr:g} b{rc.batch_size}x{rc.seq_len}",
+            finished_utc=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S"),
+            load_avg="/".join(f"{x:.1f}" for x in os.getloadavg()),
+        )
+        curves = Path(config.out_dir) / "curves"
+        curves.mkdir(parents=True, exist_ok=True)
+        (curves / f"{row_name(row)}.json").write_text(
+            json.dumps({"train_loss": s["train_loss"], "heldout_loss": s["heldout_loss"], "data": s["data"]}, indent=1)
+        )
+        append_row(config.csv_path, row)
+        log(
+            f"{criterion} {allocation} {sparsity}: wt2 {row['ppl_wikitext2_before']} -> {row['ppl_wikitext2_after']}, "
+            f"ptb {row['ppl_ptb_before']} -> {row['ppl_ptb_after']} ({row['seconds']} s)"
+        )
+        write_report(read_rows(config.csv_path), config)
+        del pruned, result
+    return read_rows(config.csv_path)
+
+
+def write_report(rows: list[dict], config: RecoveryBenchConfig) -> Path:
+    """recovery.md (a table and the two questions answered from it) and recovery.png (loss curves)."""
+    out = Path(config.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    lines = [
+        "# Recovery benchmark (LoRA after pruning)",
+        "",
+        f"Written by `python -m nirvana bench recovery --model {config.model} --steps {config.steps}`. "
+        "Each pruned model is recovered with the same data, steps, seed and LoRA settings; perplexity on the first "
+        f"{config.tokens} tokens of WikiText-2 test and PTB validation, 512-token windows. "
+        "`acc7` (the seven-task average) is left empty until the accuracy module lands. Scores come from "
+        f"{config.samples} x {config.seq_len} WikiText-2 validation tokens, seed 0 (the `prune` command's default "
+        "batch; the quality benchmark's candidate 0 is another draw, so its perplexities differ a little); "
+        "gamma*, align 8. Training data: the same packed, seeded windows for every row.",
+    ]
+    if config.note:
+        lines += ["", config.note]
+    lines += [
+        "",
+        "| criterion | allocation | sparsity | WT2 before | WT2 after | PTB before | PTB after | held-out loss | "
+        "tokens | tok/s | acc7 before | acc7 after |",
+        "|---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['criterion']} | {r['allocation']} | {r['sparsity']} | {r['ppl_wikitext2_before']} | "
+            f"{r['ppl_wikitext2_after']} | {r['ppl_ptb_before']} | {r['ppl_ptb_after']} | "
+            f"{r['heldout_before']} -> {r['heldout_after']} | {r['tokens_trained']} | {r['tokens_per_s']} | "
+            f"{r['acc7_before'] or '-'} | {r['acc7_after'] or '-'} |"
+        )
+    lines += ["", *rankings(rows)]
+    if rows:
+        lines += ["", f"Machine: {rows[-1]['machine']}. Row time and the load average (1/5/15 min) at its end:", ""]
+        lines += [f"- {row_name(r)}: {r['seconds']} s, load {r['load_avg']}" for r in rows]
+    md = out / "recovery.md"
+    md.write_text("\n".join(lines) + "\n")
+    plot_curves(rows, out)
+    return md
+
+
+def rankings(rows: list[dict]) -> list[str]:
+    """Per sparsity: the order of criteria by WikiText-2 perplexity before and after recovery."""
+    out = []
+    for sparsity in sorted({r["sparsity"] for r in rows}, key=float):
+        group = [r for r in rows if r["sparsity"] == sparsity]
+
+        def order(column):
+            return " < ".join(f"{r['criterion']}" for r in sorted(group, key=lambda r: float(r[column])))
+
+        out.append(
+            f"- sparsity {sparsity}: WikiText-2 ranking before `{order('ppl_wikitext2_before')}`, "
+            f"after `{order('ppl_wikitext2_after')}`"
+        )
+    return out
+
+
+def plot_curves(rows: list[dict], out: Path) -> Path | None:
+    # here, not at the top: matplotlib only draws benchmark plots (Agg is chosen before pyplot)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not rows:
+        return None
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for r in rows:
+        path = out / "curves" / f"{row_name(r)}.json"
+        if not path.exists():
+            continue
+        c = json.loads(path.read_text())
+        label = f"{r['criterion']} ({r['allocation']}) {r['sparsity']}"
+        style = "-" if float(r["sparsity"]) >= 0.5 else "--"
+        if c["train_loss"]:
+            axes[0].plot(*zip(*c["train_loss"]), style, label=label)
+        axes[1].plot(*zip(*c["heldout_loss"]), style + "o", label=label, markersize=3)
+    axes[0].set(title="training loss", xlabel="step", ylabel="loss")
+    axes[1].set(title="held-out loss (WikiText-2 validation tail)", xlabel="step", ylabel="loss")
+    axes[1].legend(fontsize=7)
+    fig.tight_layout()
+    png = out / "recovery.png"
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+    return png

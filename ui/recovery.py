@@ -1,0 +1,290 @@
+"""The Recover tab of Prune & compare: LoRA recovery of the session's pruned copy, live.
+
+Training runs in a background thread (`RecoveryJob`) so the page stays responsive: a fragment
+redraws the loss curve every second from the job's steps, Stop sets the job's event (the library
+stops between micro-batches and keeps the last whole step), and the merged model is put in the
+session only when the job ends. The job trains a *copy* of the session's pruned model: the
+pruned copy stays as it was, for the before/after comparison, and the shared dense model is never
+touched. Heavy work holds the device lock (`nirvana.guard.locks.heavy_work`).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from nirvana.bench.recovery import DEFAULT_OUT, rankings, read_rows
+from nirvana.guard.locks import heavy_work
+from nirvana.models.weights import input_device
+from nirvana.recovery.config import DEFAULT_STEPS, RecoveryConfig
+from nirvana.recovery.data import recovery_data
+from nirvana.recovery.save import save_recovered
+from nirvana.recovery.train import RecoveryResult, RecoveryStep, recover, target_module_names
+from nirvana.store.fingerprint import content_key
+from nirvana.store.paths import cache_dir
+from ui import evals, state
+from ui.errors import guard
+
+# Training speed measured on this project's 2-core CPU (fp32, 1 thread, batch 16 x 128, SmolLM2-135M
+# at 50%: ~100 tokens/s for 82 M parameters): about 4 * params * tokens/s = 33e9 FLOP/s of LoRA
+# training (forward + activation-gradient backward). Replaced by the session's own measured rate.
+CPU_TRAIN_FLOPS = 3.3e10
+DATA_CHOICES = {
+    "auto": "auto: Alpaca (hub) when reachable, else the calibration pool",
+    "calibration": "calibration pool (WikiText-2 validation, disjoint from the test split)",
+    "alpaca": "Alpaca-cleaned instructions (hub)",
+    "pydoc": "Python docs shipped with CPython",
+}
+STATE_KEY = "recovery_job"
+
+
+@dataclass
+class RecoveryJob:
+    """One recovery run in a background thread; the page reads its fields, the thread writes them."""
+
+    plan_key: str
+    config: RecoveryConfig
+    data_source: str
+    steps: list[RecoveryStep] = field(default_factory=list)
+    status: str = "starting"  # starting, waiting, training, done, failed
+    message: str = ""
+    result: RecoveryResult | None = None
+    error: BaseException | None = None
+    stop: threading.Event = field(default_factory=threading.Event)
+    started: float = field(default_factory=time.perf_counter)
+    thread: threading.Thread | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.thread is not None and self.thread.is_alive()
+
+
+def start(pruned_model, tokenizer, plan_key: str, config: RecoveryConfig, data_source: str) -> RecoveryJob:
+    """Tokenize the data and train a copy of `pruned_model` in a thread; return the job at once."""
+
+    target_module_names(pruned_model, config)  # a bad r fails here, in the page, not in the thread
+    job = RecoveryJob(plan_key, config, data_source)
+
+    def run() -> None:
+        try:
+            with heavy_work(str(input_device(pruned_model)), _waiting(job), who="an explorer session (recovery)"):
+                job.status, job.message = "training", "tokenizing the training data"
+                data = recovery_data(
+                    tokenizer,
+                    data_source,
+                    seq_len=config.seq_len,
+                    train_sequences=max(1, config.total_steps * config.batch_size),
+                    heldout_sequences=config.eval_sequences,
+                    seed=config.seed,
+                )
+                job.message = f"training on {data.info['origin']}"
+                job.result = recover(pruned_model, data, config, progress=job.steps.append, should_stop=job.stop)
+            job.status, job.message = "done", job.result.message
+        except BaseException as exc:  # shown in the page; the thread must not die silently
+            job.status, job.error = "failed", exc
+
+    job.thread = threading.Thread(target=run, name="nirvana-recovery", daemon=True)
+    job.thread.start()
+    return job
+
+
+def _waiting(job: RecoveryJob):
+    def on_wait(message: str) -> None:
+        job.status, job.message = "waiting", message
+
+    return on_wait
+
+
+def estimate_seconds(params: int, config: RecoveryConfig, rate: float | None) -> float:
+    """Training time of the budget: tokens * 4 * params / FLOP rate (the session's measured one if any)."""
+    return config.total_tokens * 4 * params / (rate or CPU_TRAIN_FLOPS)
+
+
+def loss_chart(steps: list[RecoveryStep], title: str = "Recovery loss") -> go.Figure:
+    train = [(s.step, s.loss) for s in steps if s.loss is not None]
+    held = [(s.step, s.heldout_loss) for s in steps if s.heldout_loss is not None]
+    fig = go.Figure()
+    if train:
+        fig.add_scatter(x=[s for s, _ in train], y=[v for _, v in train], mode="lines", name="training loss")
+    if held:
+        x, y = [s for s, _ in held], [v for _, v in held]
+        fig.add_scatter(x=x, y=y, mode="lines+markers", name="held-out loss")
+    fig.update_layout(title=title, xaxis_title="optimizer step", yaxis_title="loss", height=340)
+    return fig
+
+
+def settings_form(on_cpu: bool) -> tuple[RecoveryConfig, str]:
+    """The reference recipe as defaults; every value settable. Raises InvalidInput on a bad value."""
+    d = RecoveryConfig()
+    c = st.columns(4)
+    steps = c[0].number_input("Steps", 1, 100_000, DEFAULT_STEPS if on_cpu else 200, key="rec_steps")
+    batch = c[1].number_input("Batch (sequences)", 1, 1024, d.batch_size, key="rec_batch")
+    seq_len = c[2].selectbox("Tokens per sequence", [16, 64, 128, 256, 512], index=2, key="rec_seq_len")
+    lr = c[3].number_input("Learning rate", 0.0, 1.0, d.lr, format="%.6f", step=1e-5, key="rec_lr")
+    c = st.columns(4)
+    r = c[0].number_input("LoRA rank r", 1, 256, d.r, key="rec_r")
+    alpha = c[1].number_input("LoRA alpha", 1.0, 1024.0, d.alpha, key="rec_alpha")
+    dropout = c[2].number_input("LoRA dropout", 0.0, 0.9, d.dropout, step=0.01, key="rec_dropout")
+    data = c[3].selectbox("Training data", list(DATA_CHOICES), format_func=DATA_CHOICES.get, key="rec_data")
+    micro = min(int(batch), d.micro_batch_size)
+    while int(batch) % micro:
+        micro -= 1
+    config = RecoveryConfig(
+        r=int(r),
+        alpha=float(alpha),
+        dropout=float(dropout),
+        lr=float(lr),
+        batch_size=int(batch),
+        micro_batch_size=micro,
+        seq_len=int(seq_len),
+        steps=int(steps),
+        eval_every=max(1, int(steps) // 8),
+    )
+    return config, data
+
+
+def render(lm, pruned: dict) -> None:
+    """The tab: settings, estimate, start/stop, live curve, perplexity before/after, save."""
+    job: RecoveryJob | None = state.get(STATE_KEY)
+    if job is not None and job.plan_key != pruned["plan_key"]:
+        job.stop.set()
+        state.clear(STATE_KEY, "recovered")
+        job = None
+    with guard("the recovery settings") as g:
+        config, data = settings_form(state.on_cpu())
+    if g.failed:
+        return
+    seconds = estimate_seconds(pruned["params"], config, state.get("recovery_rate"))
+    st.caption(
+        f"Budget: {config.total_steps} steps x {config.batch_size} x {config.seq_len} = "
+        f"**{config.total_tokens:,} tokens**; estimated {seconds / 60:.1f} min of training here "
+        f"({'measured in this session' if state.get('recovery_rate') else 'from the speed measured on a 2-core CPU'})"
+        ", plus held-out evaluations. LoRA adapters and optimizer state are fp32."
+    )
+    row = st.columns([1, 1, 3])
+    if job is None or not job.running:
+        if row[0].button("Start recovery", type="primary", key="rec_start"):
+            with guard("starting the recovery") as g:
+                job = start(pruned["model"], lm.tokenizer, pruned["plan_key"], config, data)
+            if not g.failed:
+                state.put(STATE_KEY, job)
+                state.clear("recovered")
+    elif row[0].button("Stop", key="rec_stop", help="stops after the current micro-batch; keeps the last step"):
+        job.stop.set()
+    if job is not None:
+        _collect(pruned, job)  # before the fragment, which reruns the page until this has happened
+        _live(job)
+        _finish(lm, pruned, job)
+
+
+@st.fragment(run_every=1.0)
+def _live(job: RecoveryJob) -> None:
+    last = job.steps[-1] if job.steps else None
+    if job.status == "failed":
+        st.error(f"Recovery failed: {type(job.error).__name__}: {job.error}")
+        return
+    if last is not None:
+        st.progress(min(1.0, last.fraction), text=last.message)
+    else:
+        st.info(job.message or "starting…")
+    st.plotly_chart(loss_chart(job.steps), key="rec_chart")
+    if job.status == "done" and state.get("recovered") is None:
+        st.rerun()  # the whole page: the before/after and save parts appear
+
+
+def _collect(pruned: dict, job: RecoveryJob) -> None:
+    """Once the job is done: its merged model into the session, its measured speed for the next estimate."""
+    result = job.result
+    if job.status != "done" or result is None or state.get("recovered") is not None:
+        return
+    if result.tokens_trained:
+        state.put("recovery_rate", 4 * pruned["params"] * result.tokens_per_second)
+    key = content_key("recovered", pruned["model_key"], job.config.to_dict(), job.data_source, result.steps_done)
+    state.put("recovered", {"model": result.model, "key": key})
+    state.clear("rec_ppl_result")
+
+
+def _finish(lm, pruned: dict, job: RecoveryJob) -> None:
+    result = job.result
+    if job.status != "done" or result is None:
+        return
+    (st.warning if result.status != "complete" else st.success)(
+        f"{result.message}: {result.tokens_trained:,} tokens in {result.train_seconds:.0f} s "
+        f"({result.tokens_per_second:.0f} tokens/s), data {result.data.get('origin')}."
+    )
+    _perplexity(lm, pruned, state.get("recovered"))
+    _save(lm, pruned, result)
+
+
+def _perplexity(lm, pruned: dict, recovered: dict) -> None:
+    c = st.columns([2, 2, 3])
+    tokens = c[0].number_input("Perplexity tokens", 128, 1_000_000, 2048, step=512, key="rec_ppl_tokens")
+    if c[1].button("Perplexity before / after", key="rec_ppl"):
+        with guard("measuring perplexity"):
+            before = evals.perplexity(pruned["model"], lm.tokenizer, pruned["model_key"], "wikitext2", int(tokens), 512)
+            after = evals.perplexity(recovered["model"], lm.tokenizer, recovered["key"], "wikitext2", int(tokens), 512)
+            state.put("rec_ppl_result", (before, after))
+    result = state.get("rec_ppl_result")
+    if result:
+        before, after = result
+        m = st.columns(3)
+        m[0].metric("Pruned perplexity", f"{before['ppl']:.2f}")
+        m[1].metric(
+            "Recovered perplexity",
+            f"{after['ppl']:.2f}",
+            delta=f"{after['ppl'] - before['ppl']:+.2f}",
+            delta_color="inverse",
+        )
+        m[2].metric("Tokens evaluated", f"{after['predicted_tokens']:,}")
+        st.caption(f"{after['dataset']} {after['split']} ({after['origin']}), 512-token windows.")
+
+
+def _save(lm, pruned: dict, result: RecoveryResult) -> None:
+
+    default = cache_dir() / "recovered" / f"{pruned['plan_key']}-s{result.steps_done}"
+    folder = st.text_input("Save the recovered model to", value=str(default), key="rec_save_dir")
+    if st.button("Save recovered model", key="rec_save"):
+        with guard("saving the recovered model") as g, st.spinner("Writing safetensors…"):
+            plan = state.get("plan")
+            path = save_recovered(result, lm.tokenizer, plan, folder, base_model=lm.name, allow_partial=True)
+        if not g.failed:
+            st.success(f"Saved to `{path}` (model/, plan.json, recovery.json). Load it on the Model page.")
+
+
+def evidence() -> None:
+    """The committed recovery benchmark (`benchmarks/recovery/`) on the Evidence page: measured, never live."""
+    st.markdown("##### Does the pruned model fine-tune back? (LoRA recovery, measured)")
+    rows = read_rows(DEFAULT_OUT / "recovery.csv")
+    if not rows:
+        st.caption("No recovery benchmark yet: `python -m nirvana bench recovery --model smollm2-135m`.")
+        return
+    r0 = rows[0]
+    st.caption(
+        f"{r0['model']}: each pruned model LoRA-recovered for {r0['steps']} steps ({r0['lora']}) on `{r0['data']}`, "
+        f"seed {r0['seed']}; perplexity on the first {r0['token_budget']} tokens. {r0['machine']}."
+    )
+    table = pd.DataFrame(
+        {
+            "criterion": r["criterion"],
+            "allocation": r["allocation"],
+            "sparsity": float(r["sparsity"]),
+            "WikiText-2 before": float(r["ppl_wikitext2_before"]),
+            "WikiText-2 after": float(r["ppl_wikitext2_after"]),
+            "PTB before": float(r["ppl_ptb_before"]),
+            "PTB after": float(r["ppl_ptb_after"]),
+            "tokens trained": int(r["tokens_trained"]),
+            "acc7 after": r["acc7_after"] or "-",
+        }
+        for r in rows
+    )
+    st.dataframe(table, hide_index=True)
+    for line in rankings(rows):
+        st.markdown(line)
+    png = DEFAULT_OUT / "recovery.png"
+    if png.exists():
+        st.image(str(png), caption="training and held-out loss of every row")
