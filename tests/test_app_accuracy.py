@@ -44,3 +44,41 @@ def test_estimate_uses_measured_rates_and_falls_back(tmp_path):
         "variant,task,examples_per_s\ndense,piqa,1.0\ndense,piqa,3.0\nnirvana s=0.2 gamma*,piqa,9\n"
     )
     assert accuracy.measured_rates("m", tmp_path) == {"piqa": 2.0}
+
+
+def test_evidence_page_shows_the_committed_accuracy_benchmark(at):  # noqa: F811
+    from nirvana.bench.accuracy import committed_accuracy
+
+    rows = committed_accuracy("smollm2-135m")
+    if rows is None:
+        pytest.skip("no committed accuracy benchmark")
+    at.switch_page("app_pages/evidence.py").run()
+    no_errors(at)
+    assert any("Does it keep zero-shot accuracy" in m.value for m in at.markdown)
+    tables = [d.value for d in at.dataframe if "7-task avg %" in d.value.columns]
+    assert tables and tables[0]["model"].iloc[0] == rows[0]["variant"]
+    first = rows[0]
+    metric = first["paper_metric"]
+    assert tables[0][first["task"]].iloc[0] == round(100 * float(first[metric]), 1)
+
+
+def test_evidence_table_average_and_delta():
+    rows = []
+    for variant, value in (("dense", 0.5), ("nirvana s=0.2 gamma*", 0.4)):
+        for task in accuracy.ZEROSHOT7:
+            metric = accuracy.PAPER_METRIC[task]
+            rows.append(
+                {
+                    "variant": variant,
+                    "sparsity": "0",
+                    "task": task,
+                    metric: str(value),
+                    f"{metric}_stderr": "0.07",
+                    "n": "200",
+                    "seconds": "10",
+                    "params_after": "",
+                }
+            )
+    table = accuracy.evidence_table(rows)
+    assert table[0]["7-task avg %"] == 50.0 and table[1]["7-task avg %"] == 40.0
+    assert table[1]["Δ vs dense"] == -10.0 and table[0]["± avg"] == round(100 * (7 * 0.07**2) ** 0.5 / 7, 1)

@@ -130,3 +130,45 @@ def chart(dense: dict, pruned: dict) -> go.Figure:
         legend={"orientation": "h", "y": 1.1},
     )
     return fig
+
+
+def evidence_table(rows: list[dict]) -> list[dict]:
+    """The committed benchmark, one row per model variant: paper metric per task, 7-task average, Δ vs dense."""
+    from nirvana.bench.accuracy_report import summarize
+
+    summary = summarize(rows)
+    dense = next((v for v in summary if v["variant"] == "dense"), {})
+    out = []
+    for v in summary:
+        row = {"model": v["variant"]}
+        for t in ZEROSHOT7:
+            value = v["tasks"].get(t, (None, None, 0))
+            row[t] = None if value[0] is None else round(100 * value[0], 1)
+        avg = v.get("average")
+        row["7-task avg %"] = None if avg is None else round(100 * avg, 1)
+        row["± avg"] = None if v.get("average_se") is None else round(100 * v["average_se"], 1)
+        base = dense.get("average")
+        row["Δ vs dense"] = None if avg is None or base is None or v is dense else round(100 * (avg - base), 1)
+        if "lambada" in v:
+            row["LAMBADA acc %"] = None if v["lambada"][0] is None else round(100 * v["lambada"][0], 1)
+        if "mbpp" in v:
+            row["MBPP pass@1 %"] = None if v["mbpp"][0] is None else round(100 * v["mbpp"][0], 1)
+        out.append(row)
+    return out
+
+
+def evidence_chart(rows: list[dict]) -> go.Figure:
+    """Per task, every model variant's paper metric ± 1 standard error (grouped bars)."""
+    from nirvana.bench.accuracy_report import summarize
+
+    fig = go.Figure()
+    for v in summarize(rows):
+        tasks = [t for t in ZEROSHOT7 if t in v["tasks"] and v["tasks"][t][0] is not None]
+        fig.add_bar(
+            x=[f"{t} ({PAPER_METRIC[t]})" for t in tasks],
+            y=[100 * v["tasks"][t][0] for t in tasks],
+            error_y={"type": "data", "array": [100 * (v["tasks"][t][1] or 0) for t in tasks]},
+            name=v["variant"],
+        )
+    fig.update_layout(barmode="group", yaxis_title="accuracy (%)", height=440, margin={"t": 30, "b": 10})
+    return fig

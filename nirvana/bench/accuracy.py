@@ -145,6 +145,13 @@ def plan_jobs(config: AccuracyConfig) -> list[tuple[Variant, str, int]]:
     return jobs
 
 
+def committed_accuracy(model: str, out_dir: Path = DEFAULT_OUT) -> list[dict] | None:
+    """Rows of the committed accuracy benchmark of `model`, or None when there is none."""
+    path = Path(out_dir) / f"accuracy-{model.replace('/', '_')}.csv"
+    rows = read_rows(path)
+    return rows or None
+
+
 def read_rows(path: Path) -> list[dict]:
     if not Path(path).exists():
         return []
