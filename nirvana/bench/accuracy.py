@@ -31,6 +31,7 @@ from pathlib import Path
 
 from nirvana.accuracy.tasks import ZEROSHOT7
 from nirvana.bench.accuracy_report import write_report
+from nirvana.errors import NirvanaError, OutOfMemory
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = ROOT / "benchmarks" / "accuracy"
@@ -176,6 +177,12 @@ def _key(config: AccuracyConfig, variant: Variant, task: str, limit: int) -> tup
     return (config.model, variant.name, task, str(limit))
 
 
+def pending(config: AccuracyConfig, jobs: list | None = None) -> list[tuple[Variant, str, int]]:
+    """The jobs whose row is not yet in the CSV (what a rerun still has to do)."""
+    done = {tuple(r[k] for k in KEY) for r in read_rows(config.csv_path)}
+    return [j for j in (plan_jobs(config) if jobs is None else jobs) if _key(config, *j) not in done]
+
+
 class _Builder:
     """Loads the model once, scores each criterion once, and builds pruned models on demand."""
 
@@ -202,7 +209,11 @@ class _Builder:
                     self.lm.tokenizer, self.anchor, source=AnchorSpec().source, samples=32, seq_len=128, seed=0
                 )
             t = time.perf_counter()
-            self._scores[criterion] = compute_scores(self.lm.model, criterion, batch)
+            try:
+                self._scores[criterion] = compute_scores(self.lm.model, criterion, batch)
+            except OutOfMemory as exc:  # the machine is shared: micro-batches of 8 need ~1/4 of the memory
+                self.log(f"{criterion} scores: {str(exc)[:80]}...; retrying with micro-batches of 8")
+                self._scores[criterion] = compute_scores(self.lm.model, criterion, batch, micro_batch=8)
             self.log(f"{criterion} scores: {time.perf_counter() - t:.0f} s")
         return self._scores[criterion]
 
@@ -265,8 +276,7 @@ def run_accuracy_bench(config: AccuracyConfig, log=print) -> list[dict]:
     from nirvana.bench.quality import machine_label
 
     jobs = plan_jobs(config)
-    done = {tuple(r[k] for k in KEY) for r in read_rows(config.csv_path)}
-    todo = [j for j in jobs if _key(config, *j) not in done]
+    todo = pending(config, jobs)
     log(f"{len(jobs)} rows in the grid, {len(jobs) - len(todo)} already in {config.csv_path}, {len(todo)} to run")
     if not todo:
         return read_rows(config.csv_path)
@@ -274,16 +284,20 @@ def run_accuracy_bench(config: AccuracyConfig, log=print) -> list[dict]:
     machine = machine_label()
     start = time.perf_counter()
     for i, (variant, task, limit) in enumerate(todo):
-        model, facts = builder.model(variant)
-        result = run_accuracy(
-            model,
-            builder.lm.tokenizer,
-            [task],
-            limit=limit,
-            batch_size=config.batch_size,
-            source="local",
-            allow_code_execution=config.allow_code_execution,
-        )
+        try:
+            model, facts = builder.model(variant)
+            result = run_accuracy(
+                model,
+                builder.lm.tokenizer,
+                [task],
+                limit=limit,
+                batch_size=config.batch_size,
+                source="local",
+                allow_code_execution=config.allow_code_execution,
+            )
+        except NirvanaError as exc:  # one row that cannot run (memory on a shared machine) must not end the grid
+            log(f"[{i + 1}/{len(todo)}] {variant.name} {task}: skipped ({type(exc).__name__}: {str(exc)[:200]})")
+            continue
         row = _row(config, variant, task, limit, result, facts, machine)
         append_row(config.csv_path, row)
         write_report(read_rows(config.csv_path), config)

@@ -94,7 +94,7 @@ def markdown(rows: list[dict], config) -> str:
         + " | ".join(SHORT[t] for t in ZEROSHOT7)
         + " | 7-task avg | Δ avg vs dense | LAMBADA acc (ppl) | MBPP pass@1 | s | ex/s |"
     )
-    lines += ["", "## Zero-shot accuracy (%)", "", head, "|" + "---|" * (len(ZEROSHOT7) + 8)]
+    lines += ["", "## Zero-shot accuracy (%)", "", head, "|" + "---|" * (len(ZEROSHOT7) + 7)]
     for v in summary:
         cells = [_pm(*v["tasks"][t][:2]) if t in v["tasks"] else "-" for t in ZEROSHOT7]
         avg = _pm(v.get("average"), v.get("average_se"))
@@ -112,10 +112,36 @@ def markdown(rows: list[dict], config) -> str:
             + " | ".join(cells)
             + f" | {avg} | {delta} | {lam} | {mbpp} | {v['seconds']:.0f} | {rate} |"
         )
+    lines += ["", "## Who wins each task (pruned models, same sparsity)", ""]
+    lines += winners(summary) or ["- no task has two pruned models yet"]
     ns = sorted({int(float(r["n"])) for r in rows if r["task"] in PAPER_METRIC and r.get("n")})
     lines += ["", f"n per zero-shot task: {', '.join(map(str, ns)) or '-'}.", ""]
     lines += ["Plot: `accuracy-" + config.model.replace("/", "_") + ".png`.", ""]
     return "\n".join(lines)
+
+
+def winners(summary: list[dict]) -> list[str]:
+    """One line per (sparsity, task) with two or more pruned models: the best, and NIRVANA (gamma*)'s place."""
+    out = []
+    for sparsity in sorted({v["sparsity"] for v in summary if v["sparsity"] > 0}):
+        group = [v for v in summary if v["sparsity"] == sparsity]
+        for t in ZEROSHOT7:
+            scored = sorted(
+                ((v["tasks"][t][0], v["tasks"][t][1], v["variant"]) for v in group if t in v["tasks"]), reverse=True
+            )
+            if len(scored) < 2 or scored[0][0] is None:
+                continue
+            best = scored[0]
+            nirvana = next(
+                ((i, x) for i, x in enumerate(scored) if x[2].startswith("nirvana") and "gamma*" in x[2]), None
+            )
+            place = (
+                f"; NIRVANA (gamma*) {_pm(nirvana[1][0], nirvana[1][1])}, #{nirvana[0] + 1} of {len(scored)}"
+                if nirvana
+                else ""
+            )
+            out.append(f"- s={sparsity:g}, {SHORT[t]}: best {best[2]} {_pm(best[0], best[1])}{place}")
+    return out
 
 
 def plot(rows: list[dict], config, path: Path) -> Path | None:
