@@ -18,9 +18,14 @@ def test_kl_best_gammas_come_from_the_committed_gamma_benchmark():
 def test_grid_order_dense_first_tasks_across_models_code_only_when_allowed(tmp_path):
     config = AccuracyConfig(out_dir=tmp_path, best_gamma={0.2: 8.0, 0.5: 4.0})
     jobs = plan_jobs(config)
-    names = [v.name for v, _, _ in jobs[:8]]
-    assert names[0] == "dense" and all(t == "arc_easy" for _, t, _ in jobs[:8])
-    assert "nirvana s=0.2 gamma=8 (KL-best)" in names and "wanda uniform s=0.2" in names
+    head = [(v.name, t) for v, t, _ in jobs[:21]]
+    assert head[:7] == [("dense", t) for t in ZEROSHOT7]  # dense, nirvana, taylor: all seven tasks first
+    assert {n for n, _ in head[7:14]} == {"nirvana s=0.2 gamma*"} and {n for n, _ in head[14:]} == {
+        "taylor s=0.2 gamma*"
+    }
+    names = [v.name for v, t, _ in jobs[21:26]]
+    assert all(t == "arc_easy" for _, t, _ in jobs[21:26]) and "wanda uniform s=0.2" in names
+    assert "nirvana s=0.2 gamma=8 (KL-best)" in [v.name for v, _, _ in jobs]
     assert [t for _, t, _ in jobs].index("lambada_openai") == 8 * 7 + 7 * 7
     assert not any(t == "mbpp" for _, t, _ in jobs)
     allowed = plan_jobs(AccuracyConfig(out_dir=tmp_path, allow_code_execution=True, best_gamma={0.2: 8.0}))

@@ -11,8 +11,9 @@ in the quality and gamma benchmarks) -> `compute_scores` -> `allocate` -> `apply
 Tasks run through `nirvana.accuracy.harness.run_accuracy` on the local data (`--source local`),
 the first `--limit` examples of each. Rows (one per model x task) are appended to
 `benchmarks/accuracy/accuracy-<model>.csv` as they finish; a rerun skips rows already present.
-Order: the 0.2 models task by task (so a run cut short still compares every method on the tasks
-it reached), then the 0.5 models, then LAMBADA, then MBPP (generation is the slowest part). The
+Order: dense, NIRVANA and loss-Taylor at 0.2 with all seven tasks each (their 7-task averages
+first), then the other 0.2 models task by task (so a run cut short still compares every method on
+the tasks it reached), then the 0.5 models, then LAMBADA, then MBPP (generation is the slowest). The
 markdown report and plot (`nirvana.bench.accuracy_report`) are rebuilt after every row.
 MBPP runs only with `--allow-code-execution` (or HF_ALLOW_CODE_EVAL=1), in the sandbox.
 """
@@ -133,11 +134,14 @@ def variants_for(sparsity: float, best_gamma: dict) -> list[Variant]:
 def plan_jobs(config: AccuracyConfig) -> list[tuple[Variant, str, int]]:
     """(variant, task, limit) in priority order (see the module docstring)."""
     dense = Variant("dense")
-    jobs: list[tuple[Variant, str, int]] = []
     blocks = [[dense, *variants_for(config.sparsities[0], config.best_gamma)]]
     blocks += [variants_for(s, config.best_gamma) for s in config.sparsities[1:]]
+    # Dense, NIRVANA and loss-Taylor (the perplexity winner) at the first sparsity, all seven tasks each:
+    # the 7-task averages that answer "does NIRVANA win?" come first; then every other model task by task.
+    headline = blocks[0][:3]
+    jobs: list[tuple[Variant, str, int]] = [(v, t, config.limit) for v in headline for t in ZEROSHOT7]
     for block in blocks:
-        jobs += [(v, t, config.limit) for t in ZEROSHOT7 for v in block]
+        jobs += [(v, t, config.limit) for t in ZEROSHOT7 for v in block if v not in headline]
     everyone = [v for block in blocks for v in block]
     if config.lambada_limit:
         jobs += [(v, "lambada_openai", config.lambada_limit) for v in everyone]
