@@ -245,3 +245,22 @@ def test_every_task_spec_points_at_a_harness_yaml():
 
     for spec in TASKS.values():
         assert (tasks_folder() / spec.yaml).is_file()
+
+
+def test_reference_solutions_pass_through_the_harness_targets_and_the_sandbox():
+    """MBPP's and HumanEval's own solutions, scored as the harness builds the test program, pass."""
+    from lm_eval.api.task import ConfigurableTask
+
+    from nirvana.accuracy.mbpp import SandboxedPassAt1
+
+    metric = SandboxedPassAt1()
+    mbpp = ConfigurableTask(config=harness_config("mbpp", "local", code_metric=metric))
+    for doc in list(mbpp.test_docs())[:3]:
+        assert metric(references=[mbpp.doc_to_target(doc)], predictions=[doc["code"]]) == 1.0
+    assert metric(references=[mbpp.doc_to_target(doc)], predictions=["def nothing(): pass"]) == 0.0
+    human = ConfigurableTask(config=harness_config("humaneval", "local", code_metric=metric))
+    doc = human.test_docs()[0]
+    (completed,) = human.config.filter_list[0]["filter"][0]["filter_fn"]([[doc["canonical_solution"]]], [doc])
+    assert completed[0].startswith(doc["prompt"])
+    assert metric(references=[human.doc_to_target(doc)], predictions=completed) == 1.0
+    assert metric.statuses == {"passed": 4, "failed": 1}
