@@ -179,10 +179,9 @@ def task_line(t: dict) -> str:
             se = t.get(f"{m}_stderr")
             parts.append(f"{m} {t[m]:.4f}" + (f" ± {se:.4f}" if se is not None else ""))
     parts.append(f"n {t.get('n')}")
-    return (
-        "  ".join(parts)
-        + f"  ({t.get('source')} {t.get('split')}, {t.get('seconds')} s, {t.get('examples_per_s')} ex/s)"
-    )
+    where = f"{t.get('source')} {t.get('split')}, {t.get('seconds')} s, {t.get('examples_per_s')} ex/s"
+    where += ", from the cache" if t.get("cache_hit") else ""
+    return "  ".join(parts) + f"  ({where})"
 
 
 def task_progress(fraction: float, message: str) -> None:
