@@ -82,3 +82,23 @@ def test_evidence_table_average_and_delta():
     table = accuracy.evidence_table(rows)
     assert table[0]["7-task avg %"] == 50.0 and table[1]["7-task avg %"] == 40.0
     assert table[1]["Δ vs dense"] == -10.0 and table[0]["± avg"] == round(100 * (7 * 0.07**2) ** 0.5 / 7, 1)
+
+
+def test_sweep_can_use_the_seven_task_error_as_its_quality_axis(at, tiny, monkeypatch):  # noqa: F811
+    from nirvana.accuracy.harness import run_accuracy
+    from tests.test_app_pages import compute
+
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    compute(at, criterion="magnitude")
+    at.switch_page("app_pages/sweep.py").run()
+    at.radio(key="sweep_metric").set_value("zeroshot7").run()
+    at.number_input(key="sweep_acc_limit").set_value(1).run()
+    at.text_input(key="sweep_sparsities").set_value("0.5").run()
+    at.text_input(key="sweep_gammas").set_value("").run()
+    at.checkbox(key="sweep_speed").uncheck().run()
+    at.button(key="run_sweep").click().run()
+    no_errors(at)
+    rows, _ = at.session_state["sweep"]
+    assert [r["axis"] for r in rows] == ["dense", "sparsity"]
+    dense = run_accuracy(tiny.model, tiny.tokenizer, "zeroshot7", limit=1, source="local")["average"]["value"]
+    assert rows[0]["quality"] == pytest.approx(100 * (1 - dense))

@@ -14,7 +14,11 @@ from nirvana.models.shapes import ModelShape, model_shape
 from nirvana.pruning.allocation import allocate
 from nirvana.pruning.slicing import apply_plan
 
-QUALITY = {"perplexity": "perplexity", "kl": "KL to dense (nats/token)"}
+QUALITY = {
+    "perplexity": "perplexity",
+    "kl": "KL to dense (nats/token)",
+    "zeroshot7": "7-task error: 100 − average accuracy (%)",  # lower is better, like the other two
+}
 
 
 @dataclass(frozen=True)
@@ -24,7 +28,7 @@ class SweepSettings:
     sparsity: float
     gamma: float
     align: int
-    metric: str  # "perplexity" or "kl"
+    metric: str  # "perplexity", "kl" or "zeroshot7"
     dataset: str = "wikitext2"
     tokens: int = 1024  # perplexity token budget (windows of `window`)
     window: int = 512
@@ -32,6 +36,7 @@ class SweepSettings:
     anchor_len: int = 64
     speed: bool = True
     speed_new_tokens: int = 8
+    acc_limit: int = 20  # zeroshot7: the first N examples of each of the seven tasks
 
 
 def sweep_points(settings: SweepSettings) -> list[tuple[str, float, float]]:
@@ -97,6 +102,11 @@ def _sub(progress, i: int, n: int):
 
 
 def _quality(lm, model, settings: SweepSettings, reference, progress) -> float:
+    if settings.metric == "zeroshot7":
+        from nirvana.accuracy.harness import run_accuracy
+
+        result = run_accuracy(model, lm.tokenizer, "zeroshot7", limit=settings.acc_limit, progress=progress)
+        return 100.0 * (1.0 - result["average"]["value"])
     if settings.metric == "kl":
         from nirvana.measure.kl import kl_to_dense
 
