@@ -10,11 +10,12 @@ import pandas as pd
 import streamlit as st
 
 from nirvana import charts
+from nirvana.bench.accuracy import committed_accuracy
 from nirvana.bench.gamma import committed_gamma, kl_at
 from nirvana.bench.quality import read_rows
 from nirvana.bench.quality_report import committed_reports, config_from_rows, summarize, verdicts
 from nirvana.bench.speed import committed_speed
-from ui import frame
+from ui import accuracy, frame
 from ui.errors import guard
 
 EXPLANATION = """
@@ -182,9 +183,6 @@ def _gamma(model: str) -> None:
 
 
 def _accuracy(model: str) -> None:
-    from nirvana.bench.accuracy import committed_accuracy
-    from ui import accuracy
-
     st.markdown("##### Does it keep zero-shot accuracy? (lm-eval's own tasks, measured)")
     rows = committed_accuracy(model)
     if rows is None:

@@ -12,7 +12,7 @@ from nirvana.errors import NirvanaError
 from nirvana.measure.flops import ideal_speedup, phase_flops
 from nirvana.models.shapes import count_parameters, model_shape
 from nirvana.store.paths import cache_dir
-from ui import evals, frame, state
+from ui import accuracy, evals, frame, state
 from ui.errors import guard
 from ui.progress import progress_status
 
@@ -319,8 +319,6 @@ def _paper_reference() -> None:
 
 
 def _accuracy(lm, pruned) -> None:
-    from ui import accuracy
-
     c = st.columns([4, 2, 3])
     tasks = c[0].multiselect(
         "Tasks (lm-eval's own definitions)", accuracy.CHOICES, default=["arc_easy", "piqa"], key="acc_tasks"

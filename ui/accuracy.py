@@ -14,8 +14,10 @@ from pathlib import Path
 
 import plotly.graph_objects as go
 
+from nirvana.accuracy.harness import run_accuracy
 from nirvana.accuracy.sandbox import isolation
 from nirvana.accuracy.tasks import PAPER_METRIC, TASKS, ZEROSHOT7, resolve_tasks
+from nirvana.bench.accuracy_report import summarize
 from nirvana.store.fingerprint import content_key
 from ui.resources import heavy, memo
 
@@ -65,8 +67,6 @@ def code_notice() -> str:
 
 def run(model, tokenizer, model_key: str, tasks: list[str], limit: int, allow_code: bool, progress=None) -> dict:
     """`run_accuracy` memoised by model key and settings (the library also caches on disk)."""
-    from nirvana.accuracy.harness import run_accuracy
-
     key = content_key("accuracy", model_key, sorted(tasks), limit, allow_code)
 
     def compute():
@@ -135,8 +135,6 @@ def chart(dense: dict, pruned: dict) -> go.Figure:
 
 def evidence_table(rows: list[dict]) -> list[dict]:
     """The committed benchmark, one row per model variant: paper metric per task, 7-task average, Δ vs dense."""
-    from nirvana.bench.accuracy_report import summarize
-
     summary = summarize(rows)
     dense = next((v for v in summary if v["variant"] == "dense"), {})
     out = []
@@ -160,8 +158,6 @@ def evidence_table(rows: list[dict]) -> list[dict]:
 
 def evidence_chart(rows: list[dict]) -> go.Figure:
     """Per task, every model variant's paper metric ± 1 standard error (grouped bars)."""
-    from nirvana.bench.accuracy_report import summarize
-
     fig = go.Figure()
     for v in summarize(rows):
         tasks = [t for t in ZEROSHOT7 if t in v["tasks"] and v["tasks"][t][0] is not None]

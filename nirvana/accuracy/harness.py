@@ -37,6 +37,7 @@ from nirvana.accuracy.tasks import (
     resolve_tasks,
 )
 from nirvana.errors import DatasetNotFound, InvalidInput, Stopped
+from nirvana.models.loading import hub_reachable
 from nirvana.store.evalcache import eval_cache_path, load_cached, save_cached
 from nirvana.store.fingerprint import model_fingerprint
 
@@ -108,8 +109,6 @@ def resolve_source(source: str) -> str:
         raise InvalidInput(f"--source must be one of {', '.join(SOURCES)}, got {source!r}.")
     if source != "auto":
         return source
-    from nirvana.models.loading import hub_reachable
-
     offline = os.environ.get("HF_DATASETS_OFFLINE", "").lower() in {"1", "true", "yes"}
     return "hub" if not offline and hub_reachable() else "local"
 
