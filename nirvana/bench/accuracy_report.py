@@ -132,15 +132,20 @@ def winners(summary: list[dict]) -> list[str]:
             if len(scored) < 2 or scored[0][0] is None:
                 continue
             best = scored[0]
+            tied = [x[2] for x in scored if x[0] == best[0]]
+            lead = (
+                f"best {best[2]} {_pm(best[0], best[1])}"
+                if len(tied) == 1
+                else f"tied best {_pm(best[0], best[1])}: {', '.join(tied)}"
+            )
             nirvana = next(
-                ((i, x) for i, x in enumerate(scored) if x[2].startswith("nirvana") and "gamma*" in x[2]), None
+                ((i, x) for i, x in enumerate(scored) if x[2].startswith("nirvana s=") and "gamma*" in x[2]), None
             )
-            place = (
-                f"; NIRVANA (gamma*) {_pm(nirvana[1][0], nirvana[1][1])}, #{nirvana[0] + 1} of {len(scored)}"
-                if nirvana
-                else ""
-            )
-            out.append(f"- s={sparsity:g}, {SHORT[t]}: best {best[2]} {_pm(best[0], best[1])}{place}")
+            place = ""
+            if nirvana:
+                rank = 1 + sum(x[0] > nirvana[1][0] for x in scored)
+                place = f"; NIRVANA (gamma*) {_pm(nirvana[1][0], nirvana[1][1])}, #{rank} of {len(scored)}"
+            out.append(f"- s={sparsity:g}, {SHORT[t]}: {lead}{place}")
     return out
 
 
