@@ -20,7 +20,6 @@ MBPP runs only with `--allow-code-execution` (or HF_ALLOW_CODE_EVAL=1), in the s
 
 from __future__ import annotations
 
-import csv
 import datetime as dt
 import json
 import os
@@ -30,8 +29,10 @@ from pathlib import Path
 
 from nirvana.accuracy.harness import run_accuracy
 from nirvana.accuracy.tasks import ZEROSHOT7
+from nirvana.bench import rows as csv_rows
 from nirvana.bench.accuracy_report import write_report
 from nirvana.bench.quality import machine_label
+from nirvana.bench.rows import read_rows
 from nirvana.errors import NirvanaError, OutOfMemory
 from nirvana.models.loading import load_model
 from nirvana.models.shapes import count_parameters, model_shape
@@ -163,24 +164,9 @@ def committed_accuracy(model: str, out_dir: Path = DEFAULT_OUT) -> list[dict] | 
     return rows or None
 
 
-def read_rows(path: Path) -> list[dict]:
-    if not Path(path).exists():
-        return []
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
-
-
 def append_row(path: Path, row: dict) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    new = not path.exists()
-    with open(path, "a", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
-        if new:
-            writer.writeheader()
-        writer.writerow({k: row.get(k, "") for k in COLUMNS})
-        f.flush()
-        os.fsync(f.fileno())
+    """One finished row onto this benchmark's CSV (nirvana.bench.rows: flushed before the next row)."""
+    csv_rows.append_row(path, row, COLUMNS)
 
 
 def _key(config: AccuracyConfig, variant: Variant, task: str, limit: int) -> tuple:

@@ -23,15 +23,15 @@ CSV at the end, or alone with `--report-only`.
 
 from __future__ import annotations
 
-import csv
 import datetime as dt
-import os
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from nirvana.bench import rows as csv_rows
 from nirvana.bench.environment import machine_label
 from nirvana.bench.quality_config import COLUMNS, KEY, QualityConfig
+from nirvana.bench.rows import read_rows
 from nirvana.data.text import load_text
 from nirvana.measure.kl import DenseReference, kl_to_dense
 from nirvana.measure.perplexity import perplexity
@@ -79,24 +79,9 @@ def _row_key(row: dict) -> tuple:
     return tuple(str(row[k]) for k in KEY)
 
 
-def read_rows(path: Path) -> list[dict]:
-    if not Path(path).exists():
-        return []
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
-
-
 def append_row(path: Path, row: dict) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    new = not path.exists()
-    with open(path, "a", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
-        if new:
-            writer.writeheader()
-        writer.writerow({k: row.get(k, "") for k in COLUMNS})
-        f.flush()
-        os.fsync(f.fileno())
+    """One finished row onto this benchmark's CSV (nirvana.bench.rows: flushed before the next row)."""
+    csv_rows.append_row(path, row, COLUMNS)
 
 
 def _fmt_key(config: QualityConfig, job: Job) -> dict:

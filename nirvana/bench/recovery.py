@@ -15,7 +15,6 @@ CSV and curves after every row, or alone with `--report-only`.
 
 from __future__ import annotations
 
-import csv
 import datetime as dt
 import json
 import os
@@ -25,8 +24,10 @@ from pathlib import Path
 
 import torch
 
+from nirvana.bench import rows as csv_rows
 from nirvana.bench.environment import machine_label
-from nirvana.bench.quality import evaluate_ppl, read_rows, text_prefix
+from nirvana.bench.quality import evaluate_ppl, text_prefix
+from nirvana.bench.rows import read_rows
 from nirvana.data.text import load_text
 from nirvana.models.loading import load_model
 from nirvana.models.shapes import count_parameters
@@ -117,16 +118,8 @@ def row_name(row: dict) -> str:
 
 
 def append_row(path: Path, row: dict) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    new = not path.exists()
-    with open(path, "a", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
-        if new:
-            writer.writeheader()
-        writer.writerow({k: row.get(k, "") for k in COLUMNS})
-        f.flush()
-        os.fsync(f.fileno())
+    """One finished row onto this benchmark's CSV (nirvana.bench.rows: flushed before the next row)."""
+    csv_rows.append_row(path, row, COLUMNS)
 
 
 def run_recovery_bench(config: RecoveryBenchConfig, log=print) -> list[dict]:
