@@ -17,7 +17,6 @@ with the slicing code, below the searches that use them, and are importable from
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch.nn as nn
@@ -26,6 +25,7 @@ from nirvana.data.calibration import CalibrationBatch, calibration_batch
 from nirvana.errors import InvalidInput, PlanMismatch
 from nirvana.models.loaded import LoadedModel
 from nirvana.models.shapes import ModelShape, count_block_parameters, count_parameters, model_shape
+from nirvana.progress import Progress
 from nirvana.pruning.allocation import allocate, default_gamma, validate_settings
 from nirvana.pruning.plan import PruningPlan
 from nirvana.pruning.slicing import apply_plan, plan_signature, planned_shape, prune_and_measure, slice_at
@@ -33,8 +33,6 @@ from nirvana.scoring.criteria import SCORERS, compute_scores
 from nirvana.scoring.scores import Scores
 from nirvana.search.calibration import AnchorSpec, chosen_batch, select_calibration
 from nirvana.store.fingerprint import model_fingerprint
-
-Progress = Callable[[float, str], None] | None
 
 DEFAULT_CALIBRATION = "wikitext2-valid"
 

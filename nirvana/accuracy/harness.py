@@ -38,10 +38,10 @@ from nirvana.accuracy.tasks import (
 )
 from nirvana.errors import DatasetNotFound, InvalidInput, Stopped
 from nirvana.models.loading import hub_reachable
+from nirvana.progress import Progress
 from nirvana.store.evalcache import eval_cache_path, load_cached, save_cached
 from nirvana.store.fingerprint import model_fingerprint
 
-Progress = Callable[[float, str], None] | None
 SCHEMA = 1  # bump when what a cached task result holds or means changes
 METRIC_NOTE = (
     "acc: the choice with the highest summed log-likelihood; acc_norm: that log-likelihood divided by the "
