@@ -13,8 +13,6 @@ stop never leaves a folder that looks like a finished recovery.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 
 from safetensors.torch import save_file
@@ -23,6 +21,7 @@ from nirvana.errors import InvalidInput
 from nirvana.models.checkpoint import save_pruned
 from nirvana.pruning.plan import PruningPlan
 from nirvana.recovery.train import RecoveryResult
+from nirvana.store.atomic import atomic_path
 
 RECOVERY_FILE = "recovery.json"
 ADAPTER_DIR = "adapter"
@@ -59,24 +58,12 @@ def save_recovered(
         raise InvalidInput(f"--out {str(directory)!r} is a file; pass a folder.")
     if isinstance(plan, dict):
         plan = PruningPlan.from_dict(plan)
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    tmp = directory.with_name(f".{directory.name}.recover-tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
+    with atomic_path(directory) as tmp:  # nothing at --out looks finished until everything is written
         tmp.mkdir()
         save_pruned(result.model, tokenizer, plan, tmp / "model")
         _write_records(tmp, result, plan, base_report, base_model)
         if adapter:
             _save_adapter(result, tmp / ADAPTER_DIR, base_model)
-        if directory.exists():
-            old = directory.with_name(f".{directory.name}.old-{os.getpid()}")
-            os.replace(directory, old)
-            os.replace(tmp, directory)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, directory)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return directory
 
 

@@ -24,6 +24,7 @@ import torch.nn as nn
 
 from nirvana.errors import InvalidInput
 from nirvana.models.architectures import layer_projections
+from nirvana.models.weights import input_device
 from nirvana.pruning.slicing import update_config
 from nirvana.recovery.config import RecoveryConfig
 from nirvana.recovery.data import RecoveryData
@@ -178,7 +179,7 @@ def recover(
     targets = target_module_names(model, config)
     if not inplace:
         model = copy.deepcopy(model)
-    device = next(model.parameters()).device
+    device = input_device(model)
     requires_grad = {n: p.requires_grad for n, p in model.named_parameters()}
     was_training = model.training
     for p in model.parameters():
