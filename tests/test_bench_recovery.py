@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from nirvana.bench.recovery import RecoveryBenchConfig, read_rows, run_recovery_bench, write_report
+import csv
+from dataclasses import replace
+
+from nirvana.bench.recovery import COLUMNS, RecoveryBenchConfig, read_rows, run_recovery_bench, write_report
 
 
 def test_rows_curves_report_and_resume(tiny_with_tokenizer_dir, tmp_path):
@@ -18,6 +21,7 @@ def test_rows_curves_report_and_resume(tiny_with_tokenizer_dir, tmp_path):
         samples=2,
         seq_len=16,
         threads=1,
+        acc_limit=0,
         out_dir=tmp_path / "bench",
         recovery=dict(batch_size=2, micro_batch_size=1, seq_len=16, r=4, eval_every=1, eval_sequences=2),
     )
@@ -41,9 +45,57 @@ def test_rows_curves_report_and_resume(tiny_with_tokenizer_dir, tmp_path):
     assert "0 to run" in logs[0] and len(read_rows(config.csv_path)) == 2
 
 
+def test_a_row_without_acc7_is_remeasured_in_place_when_accuracy_is_asked_for(tiny_with_tokenizer_dir, tmp_path):
+    corpus = tmp_path / "train.txt"
+    corpus.write_text("\n".join(f"Line {i}: pruning and recovering small language models." for i in range(80)))
+    config = RecoveryBenchConfig(
+        model=str(tiny_with_tokenizer_dir),
+        jobs=(("magnitude", "global", 0.5), ("random", "uniform", 0.2)),
+        steps=1,
+        data=str(corpus),
+        tokens=64,
+        window=16,
+        samples=2,
+        seq_len=16,
+        threads=1,
+        acc_limit=0,
+        out_dir=tmp_path / "bench",
+        recovery=dict(batch_size=2, micro_batch_size=1, seq_len=16, r=4, eval_every=1, eval_sequences=2),
+    )
+    first = run_recovery_bench(config, lambda m: None)
+    # The CSV as an older version wrote it: without the stderr and acc_limit columns.
+    old = [c for c in COLUMNS if not c.endswith("_stderr") and c != "acc_limit"]
+    with open(config.csv_path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=old, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(first)
+
+    with_acc = replace(config, jobs=config.jobs[:1], acc_limit=2)
+    logs = []
+    rows = run_recovery_bench(with_acc, logs.append)
+    assert "1 to run" in logs[0]
+    with open(config.csv_path, newline="") as f:
+        assert next(csv.reader(f)) == list(COLUMNS)
+    untouched = {**first[1], "acc7_before_stderr": "", "acc7_after_stderr": "", "acc_limit": ""}
+    assert len(rows) == 2 and rows[1] == untouched
+    redone = rows[0]
+    assert redone["acc_limit"] == "2" and 0 <= float(redone["acc7_before"]) <= 100
+    assert float(redone["acc7_after_stderr"]) > 0
+    # Seeded: the re-measured row reproduces its perplexities.
+    for column in ("ppl_wikitext2_before", "ppl_wikitext2_after", "ppl_ptb_before", "tokens_trained"):
+        assert float(redone[column]) == float(first[0][column]), column
+    assert " +- " in write_report(rows, with_acc).read_text()
+    logs.clear()
+    run_recovery_bench(with_acc, logs.append)
+    assert "0 to run" in logs[0]
+
+
 def test_bench_recovery_refuses_a_non_positive_budget(capsys, tmp_path):
     from nirvana.cli import main
 
     assert main(["bench", "recovery", "--steps", "0", "--out-dir", str(tmp_path)]) == 2
     assert "--steps must be a positive integer" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+    assert main(["bench", "recovery", "--acc-limit", "-1", "--out-dir", str(tmp_path)]) == 2
+    assert "--acc-limit must be 0" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())

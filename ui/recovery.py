@@ -18,7 +18,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from nirvana.bench.recovery import DEFAULT_OUT, rankings, read_rows
+from nirvana.bench.recovery import DEFAULT_OUT, acc7_text, rankings, read_rows
 from nirvana.guard.locks import heavy_work
 from nirvana.models.weights import input_device
 from nirvana.recovery.config import DEFAULT_STEPS, RecoveryConfig
@@ -278,7 +278,8 @@ def evidence() -> None:
             "PTB before": float(r["ppl_ptb_before"]),
             "PTB after": float(r["ppl_ptb_after"]),
             "tokens trained": int(r["tokens_trained"]),
-            "acc7 after": r["acc7_after"] or "-",
+            "acc7 before (%)": acc7_text(r, "acc7_before"),
+            "acc7 after (%)": acc7_text(r, "acc7_after"),
         }
         for r in rows
     )

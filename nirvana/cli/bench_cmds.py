@@ -253,6 +253,9 @@ def _add_recovery(bench_sub) -> None:
     p.add_argument("--data", default="calibration", help="training data (see `recover --data`)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--tokens", type=int, default=16384, help="perplexity tokens per dataset")
+    p.add_argument(
+        "--acc-limit", type=int, default=200, help="examples per zero-shot task for the 7-task average (0: skip it)"
+    )
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--out-dir", type=Path, default=RECOVERY_OUT)
     p.add_argument("--report-only", action="store_true", help="rebuild markdown and plot from the CSV")
@@ -263,12 +266,17 @@ def _add_recovery(bench_sub) -> None:
 def cmd_recovery(args) -> int:
     if args.steps < 1:
         raise InvalidInput(f"--steps must be a positive integer, got {args.steps}.")
+    if args.acc_limit < 0:
+        raise InvalidInput(
+            f"--acc-limit must be 0 (no accuracy) or a positive number of examples per task, got {args.acc_limit}."
+        )
     config = RecoveryBenchConfig(
         model=args.model,
         steps=args.steps,
         data=args.data,
         seed=args.seed,
         tokens=args.tokens,
+        acc_limit=args.acc_limit,
         threads=args.threads,
         out_dir=args.out_dir,
         note=args.note,
