@@ -8,13 +8,14 @@ from dataclasses import replace
 from nirvana.bench.recovery import COLUMNS, RecoveryBenchConfig, read_rows, run_recovery_bench, write_report
 
 
-def test_rows_curves_report_and_resume(tiny_with_tokenizer_dir, tmp_path):
+def tiny_config(model_dir, tmp_path, steps: int) -> RecoveryBenchConfig:
+    """Two rows on the tiny model, trained on a small text file, without accuracy."""
     corpus = tmp_path / "train.txt"
     corpus.write_text("\n".join(f"Line {i}: pruning and recovering small language models." for i in range(80)))
-    config = RecoveryBenchConfig(
-        model=str(tiny_with_tokenizer_dir),
+    return RecoveryBenchConfig(
+        model=str(model_dir),
         jobs=(("magnitude", "global", 0.5), ("random", "uniform", 0.2)),
-        steps=2,
+        steps=steps,
         data=str(corpus),
         tokens=64,
         window=16,
@@ -25,6 +26,10 @@ def test_rows_curves_report_and_resume(tiny_with_tokenizer_dir, tmp_path):
         out_dir=tmp_path / "bench",
         recovery=dict(batch_size=2, micro_batch_size=1, seq_len=16, r=4, eval_every=1, eval_sequences=2),
     )
+
+
+def test_rows_curves_report_and_resume(tiny_with_tokenizer_dir, tmp_path):
+    config = tiny_config(tiny_with_tokenizer_dir, tmp_path, steps=2)
     logs = []
     rows = run_recovery_bench(config, logs.append)
     assert [(r["criterion"], r["allocation"], r["sparsity"]) for r in rows] == [
@@ -33,7 +38,8 @@ def test_rows_curves_report_and_resume(tiny_with_tokenizer_dir, tmp_path):
     ]
     for r in rows:
         assert float(r["ppl_wikitext2_before"]) > 1 and float(r["ppl_ptb_after"]) > 1
-        assert int(r["tokens_trained"]) == 2 * 2 * 16 and r["acc7_before"] == "" and r["data"] == str(corpus)
+        assert int(r["tokens_trained"]) == 2 * 2 * 16 and r["acc7_before"] == ""
+        assert r["data"] == config.data
     assert sorted(p.name for p in (tmp_path / "bench" / "curves").iterdir()) == [
         "magnitude-global-0.5-s2.json",
         "random-uniform-0.2-s2.json",
@@ -46,22 +52,7 @@ def test_rows_curves_report_and_resume(tiny_with_tokenizer_dir, tmp_path):
 
 
 def test_a_row_without_acc7_is_remeasured_in_place_when_accuracy_is_asked_for(tiny_with_tokenizer_dir, tmp_path):
-    corpus = tmp_path / "train.txt"
-    corpus.write_text("\n".join(f"Line {i}: pruning and recovering small language models." for i in range(80)))
-    config = RecoveryBenchConfig(
-        model=str(tiny_with_tokenizer_dir),
-        jobs=(("magnitude", "global", 0.5), ("random", "uniform", 0.2)),
-        steps=1,
-        data=str(corpus),
-        tokens=64,
-        window=16,
-        samples=2,
-        seq_len=16,
-        threads=1,
-        acc_limit=0,
-        out_dir=tmp_path / "bench",
-        recovery=dict(batch_size=2, micro_batch_size=1, seq_len=16, r=4, eval_every=1, eval_sequences=2),
-    )
+    config = tiny_config(tiny_with_tokenizer_dir, tmp_path, steps=1)
     first = run_recovery_bench(config, lambda m: None)
     # The CSV as an older version wrote it: without the stderr and acc_limit columns.
     old = [c for c in COLUMNS if not c.endswith("_stderr") and c != "acc_limit"]
