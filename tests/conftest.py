@@ -6,6 +6,7 @@ tests), except that the converted SmolLM2 safetensors come from the persistent m
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -85,6 +86,36 @@ def tiny_with_tokenizer_dir(tmp_path_factory, smollm2):
     model = tiny_model("llama", vocab_size=len(smollm2.tokenizer))
     model.save_pretrained(path)
     smollm2.tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def pruned_tiny_dir(tiny_with_tokenizer_dir, tmp_path_factory) -> Path:
+    """`tiny_with_tokenizer_dir` pruned 50% at random and saved as `prune --out` writes it (model/,
+    plan.json, report.json): a pruned folder for CLI tests."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from nirvana.models.checkpoint import save_pruned
+    from nirvana.models.shapes import model_shape
+    from nirvana.pruning.allocation import allocate
+    from nirvana.pruning.slicing import apply_plan
+    from nirvana.scoring.criteria import compute_scores
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_with_tokenizer_dir).eval()
+    tok = AutoTokenizer.from_pretrained(tiny_with_tokenizer_dir)
+    plan = allocate(compute_scores(model, "random", use_cache=False), model_shape(model), 0.5, align=1)
+    out = tmp_path_factory.mktemp("pruned-tiny")
+    save_pruned(apply_plan(model, plan), tok, plan, out / "model")
+    plan.save(out / "plan.json")
+    (out / "report.json").write_text(json.dumps({"criterion": "random", "target_sparsity": 0.5}))
+    return out
+
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory) -> Path:
+    """A small plain-text file (80 lines) for perplexity and training in CLI tests."""
+    path = tmp_path_factory.mktemp("corpus") / "corpus.txt"
+    path.write_text("\n".join(f"Line {i}: a short sentence about pruning language models." for i in range(80)))
     return path
 
 

@@ -27,32 +27,6 @@ FAST_SPEED = [
 ]
 
 
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("corpus") / "corpus.txt"
-    path.write_text("\n".join(f"Line {i}: a short sentence about pruning language models." for i in range(60)))
-    return path
-
-
-@pytest.fixture(scope="module")
-def pruned_tiny_dir(tiny_with_tokenizer_dir, tmp_path_factory) -> Path:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from nirvana.models.checkpoint import save_pruned
-    from nirvana.models.shapes import model_shape
-    from nirvana.pruning.allocation import allocate
-    from nirvana.pruning.slicing import apply_plan
-    from nirvana.scoring.criteria import compute_scores
-
-    model = AutoModelForCausalLM.from_pretrained(tiny_with_tokenizer_dir).eval()
-    tok = AutoTokenizer.from_pretrained(tiny_with_tokenizer_dir)
-    plan = allocate(compute_scores(model, "random", use_cache=False), model_shape(model), 0.5, align=1)
-    out = tmp_path_factory.mktemp("pruned-tiny")
-    save_pruned(apply_plan(model, plan), tok, plan, out / "model")
-    plan.save(out / "plan.json")
-    return out
-
-
 def run_json(capsys, argv) -> dict:
     assert main(argv) == 0
     return json.loads(capsys.readouterr().out)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
@@ -13,39 +12,23 @@ from nirvana.cli import main
 FAST = ["--batch-size", "2", "--micro-batch", "1", "--seq-len", "16", "--r", "4", "--eval-every", "1", "--threads", "1"]
 
 
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("corpus") / "train.txt"
-    path.write_text("\n".join(f"Line {i}: a short sentence about pruning language models." for i in range(80)))
-    return path
-
-
-@pytest.fixture(scope="module")
-def pruned_dir(tiny_with_tokenizer_dir, tmp_path_factory) -> Path:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from nirvana.models.checkpoint import save_pruned
-    from nirvana.models.shapes import model_shape
-    from nirvana.pruning.allocation import allocate
-    from nirvana.pruning.slicing import apply_plan
-    from nirvana.scoring.criteria import compute_scores
-
-    model = AutoModelForCausalLM.from_pretrained(tiny_with_tokenizer_dir).eval()
-    tok = AutoTokenizer.from_pretrained(tiny_with_tokenizer_dir)
-    plan = allocate(compute_scores(model, "random", use_cache=False), model_shape(model), 0.5, align=1)
-    out = tmp_path_factory.mktemp("pruned-tiny")
-    save_pruned(apply_plan(model, plan), tok, plan, out / "model")
-    plan.save(out / "plan.json")
-    (out / "report.json").write_text(json.dumps({"criterion": "random", "target_sparsity": 0.5}))
-    return out
-
-
-def test_recover_then_eval_works_on_the_output(capsys, pruned_dir, corpus, tmp_path):
+def test_recover_then_eval_works_on_the_output(capsys, pruned_tiny_dir, corpus, tmp_path):
     from nirvana.models.loading import load_model
     from nirvana.models.shapes import model_shape
 
     out = tmp_path / "rec"
-    argv = ["recover", "--model", str(pruned_dir), "--steps", "3", "--data", str(corpus), *FAST, "--out", str(out)]
+    argv = [
+        "recover",
+        "--model",
+        str(pruned_tiny_dir),
+        "--steps",
+        "3",
+        "--data",
+        str(corpus),
+        *FAST,
+        "--out",
+        str(out),
+    ]
     assert main([*argv, "--save-adapter"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["status"] == "complete" and summary["steps_done"] == 3 and summary["tokens_trained"] == 3 * 2 * 16
@@ -53,7 +36,7 @@ def test_recover_then_eval_works_on_the_output(capsys, pruned_dir, corpus, tmp_p
     assert {p.name for p in out.iterdir()} == {"adapter", "model", "plan.json", "recovery.json", "report.json"}
     report = json.loads((out / "report.json").read_text())
     assert report["criterion"] == "random" and report["recovery"]["steps_done"] == 3
-    base, recovered = load_model(str(pruned_dir)), load_model(str(out))
+    base, recovered = load_model(str(pruned_tiny_dir)), load_model(str(out))
     assert model_shape(recovered.model).intermediate == model_shape(base.model).intermediate
     assert recovered.plan == base.plan
     ids = torch.arange(10)[None]
@@ -101,14 +84,14 @@ def _fails(capsys, argv, *needles):
         (["--steps", "2", "--batch-size", "3", "--micro-batch", "2"], ["not a multiple"]),
     ],
 )
-def test_bad_settings_exit_2(capsys, pruned_dir, corpus, tmp_path, extra, needles):
+def test_bad_settings_exit_2(capsys, pruned_tiny_dir, corpus, tmp_path, extra, needles):
     out = tmp_path / "rec"
     args = ["--seq-len", "16", "--batch-size", "2", "--micro-batch", "1"]
     if "--batch-size" in extra:
         args = ["--seq-len", "16"]
     _fails(
         capsys,
-        ["recover", "--model", str(pruned_dir), *args, "--data", str(corpus), *extra, "--out", str(out)],
+        ["recover", "--model", str(pruned_tiny_dir), *args, "--data", str(corpus), *extra, "--out", str(out)],
         *needles,
     )
     assert not out.exists()
@@ -143,22 +126,22 @@ def _data_file(tmp_path, kind):
         ("norows", ["neither a string 'instruction' nor a 'text' field"]),
     ],
 )
-def test_bad_data_files_exit_2(capsys, pruned_dir, tmp_path, kind, needles):
+def test_bad_data_files_exit_2(capsys, pruned_tiny_dir, tmp_path, kind, needles):
     out = tmp_path / "rec"
     data = _data_file(tmp_path, kind)
     _fails(
         capsys,
-        ["recover", "--model", str(pruned_dir), "--steps", "2", "--data", str(data), "--out", str(out)],
+        ["recover", "--model", str(pruned_tiny_dir), "--steps", "2", "--data", str(data), "--out", str(out)],
         *needles,
     )
     assert not out.exists()
 
 
-def test_training_on_an_evaluation_split_is_refused(capsys, pruned_dir, tmp_path):
+def test_training_on_an_evaluation_split_is_refused(capsys, pruned_tiny_dir, tmp_path):
     from nirvana.data.text import data_dir
 
     out = tmp_path / "rec"
-    base = ["recover", "--model", str(pruned_dir), "--steps", "2", "--out", str(out), "--data"]
+    base = ["recover", "--model", str(pruned_tiny_dir), "--steps", "2", "--out", str(out), "--data"]
     _fails(capsys, [*base, "wikitext2"], "evaluation split (wikitext2:test)", "calibration")
     _fails(capsys, [*base, "ptb"], "evaluation split (ptb:validation)")
     test_file = data_dir() / "wikitext-2-raw" / "wiki.test.raw"
@@ -178,13 +161,13 @@ def test_unloadable_model_exits_2(capsys, tmp_path):
     assert not (tmp_path / "o").exists()
 
 
-def test_out_is_a_file_exits_2(capsys, pruned_dir, tmp_path):
+def test_out_is_a_file_exits_2(capsys, pruned_tiny_dir, tmp_path):
     out = tmp_path / "file"
     out.write_text("x")
-    _fails(capsys, ["recover", "--model", str(pruned_dir), "--steps", "2", "--out", str(out)], "is a file")
+    _fails(capsys, ["recover", "--model", str(pruned_tiny_dir), "--steps", "2", "--out", str(out)], "is a file")
 
 
-def test_interrupt_leaves_no_output(capsys, pruned_dir, corpus, tmp_path, monkeypatch):
+def test_interrupt_leaves_no_output(capsys, pruned_tiny_dir, corpus, tmp_path, monkeypatch):
     import nirvana.recovery.train as train
 
     def interrupted(*a, **k):
@@ -193,7 +176,18 @@ def test_interrupt_leaves_no_output(capsys, pruned_dir, corpus, tmp_path, monkey
     monkeypatch.setattr(train, "heldout", interrupted)
     out = tmp_path / "rec"
     code = main(
-        ["recover", "--model", str(pruned_dir), "--steps", "2", "--data", str(corpus), *FAST, "--out", str(out)]
+        [
+            "recover",
+            "--model",
+            str(pruned_tiny_dir),
+            "--steps",
+            "2",
+            "--data",
+            str(corpus),
+            *FAST,
+            "--out",
+            str(out),
+        ]
     )
     assert code == 130 and "nothing partial was kept" in capsys.readouterr().err
     assert not out.exists() and not list(tmp_path.glob(".rec*"))
@@ -218,9 +212,20 @@ def test_prune_recover_settings_fail_before_scoring(
     assert not (tmp_path / "o").exists()
 
 
-def test_token_budget_rounds_up_to_whole_steps(capsys, pruned_dir, corpus, tmp_path):
+def test_token_budget_rounds_up_to_whole_steps(capsys, pruned_tiny_dir, corpus, tmp_path):
     out = tmp_path / "rec"
-    argv = ["recover", "--model", str(pruned_dir), "--tokens", "40", "--data", str(corpus), *FAST, "--out", str(out)]
+    argv = [
+        "recover",
+        "--model",
+        str(pruned_tiny_dir),
+        "--tokens",
+        "40",
+        "--data",
+        str(corpus),
+        *FAST,
+        "--out",
+        str(out),
+    ]
     assert main(argv) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["steps_done"] == 2 and summary["tokens_trained"] == 64  # ceil(40 / (2 x 16)) steps

@@ -9,7 +9,8 @@ import torch
 
 import nirvana.recovery.data as rdata
 from nirvana.errors import DatasetNotFound, InvalidInput
-from nirvana.recovery.data import PROMPT_NO_INPUT, format_instruction, load_documents, recovery_data
+from nirvana.recovery.config import RecoveryConfig
+from nirvana.recovery.data import PROMPT_NO_INPUT, data_for, format_instruction, load_documents, recovery_data
 
 ROWS = [
     {"instruction": "Name a colour.", "input": "", "output": "Blue."},
@@ -81,3 +82,13 @@ def test_a_budget_beyond_the_data_repeats_it_and_says_so(smollm2, tmp_path):
     assert any("repeats" in n for n in data.info["notes"])
     with pytest.raises(InvalidInput, match="fewer than the 50 held-out"):
         recovery_data(smollm2.tokenizer, str(path), seq_len=16, train_sequences=1, heldout_sequences=50)
+
+
+def test_data_for_tokenizes_to_the_configs_budget(smollm2, tmp_path):
+    path = tmp_path / "t.txt"
+    path.write_text("\n".join(f"Document {i} talks about subject {i * 7 % 13} at some length." for i in range(400)))
+    config = RecoveryConfig(steps=3, batch_size=4, micro_batch_size=2, seq_len=32, eval_sequences=2, seed=5)
+    data = data_for(config, smollm2.tokenizer, *load_documents(str(path)))
+    assert data.train.shape == (3 * 4, 32) and data.heldout.shape == (2, 32) and data.info["seed"] == 5
+    same = recovery_data(smollm2.tokenizer, str(path), seq_len=32, train_sequences=12, heldout_sequences=2, seed=5)
+    assert torch.equal(data.train, same.train) and torch.equal(data.heldout, same.heldout)

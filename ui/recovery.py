@@ -22,7 +22,7 @@ from nirvana.bench.recovery import DEFAULT_OUT, acc7_text, rankings, read_rows
 from nirvana.guard.locks import heavy_work
 from nirvana.models.weights import input_device
 from nirvana.recovery.config import DEFAULT_STEPS, RecoveryConfig
-from nirvana.recovery.data import recovery_data
+from nirvana.recovery.data import data_for, load_documents
 from nirvana.recovery.save import save_recovered
 from nirvana.recovery.train import RecoveryResult, RecoveryStep, recover, target_module_names
 from nirvana.store.fingerprint import content_key
@@ -74,14 +74,7 @@ def start(pruned_model, tokenizer, plan_key: str, config: RecoveryConfig, data_s
         try:
             with heavy_work(str(input_device(pruned_model)), _waiting(job), who="an explorer session (recovery)"):
                 job.status, job.message = "training", "tokenizing the training data"
-                data = recovery_data(
-                    tokenizer,
-                    data_source,
-                    seq_len=config.seq_len,
-                    train_sequences=max(1, config.total_steps * config.batch_size),
-                    heldout_sequences=config.eval_sequences,
-                    seed=config.seed,
-                )
+                data = data_for(config, tokenizer, *load_documents(data_source))
                 job.message = f"training on {data.info['origin']}"
                 job.result = recover(pruned_model, data, config, progress=job.steps.append, should_stop=job.stop)
             job.status, job.message = "done", job.result.message

@@ -37,7 +37,7 @@ from nirvana.models.loading import load_model
 from nirvana.models.shapes import count_parameters
 from nirvana.pipeline import PruneSettings, prune
 from nirvana.recovery.config import RecoveryConfig
-from nirvana.recovery.data import load_documents, tokenize_documents
+from nirvana.recovery.data import data_for, load_documents
 from nirvana.recovery.train import recover
 from nirvana.store.paths import benchmarks_dir
 
@@ -184,15 +184,7 @@ def run_recovery_bench(config: RecoveryBenchConfig, log=print) -> list[dict]:
     lm = load_model(config.model, dtype="float32", device="cpu")
     texts = {n: text_prefix(load_text(n), lm.tokenizer, config.tokens) for n in DATASETS}
     docs, info = load_documents(config.data)
-    data = tokenize_documents(
-        lm.tokenizer,
-        docs,
-        info,
-        seq_len=rc.seq_len,
-        train_sequences=max(1, rc.total_steps * rc.batch_size),
-        heldout_sequences=rc.eval_sequences,
-        seed=rc.seed,
-    )  # the same windows, in the same order, for every row
+    data = data_for(rc, lm.tokenizer, docs, info)  # the same windows, in the same order, for every row
     machine = machine_label()
     for criterion, allocation, sparsity in todo:
         t0 = time.perf_counter()

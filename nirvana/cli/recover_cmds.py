@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -11,8 +10,8 @@ import torch
 from nirvana.cli.common import add_model_args, heavy, load_from_args, print_json, record, stderr_progress
 from nirvana.errors import InvalidInput, TrainingDiverged
 from nirvana.recovery.config import DEFAULT_STEPS, PROJECTIONS, RecoveryConfig
-from nirvana.recovery.data import load_documents, tokenize_documents
-from nirvana.recovery.save import save_recovered
+from nirvana.recovery.data import data_for, load_documents
+from nirvana.recovery.save import base_report, save_recovered, saved_summary
 from nirvana.recovery.train import recover, target_module_names
 
 
@@ -89,9 +88,8 @@ def cmd_recover(args) -> int:
         start = time.perf_counter()
         lm = load_from_args(args)
         load_seconds = time.perf_counter() - start
-        base_report = _base_report(args.model)
         result = run_recovery(lm.model, lm.tokenizer, config, docs, info)
-        summary = save_result(result, lm, out, base_report, args.model, adapter=args.save_adapter)
+        summary = save_result(result, lm, out, base_report(args.model), args.model, adapter=args.save_adapter)
     summary["load_seconds"] = round(load_seconds, 2)
     summary["wall_seconds"] = round(time.perf_counter() - start, 2)
     record("recover", args, metrics=summary, summary={k: summary[k] for k in ("status", "steps_done", "out")})
@@ -103,15 +101,7 @@ def run_recovery(model, tokenizer, config: RecoveryConfig, docs, info, *, progre
     """Check widths, tokenize, train, merge; a NaN raises `TrainingDiverged` (nothing is saved)."""
 
     target_module_names(model, config)  # r vs every layer's width, before tokenizing
-    data = tokenize_documents(
-        tokenizer,
-        docs,
-        info,
-        seq_len=config.seq_len,
-        train_sequences=max(1, config.total_steps * config.batch_size),
-        heldout_sequences=config.eval_sequences,
-        seed=config.seed,
-    )
+    data = data_for(config, tokenizer, docs, info)
     for note in data.info.get("notes", []):
         stderr_progress(0.0, f"NOTE: {note}")
     stderr_progress(
@@ -124,19 +114,9 @@ def run_recovery(model, tokenizer, config: RecoveryConfig, docs, info, *, progre
     return result
 
 
-def save_result(result, lm, out: Path, base_report: dict | None, base_model: str, adapter: bool = False) -> dict:
-
-    save_recovered(result, lm.tokenizer, lm.plan, out, base_report=base_report, base_model=base_model, adapter=adapter)
-    s = result.summary()
-    keep = ("status", "steps_done", "tokens_trained", "tokens_per_second", "train_seconds", "seconds")
-    return {k: s[k] for k in keep} | {
-        "heldout_loss_before": s["heldout_before"],
-        "heldout_loss_after": s["heldout_after"],
-        "data": {k: s["data"].get(k) for k in ("source", "origin", "kind", "train_tokens", "epochs", "notes")},
-        "peak_rss_mb": s["peak_rss_mb"],
-        "threads": s["threads"],
-        "out": str(out.resolve()),
-    }
+def save_result(result, lm, out: Path, report: dict | None, base_model: str, adapter: bool = False) -> dict:
+    save_recovered(result, lm.tokenizer, lm.plan, out, base_report=report, base_model=base_model, adapter=adapter)
+    return saved_summary(result, out)
 
 
 def check_out(path: str) -> Path:
@@ -157,11 +137,3 @@ def set_threads(threads: int) -> None:
     if threads < 1:
         raise InvalidInput(f"--threads must be a positive integer, got {threads}.")
     torch.set_num_threads(threads)
-
-
-def _base_report(model: str) -> dict | None:
-    path = Path(model).expanduser() / "report.json"
-    try:
-        return json.loads(path.read_text()) if path.is_file() else None
-    except (OSError, json.JSONDecodeError):
-        return None

@@ -30,6 +30,7 @@ from nirvana.data.text import DATASETS, data_dir, load_text, parse_name
 from nirvana.errors import DatasetNotFound, InvalidInput
 from nirvana.guard.safety import TEXT_ROOTS_ENV, check_local_path
 from nirvana.models.loading import hub_reachable
+from nirvana.recovery.config import RecoveryConfig
 
 CALIBRATION = "wikitext2-valid"
 ALPACA_HUB_ID = "yahma/alpaca-cleaned"
@@ -134,6 +135,21 @@ def recovery_data(
         train_sequences=train_sequences,
         heldout_sequences=heldout_sequences,
         seed=seed,
+    )
+
+
+def data_for(config: RecoveryConfig, tokenizer, docs: list[str], info: dict) -> RecoveryData:
+    """Documents from `load_documents`, tokenized to `config`'s budget: total_steps x batch_size
+    training windows of seq_len tokens and eval_sequences held out, in config.seed's order. The CLI,
+    the app and the benchmark all build their training data here."""
+    return tokenize_documents(
+        tokenizer,
+        docs,
+        info,
+        seq_len=config.seq_len,
+        train_sequences=max(1, config.total_steps * config.batch_size),
+        heldout_sequences=config.eval_sequences,
+        seed=config.seed,
     )
 
 
