@@ -180,6 +180,10 @@ def test_gemma3_multimodal_and_the_reference_format_load_stock(tmp_path, smollm2
     plan = allocate(scores, model_shape(gemma3), 0.5)
     pruned = apply_plan(gemma3, plan)
     save_pruned(pruned, smollm2.tokenizer, plan, tmp_path / "gemma3")
+    # nirvana's own loader too: the folder holds transformers' legacy key names for this family
+    reloaded = load_model(str(tmp_path / "gemma3"), dtype="float32").model
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded(ids).logits, pruned(ids).logits)
     cases = [reference(pruned, tmp_path / "gemma3", ids)]
 
     llama, plan = pruned_tiny("llama", vocab)

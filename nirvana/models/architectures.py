@@ -44,7 +44,10 @@ ARCHITECTURES: dict[str, Architecture] = {
     "gemma2": Architecture(tested="tiny random Gemma2Config"),
     "gemma3_text": Architecture(tested="tiny random Gemma3TextConfig (head_dim != D / Hq)"),
     # Gemma-3 multimodal checkpoints: the text decoder sits under `model.language_model`.
-    "gemma3": Architecture(layers="model.language_model.layers", tested="layout only (not run)"),
+    "gemma3": Architecture(
+        layers="model.language_model.layers",
+        tested="tiny random Gemma3Config with a vision tower (score, slice, save, reload)",
+    ),
 }
 
 

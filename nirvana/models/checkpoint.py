@@ -17,6 +17,8 @@ import torch.nn as nn
 from accelerate import init_empty_weights
 from safetensors.torch import load_file
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+from transformers.conversion_mapping import get_model_conversion_mapping
+from transformers.core_model_loading import WeightConverter, WeightRenaming, rename_source_key
 
 from nirvana.errors import CorruptCheckpoint, PlanMismatch
 from nirvana.export.card import write_model_card
@@ -123,6 +125,21 @@ def _read_state_dict(directory: Path) -> dict[str, torch.Tensor]:
     return state
 
 
+def _model_keys(model: nn.Module, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The checkpoint's tensors under the model's own key names. `save_pretrained` writes some
+    families under their legacy names (Gemma-3 with vision: `language_model.model.layers...` for
+    `model.language_model.layers...`) and `from_pretrained` renames them back with transformers'
+    conversion mapping; a plain `load_state_dict` must do the same."""
+    expected = model.state_dict()
+    if all(k in expected for k in state):
+        return state
+    transforms = get_model_conversion_mapping(model)
+    renamings = [t for t in transforms if isinstance(t, WeightRenaming)]
+    converters = [t for t in transforms if isinstance(t, WeightConverter)]
+    prefix = getattr(model, "base_model_prefix", None)
+    return {rename_source_key(k, renamings, converters, prefix, expected)[0]: v for k, v in state.items()}
+
+
 def load_pruned(directory: str | Path, *, dtype: torch.dtype | None = None, device: str = "cpu"):
     """Rebuild a pruned model saved by `save_pruned` (or the reference format) with identical weights.
 
@@ -146,6 +163,7 @@ def load_pruned(directory: str | Path, *, dtype: torch.dtype | None = None, devi
     with init_empty_weights(include_buffers=False):  # parameters on meta, buffers (rotary) real
         model = AutoModelForCausalLM.from_config(config, dtype=getattr(config, "dtype", None) or torch.float32)
     _resize_layers(model, widths)
+    state = _model_keys(model, state)
     try:
         result = model.load_state_dict(state, strict=False, assign=True)
     except RuntimeError as exc:
