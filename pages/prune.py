@@ -18,7 +18,7 @@ from nirvana.models.shapes import count_parameters, model_shape
 from nirvana.pipeline import prune
 from nirvana.progress import sub_progress
 from nirvana.store.paths import cache_dir
-from ui import accuracy, evals, frame, recovery, state
+from ui import accuracy, evals, frame, recovery, runs, state
 from ui.errors import guard
 from ui.progress import progress_status
 
@@ -66,7 +66,7 @@ def _apply(lm, plan) -> None:
                     "params": params,
                     "seconds": seconds,
                     "report": result.report,
-                    "run_id": _record(
+                    "run_id": runs.record(
                         "prune", lm, plan, {"params_after": params, "slice_seconds": seconds}, result.report
                     ),
                 },
@@ -82,19 +82,6 @@ def _apply(lm, plan) -> None:
             f"−{1 - pruned['params'] / dense_params:.1%}), sliced in {pruned['seconds']:.2f} s."
             + (f" Recorded as run `{pruned['run_id']}` (Runs page)." if pruned.get("run_id") else "")
         )
-
-
-def _record(kind: str, lm, plan, summary: dict, metrics: dict | None = None) -> str | None:
-    """Write this result under the runs folder (atomically) so it survives a restart (Runs page)."""
-    from nirvana.store.runs import record_run
-
-    with guard("recording the run") as g:
-        settings = {**(plan.settings.to_dict() if plan is not None else {}), "model": lm.name}
-        summary = {"model": lm.name, "sparsity": settings.get("sparsity"), **summary}
-        if plan is not None:
-            summary["achieved_block_sparsity"] = plan.stats.get("achieved_block_sparsity")
-        run_id = record_run(kind, settings=settings, summary=summary, plan=plan, metrics=metrics)
-    return None if g.failed else run_id
 
 
 def _evals() -> dict:
@@ -137,7 +124,7 @@ def _perplexity(lm, pruned) -> None:
             )
         if not g.failed:
             _evals()["ppl"] = (dense, after)
-            _record(
+            runs.record(
                 "eval",
                 lm,
                 state.get("plan"),

@@ -10,6 +10,8 @@ import pytest
 import test_app_pages as page_tests
 from test_app_pages import app_env, at, small_data_dir  # noqa: F401  (the page tests' fixtures)
 
+from nirvana.store.runs import open_run
+
 
 @pytest.fixture
 def app(at):  # noqa: F811  (a fixture taking the imported one)
@@ -62,6 +64,11 @@ def test_recover_tab_trains_the_pruned_copy_and_saves(app, tmp_path):
     # A copy of the session's pruned copy is trained: the pruned copy stays as it was, for "before".
     assert all(v.equal(pruned_before[k]) for k, v in app.session_state["pruned"]["model"].state_dict().items())
     assert app.session_state["recovered"]["model"] is job.result.model
+    # Recorded for the Runs page, like a prune or an evaluation.
+    run_id = app.session_state["recovered"]["run_id"]
+    run = open_run(run_id)
+    assert run.kind == "recover" and run.summary["steps_done"] == 3 and run.summary["tokens_trained"] == 3 * 2 * 16
+    assert run.settings["recovery"]["r"] == 2 and any(run_id in s.value for s in app.success)
     app.button(key="rec_ppl").click().run()
     page_tests.no_errors(app)
     labels = {m.label: m.value for m in app.metric}

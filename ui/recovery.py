@@ -27,7 +27,7 @@ from nirvana.recovery.save import save_recovered
 from nirvana.recovery.train import RecoveryResult, RecoveryStep, recover, target_module_names
 from nirvana.store.fingerprint import content_key
 from nirvana.store.paths import cache_dir
-from ui import evals, state
+from ui import evals, runs, state
 from ui.errors import guard
 
 # Training speed measured on this project's 2-core CPU (fp32, 1 thread, batch 16 x 128, SmolLM2-135M
@@ -170,7 +170,7 @@ def render(lm, pruned: dict) -> None:
     elif row[0].button("Stop", key="rec_stop", help="stops after the current micro-batch; keeps the last step"):
         job.stop.set()
     if job is not None:
-        _collect(pruned, job)  # before the fragment, which reruns the page until this has happened
+        _collect(lm, pruned, job)  # before the fragment, which reruns the page until this has happened
         _live(job)
         _finish(lm, pruned, job)
 
@@ -190,15 +190,22 @@ def _live(job: RecoveryJob) -> None:
         st.rerun()  # the whole page: the before/after and save parts appear
 
 
-def _collect(pruned: dict, job: RecoveryJob) -> None:
-    """Once the job is done: its merged model into the session, its measured speed for the next estimate."""
+def _collect(lm, pruned: dict, job: RecoveryJob) -> None:
+    """Once the job is done: its merged model into the session, its measured speed for the next
+    estimate, and the run recorded (Runs page)."""
     result = job.result
     if job.status != "done" or result is None or state.get("recovered") is not None:
         return
     if result.tokens_trained:
         state.put("recovery_rate", 4 * pruned["params"] * result.tokens_per_second)
     key = content_key("recovered", pruned["model_key"], job.config.to_dict(), job.data_source, result.steps_done)
-    state.put("recovered", {"model": result.model, "key": key})
+    s = result.summary()
+    brief = {k: s[k] for k in ("status", "steps_done", "tokens_trained", "tokens_per_second")}
+    brief |= {"heldout_before": s["heldout_before"], "heldout_after": s["heldout_after"]}
+    brief["data"] = s["data"].get("origin")
+    settings = {"recovery": job.config.to_dict(), "data": job.data_source}
+    run_id = runs.record("recover", lm, state.get("plan"), brief, metrics=s, settings=settings)
+    state.put("recovered", {"model": result.model, "key": key, "run_id": run_id})
     state.clear("rec_ppl_result")
 
 
@@ -206,9 +213,11 @@ def _finish(lm, pruned: dict, job: RecoveryJob) -> None:
     result = job.result
     if job.status != "done" or result is None:
         return
+    run_id = (state.get("recovered") or {}).get("run_id")
     (st.warning if result.status != "complete" else st.success)(
         f"{result.message}: {result.tokens_trained:,} tokens in {result.train_seconds:.0f} s "
         f"({result.tokens_per_second:.0f} tokens/s), data {result.data.get('origin')}."
+        + (f" Recorded as run `{run_id}` (Runs page)." if run_id else "")
     )
     _perplexity(lm, pruned, state.get("recovered"))
     _save(lm, pruned, result)
