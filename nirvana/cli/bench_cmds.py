@@ -33,6 +33,7 @@ from nirvana.bench.recovery import read_rows as recovery_rows
 from nirvana.bench.recovery import write_report as write_recovery_report
 from nirvana.cli.common import (
     add_model_args,
+    config_from_args,
     load_from_args,
     parse_float_list,
     parse_int_list,
@@ -175,22 +176,8 @@ def _add_quality(bench_sub) -> None:
 
 
 def quality_config(args) -> QualityConfig:
-    return QualityConfig(
-        model=args.model,
-        criteria=tuple(args.criteria),
-        sparsities=tuple(args.sparsities),
-        uniform_criteria=tuple(args.uniform_criteria),
-        select_criteria=tuple(args.select_criteria),
-        candidates=args.candidates,
-        tokens=args.tokens,
-        samples=args.samples,
-        seq_len=args.seq_len,
-        anchor=AnchorSpec(samples=args.anchor_samples, seq_len=args.anchor_seq_len),
-        kl_sequences=args.kl_sequences,
-        gamma=args.gamma,
-        out_dir=args.out_dir,
-        note=args.note,
-    )
+    anchor = AnchorSpec(samples=args.anchor_samples, seq_len=args.anchor_seq_len)
+    return config_from_args(QualityConfig, args, anchor=anchor)
 
 
 def cmd_quality(args) -> int:
@@ -221,17 +208,7 @@ def _add_gamma(bench_sub) -> None:
 
 
 def gamma_config(args) -> GammaBenchConfig:
-    return GammaBenchConfig(
-        model=args.model,
-        criteria=tuple(args.criteria),
-        sparsities=tuple(args.sparsities),
-        gammas=tuple(args.gammas),
-        samples=args.samples,
-        seq_len=args.seq_len,
-        anchor_samples=args.anchor_samples,
-        anchor_seq_len=args.anchor_seq_len,
-        out_dir=args.out_dir,
-    )
+    return config_from_args(GammaBenchConfig, args)
 
 
 def cmd_gamma(args) -> int:
@@ -270,17 +247,7 @@ def cmd_recovery(args) -> int:
         raise InvalidInput(
             f"--acc-limit must be 0 (no accuracy) or a positive number of examples per task, got {args.acc_limit}."
         )
-    config = RecoveryBenchConfig(
-        model=args.model,
-        steps=args.steps,
-        data=args.data,
-        seed=args.seed,
-        tokens=args.tokens,
-        acc_limit=args.acc_limit,
-        threads=args.threads,
-        out_dir=args.out_dir,
-        note=args.note,
-    )
+    config = config_from_args(RecoveryBenchConfig, args)
     rows = recovery_rows(config.csv_path) if args.report_only else run_recovery_bench(config, log)
     md = write_recovery_report(rows, config)
     print(md.read_text())
@@ -313,18 +280,8 @@ def accuracy_config(args) -> AccuracyConfig:
         if value != 0 or flag == "limit":
             check_limit(value)
     best = {s: g for s, g in kl_best_gammas(args.model).items() if s in args.sparsities}
-    return AccuracyConfig(
-        model=args.model,
-        sparsities=tuple(args.sparsities),
-        limit=args.limit,
-        lambada_limit=args.lambada_limit,
-        mbpp_limit=args.mbpp_limit,
-        batch_size=args.batch_size,
-        allow_code_execution=code_execution_allowed(args.allow_code_execution),
-        out_dir=args.out_dir,
-        note=args.note,
-        best_gamma=best,
-    )
+    allowed = code_execution_allowed(args.allow_code_execution)
+    return config_from_args(AccuracyConfig, args, allow_code_execution=allowed, best_gamma=best)
 
 
 def cmd_accuracy(args) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -96,3 +97,14 @@ def parse_max_memory(text: str) -> dict:
             raise argparse.ArgumentTypeError(f"{part!r} is not DEVICE=SIZE; use e.g. 0=70GiB,cpu=200GiB")
         out[int(key) if key.isdigit() else key] = value
     return out
+
+
+def config_from_args(cls, args: argparse.Namespace, **overrides):
+    """`cls(name=args.name, ...)` for every field of the dataclass `cls` that has a flag of the same
+    name (lists become tuples); `overrides` set the fields built some other way."""
+    values = dict(overrides)
+    for f in dataclasses.fields(cls):
+        if f.name not in values and hasattr(args, f.name):
+            value = getattr(args, f.name)
+            values[f.name] = tuple(value) if isinstance(value, list) else value
+    return cls(**values)
