@@ -8,6 +8,7 @@ pass@1; the difference of each pruned variant's average from dense; time and exa
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 from nirvana.accuracy.tasks import PAPER_METRIC, ZEROSHOT7
@@ -37,12 +38,29 @@ def summarize(rows: list[dict]) -> list[dict]:
     for r in rows:
         v = by.setdefault(
             r["variant"],
-            {"variant": r["variant"], "sparsity": _f(r["sparsity"]) or 0.0, "tasks": {}, "seconds": 0.0, "n": 0},
+            {
+                "variant": r["variant"],
+                "sparsity": _f(r["sparsity"]) or 0.0,
+                "tasks": {},
+                "seconds": 0.0,
+                "n": 0,
+                "seconds7": 0.0,
+                "n7": 0,
+                "threads": set(),
+                "loads": [],
+            },
         )
         task = r["task"]
         if task in PAPER_METRIC:
             m = PAPER_METRIC[task]
             v["tasks"][task] = (_f(r[m]), _f(r[f"{m}_stderr"]), int(float(r["n"] or 0)))
+            v["seconds7"] += _f(r["seconds"]) or 0.0
+            v["n7"] += int(float(r["n"] or 0))
+            threads = re.search(r"\((\d+) threads?\)", r.get("machine") or "")
+            if threads:
+                v["threads"].add(int(threads.group(1)))
+            if _f(r.get("load_avg_1min")) is not None:
+                v["loads"].append(_f(r["load_avg_1min"]))
         elif task == "lambada_openai":
             v["lambada"] = (_f(r["acc"]), _f(r["acc_stderr"]), _f(r["perplexity"]), int(float(r["n"] or 0)))
         elif task == "mbpp":
@@ -92,7 +110,7 @@ def markdown(rows: list[dict], config) -> str:
     head = (
         "| model | "
         + " | ".join(SHORT[t] for t in ZEROSHOT7)
-        + " | 7-task avg | Δ avg vs dense | LAMBADA acc (ppl) | MBPP pass@1 | s | ex/s |"
+        + " | 7-task avg | Δ avg vs dense | LAMBADA acc (ppl) | MBPP pass@1 | 7-task s | ex/s |"
     )
     lines += ["", "## Zero-shot accuracy (%)", "", head, "|" + "---|" * (len(ZEROSHOT7) + 7)]
     for v in summary:
@@ -106,11 +124,26 @@ def markdown(rows: list[dict], config) -> str:
             acc, se, ppl, _ = v["lambada"]
             lam = f"{_pm(acc, se)} ({ppl:.1f})" if ppl is not None else _pm(acc, se)
         mbpp = f"{_pm(*v['mbpp'][:2])} (n={v['mbpp'][2]})" if "mbpp" in v else "-"
-        rate = f"{v['n'] / v['seconds']:.2f}" if v["seconds"] else "-"
+        rate = f"{v['n7'] / v['seconds7']:.2f}" if v["seconds7"] else "-"
         lines.append(
             f"| {v['variant']} | "
             + " | ".join(cells)
-            + f" | {avg} | {delta} | {lam} | {mbpp} | {v['seconds']:.0f} | {rate} |"
+            + f" | {avg} | {delta} | {lam} | {mbpp} | {v['seconds7']:.0f} | {rate} |"
+        )
+    lines += ["", "## Cost of the seven tasks per model", ""]
+    lines += [
+        "`7-task s` above sums the harness's seconds of the seven zero-shot rows (examples/s over them); the load "
+        "average is the machine's 1-minute load at the end of each of those rows, threads torch's.",
+        "",
+    ]
+    for v in summary:
+        if not v["n7"]:
+            continue
+        loads = f"load {min(v['loads']):.1f}-{max(v['loads']):.1f}" if v["loads"] else "load not recorded"
+        threads = "/".join(map(str, sorted(v["threads"]))) or "?"
+        lines.append(
+            f"- {v['variant']}: {v['seconds7']:.0f} s ({v['seconds7'] / 60:.1f} min) for {v['n7']} examples, "
+            f"{threads} thread(s), {loads}"
         )
     lines += ["", "## Who wins each task (pruned models, same sparsity)", ""]
     lines += winners(summary) or ["- no task has two pruned models yet"]
