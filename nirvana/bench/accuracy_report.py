@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 from nirvana.accuracy.tasks import PAPER_METRIC, ZEROSHOT7
+from nirvana.scoring.criteria import CRITERIA
 
 SHORT = {
     "arc_easy": "ARC-e",
@@ -40,6 +41,8 @@ def summarize(rows: list[dict]) -> list[dict]:
             r["variant"],
             {
                 "variant": r["variant"],
+                "criterion": r.get("criterion", ""),
+                "allocation": r.get("allocation", ""),
                 "sparsity": _f(r["sparsity"]) or 0.0,
                 "tasks": {},
                 "seconds": 0.0,
@@ -86,7 +89,10 @@ def _pm(value, se, scale=100.0) -> str:
 def markdown(rows: list[dict], config) -> str:
     summary = summarize(rows)
     dense = next((v for v in summary if v["variant"] == "dense"), None)
-    machine = rows[-1]["machine"] if rows else "-"
+    machine = re.sub(r" \(\d+ threads?\)", "", rows[-1]["machine"]) if rows else "-"
+    threads = sorted({t for v in summary for t in v["threads"]})
+    if threads:
+        machine += f", torch threads {'/'.join(map(str, threads))} (per model below)"
     loads = [_f(r.get("load_avg_1min")) for r in rows if _f(r.get("load_avg_1min")) is not None]
     lines = [
         f"# Accuracy benchmark: {config.model}",
@@ -122,7 +128,8 @@ def markdown(rows: list[dict], config) -> str:
         lam = "-"
         if "lambada" in v:
             acc, se, ppl, _ = v["lambada"]
-            lam = f"{_pm(acc, se)} ({ppl:.1f})" if ppl is not None else _pm(acc, se)
+            lam = f"{_pm(acc, se)} ({ppl:.1f})" if ppl is not None and ppl < 1e4 else _pm(acc, se)
+            lam += f" ({ppl:.2g})" if ppl is not None and ppl >= 1e4 else ""
         mbpp = f"{_pm(*v['mbpp'][:2])} (n={v['mbpp'][2]})" if "mbpp" in v else "-"
         rate = f"{v['n7'] / v['seconds7']:.2f}" if v["seconds7"] else "-"
         lines.append(
@@ -192,43 +199,56 @@ def plot(rows: list[dict], config, path: Path) -> Path | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(15, 5.5), gridspec_kw={"width_ratios": [3, 1.3]})
-    ax = axes[0]
-    width = 0.8 / max(1, len(summary))
-    for i, v in enumerate(summary):
-        xs, ys, es = [], [], []
-        for j, t in enumerate(ZEROSHOT7):
-            if t in v["tasks"] and v["tasks"][t][0] is not None:
-                xs.append(j + (i - len(summary) / 2) * width + width / 2)
-                ys.append(v["tasks"][t][0] * 100)
-                es.append((v["tasks"][t][1] or 0) * 100)
-        if xs:
-            ax.bar(xs, ys, width, yerr=es, capsize=1.5, label=v["variant"])
-    ax.set_xticks(range(len(ZEROSHOT7)), [f"{SHORT[t]}\n({PAPER_METRIC[t]})" for t in ZEROSHOT7])
-    ax.set_ylabel("accuracy (%)")
-    ax.set_title("per task, ± 1 standard error")
-    ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=7, ncol=2)
-    ax = axes[1]
-    avg = [v for v in summary if v.get("average") is not None]
-    if avg:
-        ax.barh(
-            [v["variant"] for v in avg],
-            [v["average"] * 100 for v in avg],
-            xerr=[(v.get("average_se") or 0) * 100 for v in avg],
-            capsize=2,
-            color="tab:gray",
-        )
+    dense = [v for v in summary if v["sparsity"] == 0]
+    sparsities = sorted({v["sparsity"] for v in summary if v["sparsity"] > 0}) or [0.0]
+    fig = plt.figure(figsize=(15, 3.6 * len(sparsities) + 0.6))
+    grid = fig.add_gridspec(len(sparsities), 2, width_ratios=[3, 1.3])
+    for row, sparsity in enumerate(sparsities):
+        group = dense + [v for v in summary if v["sparsity"] == sparsity]
+        ax = fig.add_subplot(grid[row, 0])
+        width = 0.8 / max(1, len(group))
+        for i, v in enumerate(group):
+            xs, ys, es = [], [], []
+            for j, t in enumerate(ZEROSHOT7):
+                if t in v["tasks"] and v["tasks"][t][0] is not None:
+                    xs.append(j + (i - len(group) / 2) * width + width / 2)
+                    ys.append(v["tasks"][t][0] * 100)
+                    es.append((v["tasks"][t][1] or 0) * 100)
+            if xs:
+                ax.bar(xs, ys, width, yerr=es, capsize=1.5, label=v["variant"], **_style(v))
+        ax.set_xticks(range(len(ZEROSHOT7)), [f"{SHORT[t]} ({PAPER_METRIC[t]})" for t in ZEROSHOT7], fontsize=8)
+        ax.set_ylabel("accuracy (%)")
+        ax.set_ylim(0, 88)  # room for the legend above the bars
+        ax.set_title(f"sparsity {sparsity:g}: per task, ± 1 standard error", fontsize=10)
+        ax.grid(axis="y", alpha=0.3)
+        ax.legend(fontsize=7, ncol=4, loc="upper left")
+        ax = fig.add_subplot(grid[row, 1])
+        avg = [v for v in group if v.get("average") is not None]
+        for k, v in enumerate(avg):
+            ax.barh(k, v["average"] * 100, xerr=(v.get("average_se") or 0) * 100, capsize=2, **_style(v))
+        ax.set_yticks(range(len(avg)), [v["variant"] for v in avg], fontsize=7)
         ax.invert_yaxis()
-    ax.set_xlabel("7-task average (%)")
-    ax.set_title("average of the paper's metrics")
-    ax.grid(axis="x", alpha=0.3)
-    ax.tick_params(axis="y", labelsize=7)
+        ax.set_xlim(20, 50)
+        ax.set_xlabel("7-task average (%)")
+        ax.set_title("average of the paper's metrics", fontsize=10)
+        ax.grid(axis="x", alpha=0.3)
     fig.suptitle(f"{config.model}: zero-shot accuracy, lm-eval on local data (no LoRA)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def _style(v: dict) -> dict:
+    """Bar colour by criterion (the criteria table's; dense black), hatched for uniform allocation
+    or a gamma other than gamma*."""
+    row = CRITERIA.get(v["criterion"])
+    style = {"color": row.color if row else "black", "edgecolor": "white", "linewidth": 0.3}
+    if v["allocation"] == "uniform":
+        style["hatch"] = "//"
+    elif "gamma=" in v["variant"]:
+        style["hatch"] = ".."
+    return style
 
 
 def write_report(rows: list[dict], config) -> tuple[Path, str]:
