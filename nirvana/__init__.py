@@ -15,6 +15,9 @@ The pipeline is four separate steps, each a plain function:
 This package never imports streamlit.
 """
 
+from nirvana.checkpoints.loaded import LoadedModel
+from nirvana.checkpoints.loading import DEFAULT_MODEL, load_model
+from nirvana.checkpoints.pruned import load_pruned, save_pruned
 from nirvana.data.calibration import CalibrationBatch, calibration_batch
 from nirvana.errors import (
     CorruptCheckpoint,
@@ -26,9 +29,6 @@ from nirvana.errors import (
     PlanMismatch,
     UnsupportedArchitecture,
 )
-from nirvana.models.checkpoint import load_pruned, save_pruned
-from nirvana.models.loaded import LoadedModel
-from nirvana.models.loading import DEFAULT_MODEL, load_model
 from nirvana.models.shapes import ModelShape, count_block_parameters, count_parameters, model_shape
 from nirvana.pruning.allocation import allocate, default_gamma
 from nirvana.pruning.plan import PruningPlan

@@ -21,9 +21,10 @@ from dataclasses import dataclass
 
 import torch.nn as nn
 
+from nirvana.checkpoints.loaded import LoadedModel
 from nirvana.data.calibration import CalibrationBatch, calibration_batch
 from nirvana.errors import InvalidInput, PlanMismatch
-from nirvana.models.loaded import LoadedModel
+from nirvana.models.fingerprint import model_fingerprint
 from nirvana.models.shapes import ModelShape, count_block_parameters, count_parameters, model_shape
 from nirvana.progress import Progress
 from nirvana.pruning.allocation import allocate, default_gamma, validate_settings
@@ -32,7 +33,6 @@ from nirvana.pruning.slicing import apply_plan, plan_signature, planned_shape, p
 from nirvana.scoring.criteria import SCORERS, compute_scores
 from nirvana.scoring.scores import Scores
 from nirvana.search.calibration import AnchorSpec, chosen_batch, select_calibration
-from nirvana.store.fingerprint import model_fingerprint
 
 DEFAULT_CALIBRATION = "wikitext2-valid"
 

@@ -12,7 +12,7 @@ import pandas as pd
 import streamlit as st
 import torch
 
-from nirvana.models.loading import REGISTRY
+from nirvana.models.registry import REGISTRY
 from ui import frame, resources, state
 from ui.errors import guard
 from ui.resources import ModelSpec

@@ -367,7 +367,7 @@ def _save(lm, plan, pruned) -> None:
     default = cache_dir() / "pruned" / f"{name}-s{plan.settings.sparsity:.2f}-g{plan.settings.gamma:.2f}"
     folder = st.text_input("Save the pruned model to", value=str(default), key="save_dir")
     if st.button("Save pruned model", key="save_pruned"):
-        from nirvana.models.checkpoint import save_pruned
+        from nirvana.checkpoints.pruned import save_pruned
 
         with guard("saving the pruned model") as g, st.spinner("Writing safetensors…"):
             path = save_pruned(pruned["model"], lm.tokenizer, plan, folder)

@@ -9,8 +9,8 @@ routing.require()  # first, before the heavy imports: see ui/routing.py
 import pandas as pd
 import streamlit as st
 
-from nirvana.store.fingerprint import model_fingerprint
-from nirvana.store.runs import list_runs, open_run
+from nirvana.models.fingerprint import model_fingerprint
+from nirvana.runs import list_runs, open_run
 from ui import frame, state
 from ui.errors import guard
 

@@ -56,7 +56,7 @@ def persistent_cache(monkeypatch):
 @pytest.fixture(scope="session")
 def smollm2():
     """The real SmolLM2-135M (fp32, CPU), loaded once per session. Never mutate it: copy or apply_plan."""
-    from nirvana.models.loading import load_model
+    from nirvana.checkpoints.loading import load_model
 
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     return _with_persistent_cache(lambda: load_model("smollm2-135m", dtype="float32", device="cpu"))
@@ -65,7 +65,7 @@ def smollm2():
 @pytest.fixture(scope="session")
 def smollm2_dir(smollm2):
     """Path of the converted SmolLM2 safetensors folder."""
-    from nirvana.models.loading import embedded_model_dir
+    from nirvana.checkpoints.loading import embedded_model_dir
 
     return _with_persistent_cache(lambda: embedded_model_dir("smollm2-135m"))
 
@@ -95,7 +95,7 @@ def pruned_tiny_dir(tiny_with_tokenizer_dir, tmp_path_factory) -> Path:
     plan.json, report.json): a pruned folder for CLI tests."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from nirvana.models.checkpoint import save_pruned
+    from nirvana.checkpoints.pruned import save_pruned
     from nirvana.models.shapes import model_shape
     from nirvana.pruning.allocation import allocate
     from nirvana.pruning.slicing import apply_plan

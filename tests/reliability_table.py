@@ -25,7 +25,7 @@ def tiny_with_tokenizer(folder: Path) -> Path:
     """The same model as the `tiny_with_tokenizer_dir` fixture: a tiny Llama with SmolLM2's tokenizer."""
     from transformers import AutoTokenizer
 
-    from nirvana.models.loading import embedded_model_dir
+    from nirvana.checkpoints.loading import embedded_model_dir
     from nirvana.models.tiny import tiny_model
 
     tok = AutoTokenizer.from_pretrained(embedded_model_dir("smollm2-135m"))
@@ -48,9 +48,9 @@ def cell(text: str, tmp: str) -> str:
 
 def extra_cases(i, tiny, tmp: Path) -> dict:
     """Inputs of the other tests (safety, runs, locks), with what each produced."""
+    from nirvana.checkpoints.loading import load_model
     from nirvana.guard.locks import Busy, heavy_work
-    from nirvana.models.loading import load_model
-    from nirvana.store.runs import open_run
+    from nirvana.runs import open_run
 
     evil = tmp / "remote-code"
     evil.mkdir()
@@ -162,7 +162,7 @@ def later_cli_cases(i, tmp: Path) -> dict:
 def main() -> None:
     from test_bad_input import CLI_CASES, LIBRARY_CASES, build_inputs, run_cli
 
-    from nirvana.models.loading import load_model
+    from nirvana.checkpoints.loading import load_model
     from nirvana.scoring.criteria import compute_scores
 
     with tempfile.TemporaryDirectory() as tmp_name:
@@ -221,7 +221,7 @@ where a number is expected) also exits 2, with the usage line.
 FOOTER = """
 ## Nothing lost, nothing shared, nothing unsafe
 
-- **Runs folder** (`nirvana/store/runs.py`): every `prune` is recorded under `NIRVANA_RUNS_DIR`
+- **Runs folder** (`nirvana/runs.py`): every `prune` is recorded under `NIRVANA_RUNS_DIR`
   (default `<cache>/runs`) as `plan.json`, `scores.json` (reference), `report.json`,
   `metrics.json`, `run.json`. It is written into `.tmp-<id>/` and renamed into place after
   `run.json`, so a run killed with SIGKILL midway is never listed (`tests/test_runs.py` kills a real

@@ -82,7 +82,7 @@ def at(app_env):
 
 @pytest.fixture
 def tiny(app_env):
-    from nirvana.models.loading import load_model
+    from nirvana.checkpoints.loading import load_model
 
     return load_model(str(app_env), dtype="float32", device="cpu")
 
@@ -232,9 +232,9 @@ def test_allocation_points_to_the_measured_best_gamma(at, app_env, monkeypatch, 
 
 
 def test_prune_page_compares_dense_and_pruned(at, tiny, tmp_path):
+    from nirvana.checkpoints.pruned import load_pruned
     from nirvana.measure.generation import generate
     from nirvana.measure.perplexity import perplexity
-    from nirvana.models.checkpoint import load_pruned
     from nirvana.models.shapes import count_parameters
 
     plan = apply_a_plan(at, 0.5)

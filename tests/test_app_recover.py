@@ -10,7 +10,7 @@ import pytest
 import test_app_pages as page_tests
 from test_app_pages import app_env, at, small_data_dir  # noqa: F401  (the page tests' fixtures)
 
-from nirvana.store.runs import open_run
+from nirvana.runs import open_run
 
 
 @pytest.fixture

@@ -34,8 +34,8 @@ def _session():
 
 
 def test_one_sessions_pruning_is_invisible_to_another_and_the_cached_model_is_unchanged(app_env):
+    from nirvana.models.fingerprint import model_fingerprint
     from nirvana.models.shapes import count_parameters, model_shape
-    from nirvana.store.fingerprint import model_fingerprint
     from ui.resources import ModelSpec, load
 
     a, b = _session(), _session()

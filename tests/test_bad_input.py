@@ -108,8 +108,8 @@ def build_inputs(d: Path, tiny_dir: Path) -> Inputs:
     """Write every bad input under `d`, from the good tiny model folder `tiny_dir`."""
     import transformers as tf
 
-    from nirvana.models.checkpoint import save_pruned
-    from nirvana.models.loading import load_model
+    from nirvana.checkpoints.loading import load_model
+    from nirvana.checkpoints.pruned import save_pruned
     from nirvana.models.shapes import model_shape
     from nirvana.pruning.allocation import allocate
     from nirvana.pruning.slicing import apply_plan
@@ -140,7 +140,7 @@ def build_inputs(d: Path, tiny_dir: Path) -> Inputs:
 
 @pytest.fixture(scope="module")
 def tiny(inputs):
-    from nirvana.models.loading import load_model
+    from nirvana.checkpoints.loading import load_model
 
     return load_model(str(inputs.tiny))
 
@@ -197,7 +197,7 @@ def _text(name):
 
 def _load(path_of):
     def run(inputs, tiny):
-        from nirvana.models.loading import load_model
+        from nirvana.checkpoints.loading import load_model
 
         return load_model(path_of(inputs))
 
@@ -508,7 +508,7 @@ def run_cli(argv: list[str]) -> tuple[int, str]:
 @pytest.fixture(scope="module")
 def other_scores(inputs):
     """Scores of the tiny model, to be offered to a different model (`--scores`)."""
-    from nirvana.models.loading import load_model
+    from nirvana.checkpoints.loading import load_model
     from nirvana.scoring.criteria import compute_scores
 
     compute_scores(load_model(str(inputs.tiny)).model, "magnitude", use_cache=False).save(inputs.dir / "other_scores")

@@ -8,8 +8,8 @@ import pytest
 import torch
 from conftest import random_batch
 
+from nirvana.checkpoints.pruned import load_pruned, save_pruned
 from nirvana.errors import CorruptCheckpoint
-from nirvana.models.checkpoint import load_pruned, save_pruned
 from nirvana.models.shapes import model_shape
 from nirvana.models.tiny import tiny_model
 from nirvana.pruning.allocation import allocate

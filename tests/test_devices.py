@@ -16,14 +16,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from nirvana.models.loading import resolve_device, resolve_dtype
+from nirvana.checkpoints.loading import resolve_device, resolve_dtype
+from nirvana.models.fingerprint import model_fingerprint
 from nirvana.models.shapes import model_shape
 from nirvana.models.tiny import tiny_model
 from nirvana.pruning.allocation import allocate
 from nirvana.pruning.slicing import apply_plan
 from nirvana.scoring.criteria import compute_scores, gradient_saliency, nirvana_objective
 from nirvana.scoring.hooks import hook_saliency, resolve_method
-from nirvana.store.fingerprint import model_fingerprint
 from tests.conftest import random_batch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -104,7 +104,7 @@ def test_device_map_cpu_load_scores_and_slices(tmp_path):
 
 
 def test_load_model_passes_max_memory_as_a_device_map(tiny_with_tokenizer_dir):
-    from nirvana.models.loading import load_model
+    from nirvana.checkpoints.loading import load_model
 
     lm = load_model(str(tiny_with_tokenizer_dir), device="cpu", max_memory={"cpu": "2GiB"})
     assert lm.model.get_input_embeddings().weight.device.type == "cpu"

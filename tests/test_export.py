@@ -19,10 +19,10 @@ import pytest
 import torch
 from conftest import random_batch
 
+from nirvana.checkpoints.loading import load_model
+from nirvana.checkpoints.pruned import save_pruned
 from nirvana.export.card import CARD_FILE, write_model_card
 from nirvana.export.modeling import CLASS_FOR_MODEL_TYPE, MODELING_FILE, MODELING_SOURCE, is_stock_loadable
-from nirvana.models.checkpoint import save_pruned
-from nirvana.models.loading import load_model
 from nirvana.models.shapes import model_shape
 from nirvana.models.tiny import TINY_FAMILIES, tiny_config, tiny_model
 from nirvana.pruning.allocation import allocate

@@ -12,9 +12,9 @@ import pytest
 import torch
 from conftest import random_batch
 
+from nirvana.checkpoints.pruned import save_pruned
 from nirvana.errors import InvalidInput, UnsupportedArchitecture
 from nirvana.export.gguf import unpermute, write_gguf
-from nirvana.models.checkpoint import save_pruned
 from nirvana.models.shapes import model_shape
 from nirvana.models.tiny import tiny_model
 from nirvana.pruning.allocation import allocate

@@ -8,11 +8,11 @@ import json
 import pytest
 import torch
 
+from nirvana.checkpoints import gguf_cache
+from nirvana.checkpoints.loading import load_model
+from nirvana.checkpoints.pruned import load_pruned
 from nirvana.cli import main
 from nirvana.errors import CorruptCheckpoint
-from nirvana.models import gguf_cache
-from nirvana.models.checkpoint import load_pruned
-from nirvana.models.loading import load_model
 from nirvana.models.tiny import tiny_model
 from tests.tiny_gguf import FAMILIES, VOCAB, write_gguf
 

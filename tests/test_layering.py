@@ -1,8 +1,10 @@
-"""The package's shape: no import circle, the library never imports the CLI or the app, imports at the top."""
+"""The package's shape: no import circle between modules or between packages, the library never imports
+the CLI or the app, model anatomy at the bottom, imports at the top."""
 
 from __future__ import annotations
 
 import ast
+import shutil
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -11,10 +13,10 @@ PACKAGE = ROOT / "nirvana"
 LOCAL_OK = {"huggingface_hub", "bitsandbytes", "datasets", "lm_eval", "matplotlib", "peft"}
 
 
-def _modules() -> dict[str, Path]:
+def _modules(package: Path = PACKAGE) -> dict[str, Path]:
     out = {}
-    for path in PACKAGE.rglob("*.py"):
-        parts = path.relative_to(ROOT).with_suffix("").parts
+    for path in package.rglob("*.py"):
+        parts = path.relative_to(package.parent).with_suffix("").parts
         name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
         out[name] = path
     return out
@@ -80,3 +82,81 @@ def test_imports_inside_functions_are_only_optional_dependencies_with_a_reason()
             if local:
                 above = lines[local[0].lineno - 2].strip()
                 assert above.startswith("# here, not at the top:"), f"{name}:{local[0].lineno} gives no reason"
+
+
+def _unit(module: str) -> str:
+    """The package-level node of a module: `nirvana.models.shapes` -> `models`, `nirvana.pipeline` -> `pipeline`."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "nirvana"
+
+
+def package_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
+    """unit -> units it imports, over the package's subpackages and top-level modules (the root
+    `nirvana/__init__.py`, the public re-exports, is its own node and may import anything)."""
+    modules = _modules(package)
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        source = _unit(name)
+        targets = {_unit(t) for _, t in _imports(path) if t in modules and t != "nirvana"}
+        graph.setdefault(source, set()).update(targets - {source})
+    return graph
+
+
+def package_loops(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected group of more than one unit (Tarjan), each sorted: the loops."""
+    index, low, stack, on_stack, loops = {}, {}, [], set(), []
+
+    def visit(node):
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph.get(node, ()):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                loops.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(loops)
+
+
+def test_no_import_loop_between_packages():
+    assert package_loops(package_graph()) == []
+
+
+def test_a_planted_package_loop_is_caught(tmp_path):
+    """The check above can fail: model anatomy importing the checkpoints package closes a loop
+    (checkpoints imports models), and so does a store that imports pruning (pruning -> scoring -> store)."""
+    copy = tmp_path / "nirvana"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    assert package_loops(package_graph(copy)) == []
+    weights = copy / "models" / "weights.py"
+    weights.write_text(weights.read_text() + "\nimport nirvana.checkpoints.loaded\n")
+    loops = package_loops(package_graph(copy))
+    assert loops and {"models", "checkpoints"} <= set(loops[0])
+    weights.write_text(weights.read_text().replace("import nirvana.checkpoints.loaded", ""))
+    paths = copy / "store" / "paths.py"
+    paths.write_text(paths.read_text() + "\nfrom nirvana.pruning.plan import PruningPlan\n")
+    (ring,) = package_loops(package_graph(copy))  # data and guard import store, so they join the group
+    assert {"pruning", "scoring", "store"} <= set(ring)
+
+
+def test_model_anatomy_and_the_store_sit_at_the_bottom():
+    """models/ (architectures, shapes, weights, fingerprint, registry) and store/ (atomic files,
+    cache paths, content keys) import nothing of the package above errors."""
+    graph = package_graph()
+    assert graph["models"] <= {"errors"}, graph["models"]
+    assert graph["store"] <= {"errors"}, graph["store"]

@@ -134,7 +134,7 @@ def test_another_process_holding_the_device_blocks_us_until_it_dies():
 
 def test_a_cli_prune_waits_for_the_device_and_then_completes(tiny_with_tokenizer_dir, tmp_path):
     """Two jobs on one device: the CLI says it is waiting, runs only after the holder is done."""
-    from nirvana.store.runs import list_runs
+    from nirvana.runs import list_runs
 
     args = ["--model", str(tiny_with_tokenizer_dir), "--criterion", "magnitude", "--sparsity", "0.5"]
     argv = ["prune", *args, "--out", str(tmp_path / "o")]

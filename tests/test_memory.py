@@ -77,7 +77,7 @@ def test_oom_guard_turns_allocator_errors_into_out_of_memory():
 
 
 def test_load_model_checks_weights_fit_first(tiny_with_tokenizer_dir, monkeypatch):
-    from nirvana.models.loading import load_model
+    from nirvana.checkpoints.loading import load_model
 
     monkeypatch.setattr(memory, "available_bytes", lambda device="cpu": 1000)
     with pytest.raises(OutOfMemory, match="loading needs about"):

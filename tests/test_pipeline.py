@@ -6,8 +6,8 @@ import pytest
 import torch
 from conftest import random_batch
 
+from nirvana.checkpoints.loaded import LoadedModel
 from nirvana.errors import InvalidInput, PlanMismatch
-from nirvana.models.loaded import LoadedModel
 from nirvana.models.shapes import count_parameters, model_shape
 from nirvana.models.tiny import tiny_model
 from nirvana.pipeline import PruneSettings, check_scores_match, prune, prune_and_measure

@@ -8,8 +8,8 @@ import pytest
 import torch
 from test_allocation import make_scores, make_shape
 
+from nirvana.checkpoints.loaded import LoadedModel
 from nirvana.errors import InvalidInput, PlanMismatch
-from nirvana.models.loaded import LoadedModel
 from nirvana.pruning.allocation import allocate, default_gamma, validate_settings
 from nirvana.pruning.plan import PlanSettings, PruningPlan
 

@@ -11,8 +11,8 @@ import pytest
 import torch
 from conftest import random_batch
 
+from nirvana.checkpoints.pruned import load_pruned
 from nirvana.errors import InvalidInput
-from nirvana.models.checkpoint import load_pruned
 from nirvana.models.shapes import model_shape
 from nirvana.models.tiny import TINY_FAMILIES, tiny_model
 from nirvana.pruning.allocation import allocate

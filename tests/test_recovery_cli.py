@@ -13,7 +13,7 @@ FAST = ["--batch-size", "2", "--micro-batch", "1", "--seq-len", "16", "--r", "4"
 
 
 def test_recover_then_eval_works_on_the_output(capsys, pruned_tiny_dir, corpus, tmp_path):
-    from nirvana.models.loading import load_model
+    from nirvana.checkpoints.loading import load_model
     from nirvana.models.shapes import model_shape
 
     out = tmp_path / "rec"

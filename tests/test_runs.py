@@ -17,7 +17,7 @@ from conftest import random_batch
 
 from nirvana.errors import CorruptCheckpoint, InvalidInput
 from nirvana.pruning.plan import PruningPlan
-from nirvana.store.runs import (
+from nirvana.runs import (
     RUNS_ENV,
     RunNotFound,
     clean_incomplete,
@@ -154,7 +154,7 @@ def test_clean_incomplete_removes_only_runs_whose_writer_is_gone():
 
 KILLED_MIDWAY = """
 import sys, time
-import nirvana.models.checkpoint as checkpoint
+import nirvana.checkpoints.pruned as checkpoint
 
 real_save = checkpoint.save_pruned
 

@@ -74,8 +74,8 @@ def test_an_empty_roots_setting_allows_only_the_cache(tmp_path, monkeypatch):
 
 
 def test_load_model_and_load_pruned_honour_the_model_roots(roots, tiny_with_tokenizer_dir):
-    from nirvana.models.checkpoint import load_pruned
-    from nirvana.models.loading import load_model
+    from nirvana.checkpoints.loading import load_model
+    from nirvana.checkpoints.pruned import load_pruned
 
     with pytest.raises(PathNotAllowed, match="outside the folders"):
         load_model(str(tiny_with_tokenizer_dir))
@@ -136,7 +136,7 @@ def _custom_code_folder(base: Path, src: Path | None, model_type: str) -> tuple[
 
 
 def test_remote_code_is_refused_by_default_and_never_runs(tmp_path):
-    from nirvana.models.loading import load_model
+    from nirvana.checkpoints.loading import load_model
 
     folder, marker = _custom_code_folder(tmp_path, None, "evilnet")
     with pytest.raises(InvalidInput, match="trust_remote_code=True") as info:
@@ -148,7 +148,7 @@ def test_remote_code_is_refused_by_default_and_never_runs(tmp_path):
 def test_a_known_model_type_with_custom_code_loads_the_builtin_class_without_running_it(
     tmp_path, tiny_with_tokenizer_dir
 ):
-    from nirvana.models.loading import load_model
+    from nirvana.checkpoints.loading import load_model
 
     folder, marker = _custom_code_folder(tmp_path, tiny_with_tokenizer_dir, "llama")
     lm = load_model(str(folder))
@@ -160,7 +160,7 @@ def test_pickled_weights_are_refused_without_unpickling(tmp_path, tiny_with_toke
     import torch
     from safetensors.torch import load_file
 
-    from nirvana.models.loading import load_model
+    from nirvana.checkpoints.loading import load_model
 
     folder = tmp_path / "bin-only"
     shutil.copytree(tiny_with_tokenizer_dir, folder)
@@ -176,8 +176,8 @@ def test_pickled_weights_are_refused_without_unpickling(tmp_path, tiny_with_toke
 
 
 def test_a_pruned_folder_with_only_pickled_weights_is_refused(tmp_path):
+    from nirvana.checkpoints.pruned import _read_state_dict
     from nirvana.errors import CorruptCheckpoint
-    from nirvana.models.checkpoint import _read_state_dict
 
     (tmp_path / "pytorch_model.bin").write_bytes(b"not even looked at")
     with pytest.raises(CorruptCheckpoint, match="pickled weights are never loaded"):
@@ -239,7 +239,7 @@ def test_the_source_scan_sees_calls_not_words():
 def test_trust_remote_code_defaults_to_false_everywhere():
     import inspect
 
-    from nirvana.models.loading import load_model
+    from nirvana.checkpoints.loading import load_model
 
     assert inspect.signature(load_model).parameters["trust_remote_code"].default is False
     from nirvana.cli import build_parser

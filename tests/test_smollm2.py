@@ -7,9 +7,9 @@ import json
 import pytest
 import torch
 
+from nirvana.checkpoints.facts import describe
+from nirvana.checkpoints.pruned import load_pruned
 from nirvana.cli import main
-from nirvana.models.checkpoint import load_pruned
-from nirvana.models.facts import describe
 from nirvana.models.shapes import model_shape
 
 pytestmark = pytest.mark.slow
@@ -61,8 +61,8 @@ def test_prune_cli_end_to_end(tmp_path, capsys, smollm2, smollm2_dir):
 
 
 def test_pruned_model_reload_gives_identical_logits(tmp_path, smollm2):
+    from nirvana.checkpoints.pruned import save_pruned
     from nirvana.data.calibration import calibration_batch
-    from nirvana.models.checkpoint import save_pruned
     from nirvana.pruning.allocation import allocate
     from nirvana.pruning.slicing import apply_plan
     from nirvana.scoring.criteria import compute_scores

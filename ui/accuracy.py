@@ -18,7 +18,7 @@ from nirvana.accuracy.harness import run_accuracy
 from nirvana.accuracy.sandbox import isolation
 from nirvana.accuracy.tasks import PAPER_METRIC, TASKS, ZEROSHOT7, resolve_tasks
 from nirvana.bench.accuracy_report import summarize
-from nirvana.store.fingerprint import content_key
+from nirvana.store.keys import content_key
 from ui.resources import heavy, memo
 
 BENCH_DIR = Path(__file__).resolve().parents[1] / "benchmarks" / "accuracy"

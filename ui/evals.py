@@ -14,7 +14,7 @@ from nirvana.measure.generation import generate as generate_rows
 from nirvana.measure.perplexity import perplexity as ppl
 from nirvana.measure.speed import measure_speed
 from nirvana.models.weights import input_device
-from nirvana.store.fingerprint import content_key
+from nirvana.store.keys import content_key
 from ui.resources import heavy, memo
 
 SPEED_BATCH_SIZES_CPU = (1, 4)

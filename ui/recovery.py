@@ -25,7 +25,7 @@ from nirvana.recovery.config import DEFAULT_STEPS, RecoveryConfig
 from nirvana.recovery.data import data_for, load_documents
 from nirvana.recovery.save import save_recovered
 from nirvana.recovery.train import RecoveryResult, RecoveryStep, recover, target_module_names
-from nirvana.store.fingerprint import content_key
+from nirvana.store.keys import content_key
 from nirvana.store.paths import cache_dir
 from ui import evals, runs, state
 from ui.errors import guard

@@ -19,16 +19,16 @@ from dataclasses import asdict, dataclass
 
 import streamlit as st
 
+from nirvana.checkpoints.facts import describe
+from nirvana.checkpoints.loaded import LoadedModel
+from nirvana.checkpoints.loading import load_model
 from nirvana.data.calibration import calibration_batch
 from nirvana.guard.locks import heavy_work
-from nirvana.models.facts import describe
-from nirvana.models.loaded import LoadedModel
-from nirvana.models.loading import load_model
 from nirvana.models.shapes import ModelShape, model_shape
 from nirvana.models.weights import input_device
 from nirvana.pruning.allocation import allocate
 from nirvana.scoring.criteria import compute_scores, get_criterion
-from nirvana.store.fingerprint import content_key
+from nirvana.store.keys import content_key
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nirvana.store.runs import record_run
+from nirvana.runs import record_run
 from ui.errors import guard
 
 

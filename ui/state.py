@@ -15,7 +15,7 @@ import time
 import streamlit as st
 import torch
 
-from nirvana.models.loading import DEFAULT_MODEL
+from nirvana.checkpoints.loading import DEFAULT_MODEL
 from ui.errors import guard
 from ui.resources import ModelSpec, is_loaded, load, mark_loaded
 

@@ -16,9 +16,9 @@ import time
 import psutil
 import torch
 
+from nirvana.checkpoints.loading import load_model
 from nirvana.data.calibration import CalibrationBatch
 from nirvana.guard.memory import GIB, estimate_scoring
-from nirvana.models.loading import load_model
 from nirvana.scoring.criteria import compute_scores
 
 

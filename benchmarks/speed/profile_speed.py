@@ -18,8 +18,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from nirvana.bench.speed import pruned_models
+from nirvana.checkpoints.loading import load_model
 from nirvana.measure.speed import _generate, _prefill, random_prompts
-from nirvana.models.loading import load_model
 
 MATMUL = {"aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear"}
 ATTENTION = {"aten::_scaled_dot_product_flash_attention_for_cpu", "aten::scaled_dot_product_attention"}

@@ -36,11 +36,11 @@ from nirvana.accuracy.tasks import (
     harness_version,
     resolve_tasks,
 )
+from nirvana.checkpoints.loading import hub_reachable
 from nirvana.errors import DatasetNotFound, InvalidInput, Stopped
-from nirvana.models.loading import hub_reachable
+from nirvana.models.fingerprint import model_fingerprint
 from nirvana.progress import Progress
 from nirvana.store.evalcache import eval_cache_path, load_cached, save_cached
-from nirvana.store.fingerprint import model_fingerprint
 
 SCHEMA = 1  # bump when what a cached task result holds or means changes
 METRIC_NOTE = (
@@ -120,7 +120,7 @@ def check_tokenizer(model, tokenizer, names: list[str]) -> None:
     if tokenizer is None or not callable(getattr(tokenizer, "encode", None)):
         raise InvalidInput(
             "accuracy tasks need the model's Hugging Face tokenizer (an object with encode/decode), "
-            f"got {type(tokenizer).__name__}. Load the model with nirvana.models.loading.load_model, "
+            f"got {type(tokenizer).__name__}. Load the model with nirvana.checkpoints.loading.load_model, "
             "which returns both."
         )
     vocab = getattr(getattr(model, "config", None), "vocab_size", None)

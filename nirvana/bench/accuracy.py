@@ -33,8 +33,8 @@ from nirvana.bench import rows as csv_rows
 from nirvana.bench.accuracy_report import write_report
 from nirvana.bench.quality import machine_label
 from nirvana.bench.rows import read_rows
+from nirvana.checkpoints.loading import load_model
 from nirvana.errors import NirvanaError, OutOfMemory
-from nirvana.models.loading import load_model
 from nirvana.models.shapes import count_parameters, model_shape
 from nirvana.pruning.allocation import default_gamma
 from nirvana.pruning.slicing import slice_at

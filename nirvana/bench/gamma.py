@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nirvana.bench.environment import machine_label
+from nirvana.checkpoints.loading import load_model
 from nirvana.errors import InvalidInput
 from nirvana.measure.kl import DenseReference
-from nirvana.models.loading import load_model
 from nirvana.models.shapes import model_shape
 from nirvana.pruning.allocation import default_gamma
 from nirvana.scoring.criteria import CRITERIA, compute_scores

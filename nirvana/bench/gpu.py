@@ -32,9 +32,9 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig
 
+from nirvana.checkpoints.loading import resolve_device
 from nirvana.guard.memory import oom_guard
 from nirvana.measure.speed import device_info, measure_speeds
-from nirvana.models.loading import resolve_device
 from nirvana.models.shapes import count_block_parameters, count_parameters
 from nirvana.models.weights import input_device
 from nirvana.progress import sub_progress

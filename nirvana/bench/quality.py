@@ -32,10 +32,10 @@ from nirvana.bench import rows as csv_rows
 from nirvana.bench.environment import machine_label
 from nirvana.bench.quality_config import COLUMNS, KEY, QualityConfig
 from nirvana.bench.rows import read_rows
+from nirvana.checkpoints.loading import load_model
 from nirvana.data.text import load_text
 from nirvana.measure.kl import DenseReference, kl_to_dense
 from nirvana.measure.perplexity import perplexity
-from nirvana.models.loading import load_model
 from nirvana.models.shapes import count_parameters, model_shape
 from nirvana.pruning.allocation import default_gamma
 from nirvana.pruning.slicing import prune_and_measure

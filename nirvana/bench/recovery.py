@@ -32,8 +32,8 @@ from nirvana.bench import rows as csv_rows
 from nirvana.bench.environment import machine_label
 from nirvana.bench.quality import evaluate_ppl, text_prefix
 from nirvana.bench.rows import read_rows
+from nirvana.checkpoints.loading import load_model
 from nirvana.data.text import load_text
-from nirvana.models.loading import load_model
 from nirvana.models.shapes import count_parameters
 from nirvana.pipeline import PruneSettings, prune
 from nirvana.recovery.config import RecoveryConfig

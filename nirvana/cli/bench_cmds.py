@@ -31,6 +31,7 @@ from nirvana.bench.recovery import DEFAULT_OUT as RECOVERY_OUT
 from nirvana.bench.recovery import RecoveryBenchConfig, run_recovery_bench
 from nirvana.bench.recovery import read_rows as recovery_rows
 from nirvana.bench.recovery import write_report as write_recovery_report
+from nirvana.checkpoints.loading import resolve_device
 from nirvana.cli.common import (
     add_model_args,
     config_from_args,
@@ -41,7 +42,6 @@ from nirvana.cli.common import (
     stderr_progress,
 )
 from nirvana.errors import InvalidInput
-from nirvana.models.loading import resolve_device
 from nirvana.search.calibration import AnchorSpec
 
 

@@ -8,9 +8,9 @@ import json
 import os
 import sys
 
+from nirvana.checkpoints.loading import DEFAULT_MODEL, load_model
 from nirvana.guard.locks import heavy_work
-from nirvana.models.loading import DEFAULT_MODEL, load_model
-from nirvana.store.runs import record_run
+from nirvana.runs import record_run
 
 
 def add_model_args(p, default: str | None = DEFAULT_MODEL, flag: str = "--model") -> None:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from nirvana.checkpoints.facts import describe
 from nirvana.cli.common import add_model_args, load_from_args, print_json
 from nirvana.errors import InvalidInput
 from nirvana.measure.generation import generate
-from nirvana.models.facts import describe
 
 
 def register(sub) -> None:

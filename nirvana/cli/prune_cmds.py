@@ -6,18 +6,18 @@ import json
 import time
 from pathlib import Path
 
+from nirvana.checkpoints.loaded import LoadedModel
+from nirvana.checkpoints.pruned import save_pruned
 from nirvana.cli.common import add_model_args, heavy, load_from_args, print_json, stderr_progress
 from nirvana.cli.recover_cmds import add_recovery_args, config_from_args, run_recovery, save_result
 from nirvana.errors import InvalidInput
 from nirvana.export.card import write_model_card
-from nirvana.models.checkpoint import save_pruned
-from nirvana.models.loaded import LoadedModel
 from nirvana.pipeline import PruneResult, PruneSettings, check_scores_match, prune, score
 from nirvana.pruning.plan import PruningPlan
 from nirvana.recovery.data import load_documents
+from nirvana.runs import new_run
 from nirvana.scoring.criteria import CRITERIA
 from nirvana.scoring.scores import Scores
-from nirvana.store.runs import new_run
 
 
 def add_calibration_args(p) -> None:

@@ -21,7 +21,7 @@ from safetensors.torch import load_file
 from nirvana.errors import InvalidInput, UnsupportedArchitecture
 from nirvana.export.card import KNOWN_BASES, resolve_base_model
 from nirvana.export.hub import pruned_model_folder
-from nirvana.models.loading import embedded_gguf_file
+from nirvana.models.registry import embedded_gguf_file
 
 ARCH = "deci"
 DTYPES = ("f32", "f16")

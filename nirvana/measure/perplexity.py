@@ -26,10 +26,10 @@ import torch.nn.functional as F
 from nirvana.data.calibration import tensor_hash
 from nirvana.data.text import Text, load_text
 from nirvana.errors import InvalidInput, OutOfMemory
+from nirvana.models.fingerprint import model_fingerprint
 from nirvana.models.weights import input_device
 from nirvana.progress import Progress
 from nirvana.store.evalcache import eval_cache_path, load_cached, save_cached
-from nirvana.store.fingerprint import model_fingerprint
 
 DEFAULT_SEQ_LEN = 512
 

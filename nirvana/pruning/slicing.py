@@ -17,12 +17,12 @@ import torch.nn as nn
 
 from nirvana.errors import InvalidInput, PlanMismatch
 from nirvana.models.architectures import get_architecture, layer_projections
+from nirvana.models.fingerprint import model_fingerprint
 from nirvana.models.shapes import ModelShape, model_shape
 from nirvana.models.weights import real_parameter
 from nirvana.pruning.allocation import allocate
 from nirvana.pruning.plan import PruningPlan
 from nirvana.scoring.scores import Scores
-from nirvana.store.fingerprint import model_fingerprint
 
 T = TypeVar("T")
 

@@ -26,10 +26,10 @@ from pathlib import Path
 
 import torch
 
+from nirvana.checkpoints.loading import hub_reachable
 from nirvana.data.text import DATASETS, data_dir, load_text, parse_name
 from nirvana.errors import DatasetNotFound, InvalidInput
 from nirvana.guard.safety import TEXT_ROOTS_ENV, check_local_path
-from nirvana.models.loading import hub_reachable
 from nirvana.recovery.config import RecoveryConfig
 
 CALIBRATION = "wikitext2-valid"

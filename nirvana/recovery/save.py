@@ -17,8 +17,8 @@ from pathlib import Path
 
 from safetensors.torch import save_file
 
+from nirvana.checkpoints.pruned import save_pruned
 from nirvana.errors import InvalidInput
-from nirvana.models.checkpoint import save_pruned
 from nirvana.pruning.plan import PruningPlan
 from nirvana.recovery.train import RecoveryResult
 from nirvana.store.atomic import atomic_path

@@ -24,13 +24,13 @@ from nirvana.data.calibration import CalibrationBatch
 from nirvana.errors import InvalidInput
 from nirvana.guard.memory import check_scoring_memory, oom_guard
 from nirvana.models.architectures import layer_projections
+from nirvana.models.fingerprint import model_fingerprint
 from nirvana.models.shapes import model_shape
 from nirvana.models.weights import dense_weight, input_device
 from nirvana.progress import Progress
 from nirvana.scoring.hooks import hook_saliency, resolve_method
 from nirvana.scoring.scores import Scores, score_cache_path
 from nirvana.scoring.units import group_units, reduce_to_axis
-from nirvana.store.fingerprint import model_fingerprint
 
 
 def nirvana_objective(logits: torch.Tensor, input_ids: torch.Tensor, total_samples: int) -> torch.Tensor:

@@ -16,7 +16,7 @@ from safetensors.torch import load_file, save_file
 
 from nirvana.errors import PlanMismatch
 from nirvana.store.atomic import atomic_path
-from nirvana.store.fingerprint import content_key
+from nirvana.store.keys import content_key
 from nirvana.store.paths import cache_dir
 
 

@@ -20,13 +20,14 @@ from dataclasses import asdict, dataclass, field
 from nirvana.data.calibration import CalibrationBatch, calibration_batch
 from nirvana.errors import InvalidInput
 from nirvana.measure.kl import DenseReference, kl_to_dense
+from nirvana.models.fingerprint import model_fingerprint
 from nirvana.models.shapes import model_shape
 from nirvana.progress import Progress, sub_progress
 from nirvana.pruning.allocation import default_gamma
 from nirvana.pruning.slicing import prune_and_measure
 from nirvana.scoring.criteria import DATA_CRITERIA, compute_scores
 from nirvana.store.atomic import atomic_write_text
-from nirvana.store.fingerprint import content_key, model_fingerprint
+from nirvana.store.keys import content_key
 from nirvana.store.paths import cache_dir
 
 DEFAULT_POOL = "wikitext2-valid"

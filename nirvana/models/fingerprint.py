@@ -1,4 +1,4 @@
-"""Content keys: a model fingerprint and a helper for cache paths.
+"""A model's content fingerprint: which weights a cached score, plan or evaluation belongs to.
 
 The fingerprint hashes the config (shapes, dtype) and a strided sample of every parameter, so
 two checkpoints of one architecture never share cached scores, while hashing stays fast for
@@ -48,7 +48,3 @@ def _offloaded(model: torch.nn.Module, name: str) -> torch.Tensor | None:
     except AttributeError:
         return None
     return offloaded_weight(module, attr)
-
-
-def content_key(*parts) -> str:
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:20]

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from nirvana.checkpoints.loaded import LoadedModel
 from nirvana.models.architectures import get_architecture
-from nirvana.models.loaded import LoadedModel
 from nirvana.models.shapes import count_block_parameters, model_shape
 from nirvana.pruning.allocation import default_gamma
 

@@ -20,12 +20,12 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from transformers.conversion_mapping import get_model_conversion_mapping
 from transformers.core_model_loading import WeightConverter, WeightRenaming, rename_source_key
 
+from nirvana.checkpoints.loaded import LoadedModel
 from nirvana.errors import CorruptCheckpoint, PlanMismatch
 from nirvana.export.card import write_model_card
 from nirvana.export.modeling import add_stock_loading, has_per_layer_widths
 from nirvana.guard.safety import check_local_path
 from nirvana.models.architectures import get_architecture, layer_projections, text_config
-from nirvana.models.loaded import LoadedModel
 from nirvana.models.shapes import head_dim_of
 from nirvana.pruning.plan import PruningPlan
 from nirvana.pruning.slicing import update_config
