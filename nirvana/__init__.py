@@ -9,7 +9,7 @@ The pipeline is four separate steps, each a plain function:
     pruned = apply_plan(lm.model, plan)                          # physically smaller copy
     save_pruned(pruned, lm.tokenizer, plan, "out/model")
 
-`SCORERS` is the table of importance criteria (`nirvana.scoring.criteria.CRITERIA`): name -> one
+`CRITERIA` is the table of importance criteria (`nirvana.scoring.criteria.CRITERIA`): name -> one
 `Criterion` row (scorer, needs_data, uses_gradients, seeded, label, colour, description).
 
 This package never imports streamlit.
@@ -33,14 +33,14 @@ from nirvana.models.shapes import ModelShape, count_block_parameters, count_para
 from nirvana.pruning.allocation import allocate, default_gamma
 from nirvana.pruning.plan import PruningPlan
 from nirvana.pruning.slicing import apply_plan
-from nirvana.scoring.criteria import SCORERS, compute_scores
+from nirvana.scoring.criteria import CRITERIA, compute_scores
 from nirvana.scoring.scores import Scores
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "CRITERIA",
     "DEFAULT_MODEL",
-    "SCORERS",
     "CalibrationBatch",
     "CorruptCheckpoint",
     "DatasetNotFound",

@@ -30,7 +30,7 @@ from nirvana.progress import Progress
 from nirvana.pruning.allocation import allocate, default_gamma, validate_settings
 from nirvana.pruning.plan import PruningPlan
 from nirvana.pruning.slicing import apply_plan, plan_signature, planned_shape, prune_and_measure, slice_at
-from nirvana.scoring.criteria import SCORERS, compute_scores
+from nirvana.scoring.criteria import CRITERIA, compute_scores
 from nirvana.scoring.scores import Scores
 from nirvana.search.calibration import AnchorSpec, chosen_batch, select_calibration
 
@@ -61,8 +61,8 @@ class PruneSettings:
     use_cache: bool = True
 
     def __post_init__(self) -> None:
-        if self.criterion not in SCORERS:
-            raise InvalidInput(f"unknown criterion {self.criterion!r}; accepted: {', '.join(SCORERS)}.")
+        if self.criterion not in CRITERIA:
+            raise InvalidInput(f"unknown criterion {self.criterion!r}; accepted: {', '.join(CRITERIA)}.")
         # samples / seq_len / seed are checked where the batch is drawn (calibration_batch), with its messages.
         for name in ("micro_batch", "select_calib"):
             value = getattr(self, name)
@@ -73,7 +73,7 @@ class PruneSettings:
 
     @property
     def needs_data(self) -> bool:
-        return SCORERS[self.criterion].needs_data
+        return CRITERIA[self.criterion].needs_data
 
 
 @dataclass

@@ -8,7 +8,7 @@ import pytest
 
 import nirvana.bench.quality as q
 import nirvana.bench.quality_report as qr
-from nirvana.bench.quality_config import CRITERIA
+from nirvana.bench.quality_config import GRID_CRITERIA
 from nirvana.data.text import load_text
 from nirvana.measure.perplexity import make_windows
 from nirvana.search.calibration import AnchorSpec
@@ -42,7 +42,7 @@ def test_plan_jobs_reuses_candidate_zero_as_the_plain_row():
     for c in ("nirvana", "taylor", "wanda"):
         assert {j.calib_seed for j in jobs if j.criterion == c and j.allocation == "global"} == {0, 1, 2, 3}
     assert {(j.criterion, j.allocation) for j in jobs if j.criterion != "dense"} == {
-        (c, a) for c in CRITERIA for a in ("global", "uniform")
+        (c, a) for c in GRID_CRITERIA for a in ("global", "uniform")
     }
 
 

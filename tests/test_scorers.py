@@ -9,7 +9,7 @@ from conftest import random_batch
 from nirvana.models.architectures import layer_projections
 from nirvana.models.shapes import model_shape
 from nirvana.models.tiny import TINY_FAMILIES, tiny_model
-from nirvana.scoring.criteria import SCORERS, compute_scores
+from nirvana.scoring.criteria import CRITERIA, compute_scores
 
 
 def brute_force_units(model, saliency_of) -> tuple[torch.Tensor, torch.Tensor]:
@@ -141,7 +141,7 @@ def test_random_is_seeded_and_every_criterion_has_the_same_container():
     b = compute_scores(model, "random", seed=1, use_cache=False)
     c = compute_scores(model, "random", seed=2, use_cache=False)
     assert torch.equal(a.mlp, b.mlp) and not torch.equal(a.mlp, c.mlp)
-    for name in SCORERS:
+    for name in CRITERIA:
         s = compute_scores(model, name, batch, use_cache=False)
         assert s.attn.shape == (2, 2) and s.mlp.shape == (2, 48) and s.criterion == name
 

@@ -38,7 +38,7 @@ from nirvana.errors import NirvanaError, OutOfMemory
 from nirvana.models.shapes import count_parameters, model_shape
 from nirvana.pruning.allocation import default_gamma
 from nirvana.pruning.slicing import slice_at
-from nirvana.scoring.criteria import SCORERS, compute_scores
+from nirvana.scoring.criteria import CRITERIA, compute_scores
 from nirvana.search.calibration import AnchorSpec, anchor_batch, candidate_batch
 from nirvana.store.paths import benchmarks_dir
 
@@ -80,7 +80,7 @@ KEY = ("model", "variant", "task", "limit")
 
 @dataclass(frozen=True)
 class Variant:
-    criterion: str  # "dense" or a SCORERS name
+    criterion: str  # "dense" or a CRITERIA name
     allocation: str = "-"
     sparsity: float = 0.0
     gamma: float | None = None  # None: the analytic gamma*
@@ -195,7 +195,7 @@ class _Builder:
 
         if criterion not in self._scores:
             batch = None
-            if SCORERS[criterion].needs_data:
+            if CRITERIA[criterion].needs_data:
                 batch = candidate_batch(
                     self.lm.tokenizer, self.anchor, source=AnchorSpec().source, samples=32, seq_len=128, seed=0
                 )

@@ -39,8 +39,7 @@ from nirvana.measure.perplexity import perplexity
 from nirvana.models.shapes import count_parameters, model_shape
 from nirvana.pruning.allocation import default_gamma
 from nirvana.pruning.slicing import prune_and_measure
-from nirvana.scoring.criteria import CRITERIA as CRITERIA_TABLE
-from nirvana.scoring.criteria import compute_scores
+from nirvana.scoring.criteria import CRITERIA, compute_scores
 from nirvana.search.calibration import anchor_batch, candidate_batch
 
 
@@ -61,7 +60,7 @@ def plan_jobs(config: QualityConfig) -> list[Job]:
     """
 
     def seed0(c):
-        return 0 if CRITERIA_TABLE[c].needs_data else None
+        return 0 if CRITERIA[c].needs_data else None
 
     order = sorted(config.sparsities, key=lambda s: (s not in (0.2, 0.5), s))
     half = max(1, len(order) // 2)
@@ -70,7 +69,7 @@ def plan_jobs(config: QualityConfig) -> list[Job]:
         jobs += [Job(c, "global", seed0(c), s) for s in group for c in config.criteria]
         jobs += [Job(c, "uniform", seed0(c), s) for s in group for c in config.uniform_criteria]
         for c in config.select_criteria:
-            if CRITERIA_TABLE[c].needs_data:
+            if CRITERIA[c].needs_data:
                 jobs += [Job(c, "global", k, s) for s in group for k in range(1, config.candidates)]
     return jobs
 

@@ -8,13 +8,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nirvana.scoring.criteria import CRITERIA as CRITERIA_TABLE
+from nirvana.scoring.criteria import CRITERIA
 from nirvana.search.calibration import AnchorSpec
 from nirvana.store.paths import benchmarks_dir
 
 # The grid's order: the paper's criterion, then the baselines alphabetically (rows, plots, report).
-CRITERIA = tuple(sorted(CRITERIA_TABLE, key=lambda name: (name != "nirvana", name)))
-DATA_DRIVEN = tuple(c for c in CRITERIA if CRITERIA_TABLE[c].needs_data)  # scores depend on calibration data
+GRID_CRITERIA = tuple(sorted(CRITERIA, key=lambda name: (name != "nirvana", name)))
+DATA_DRIVEN = tuple(c for c in GRID_CRITERIA if CRITERIA[c].needs_data)  # scores depend on calibration data
 SPARSITIES = (0.1, 0.2, 0.3, 0.5)
 DATASETS = ("wikitext2", "ptb")
 DEFAULT_OUT = benchmarks_dir("quality")  # the checkout's benchmarks/quality; ./benchmarks/quality when installed
@@ -46,9 +46,9 @@ KEY = ("model", "criterion", "allocation", "calib_seed", "sparsity", "token_budg
 @dataclass
 class QualityConfig:
     model: str = "smollm2-135m"
-    criteria: tuple[str, ...] = CRITERIA
+    criteria: tuple[str, ...] = GRID_CRITERIA
     sparsities: tuple[float, ...] = SPARSITIES
-    uniform_criteria: tuple[str, ...] = CRITERIA
+    uniform_criteria: tuple[str, ...] = GRID_CRITERIA
     select_criteria: tuple[str, ...] = DATA_DRIVEN
     candidates: int = 4
     tokens: int = 16384  # per dataset

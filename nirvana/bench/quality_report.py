@@ -9,11 +9,11 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from nirvana.bench.quality_config import CRITERIA, DEFAULT_OUT, QualityConfig
+from nirvana.bench.quality_config import DEFAULT_OUT, GRID_CRITERIA, QualityConfig
 from nirvana.charts import CRITERION_COLORS
-from nirvana.scoring.criteria import CRITERIA as CRITERIA_TABLE
+from nirvana.scoring.criteria import CRITERIA
 
-_DATA_FREE = tuple(name for name, c in CRITERIA_TABLE.items() if not c.needs_data)  # magnitude, random
+_DATA_FREE = tuple(name for name, c in CRITERIA.items() if not c.needs_data)  # magnitude, random
 
 
 def committed_reports(directory: Path | None = None) -> list[Path]:
@@ -30,7 +30,7 @@ def config_from_rows(rows: list[dict], csv_path: Path | None = None) -> QualityC
 
     pruned = [r for r in rows if r["criterion"] != "dense"]
     present = {r["criterion"] for r in pruned}
-    order = [c for c in CRITERIA if c in present] + sorted(present - set(CRITERIA))
+    order = [c for c in GRID_CRITERIA if c in present] + sorted(present - set(GRID_CRITERIA))
     seeds: dict[tuple, set] = {}
     for r in pruned:
         if r["allocation"] == "global" and r["calib_seed"] != "":

@@ -24,7 +24,7 @@ from nirvana.bench.gamma import DEFAULT_OUT as GAMMA_OUT
 from nirvana.bench.gamma import GAMMAS, GammaBenchConfig, run_gamma_bench
 from nirvana.bench.gamma import write_outputs as write_gamma_outputs
 from nirvana.bench.quality import committed_rows, run_quality
-from nirvana.bench.quality_config import CRITERIA, DATA_DRIVEN, SPARSITIES, QualityConfig
+from nirvana.bench.quality_config import DATA_DRIVEN, GRID_CRITERIA, SPARSITIES, QualityConfig
 from nirvana.bench.quality_config import DEFAULT_OUT as QUALITY_OUT
 from nirvana.bench.quality_report import write_report
 from nirvana.bench.recovery import DEFAULT_OUT as RECOVERY_OUT
@@ -155,9 +155,11 @@ def _add_quality(bench_sub) -> None:
     p = bench_sub.add_parser("quality", help="perplexity and KL of every criterion/allocation/sparsity (CSV, md, PNG)")
     names, floats = parse_name_list, parse_float_list
     p.add_argument("--model", default="smollm2-135m")
-    p.add_argument("--criteria", type=names, default=CRITERIA, help="comma-separated criteria")
+    p.add_argument("--criteria", type=names, default=GRID_CRITERIA, help="comma-separated criteria")
     p.add_argument("--sparsities", type=floats, default=SPARSITIES)
-    p.add_argument("--uniform-criteria", type=names, default=CRITERIA, help="criteria also run with uniform allocation")
+    p.add_argument(
+        "--uniform-criteria", type=names, default=GRID_CRITERIA, help="criteria also run with uniform allocation"
+    )
     p.add_argument(
         "--select-criteria", type=names, default=DATA_DRIVEN, help="criteria given KL-guided calibration (data-driven)"
     )

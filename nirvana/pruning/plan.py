@@ -67,7 +67,7 @@ class PlanSettings:
         if self.allocation not in ALLOCATIONS:
             raise InvalidInput(f"allocation must be one of {', '.join(ALLOCATIONS)}, got {self.allocation!r}.")
         if not isinstance(self.criterion, str) or not self.criterion:
-            raise InvalidInput(f"criterion must be a criterion name (see nirvana.SCORERS), got {self.criterion!r}.")
+            raise InvalidInput(f"criterion must be a criterion name (see nirvana.CRITERIA), got {self.criterion!r}.")
         if self.calibration is not None and not isinstance(self.calibration, dict):
             raise InvalidInput(
                 f"calibration must be the scores' calibration description (a dict) or None, got {self.calibration!r}."

@@ -255,8 +255,6 @@ CRITERIA: dict[str, Criterion] = {
         ),
     )
 }
-# The public name (`nirvana.SCORERS`): the same table, `SCORERS[name].score(...)`.
-SCORERS = CRITERIA
 # The criteria whose scores depend on calibration data (the ones a calibration search can help).
 DATA_CRITERIA = tuple(name for name, c in CRITERIA.items() if c.needs_data)
 
