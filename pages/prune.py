@@ -319,7 +319,7 @@ def _accuracy(lm, pruned) -> None:
         allow = st.checkbox("Run MBPP's generated code in that sandbox", key="acc_allow_code")
     if not tasks:
         return
-    eta = accuracy.estimate_seconds(tasks, int(limit), accuracy.measured_rates())
+    eta = accuracy.estimate_eval_seconds(tasks, int(limit), accuracy.measured_rates())
     c[2].caption(
         f"Estimated **{eta / 60:.1f} min** for dense + pruned (from the examples/s the accuracy benchmark "
         "measured on this kind of machine; repeats are instant, from the cache)."

@@ -10,7 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from nirvana.models.fingerprint import model_fingerprint
-from nirvana.runs import list_runs, open_run
+from nirvana.runs import clean_incomplete, list_runs, open_run
 from ui import frame, state
 from ui.errors import guard
 
@@ -18,7 +18,8 @@ EXPLANATION = """
 **What is shown.** Every *Apply the plan* and every perplexity measurement on the Prune page, and
 every `python -m nirvana prune / eval / compare / select-calib / gamma-search`, is written to the
 runs folder (`NIRVANA_RUNS_DIR`, default inside the cache). A run is written to a temporary
-folder and renamed into place when complete, so an interrupted run never appears here.
+folder and renamed into place when complete, so an interrupted run never appears here (its
+unfinished folder is removed when this page opens, once its writer has stopped).
 
 **Reopen** a run to see its settings, report and metrics; a run that holds a plan can be loaded
 back (for the model it was made for: plans store unit indices that only make sense for their
@@ -38,6 +39,9 @@ def _table(runs) -> pd.DataFrame:
 def main() -> None:
     st.title("Past runs")
     frame.explain(EXPLANATION)
+    removed = clean_incomplete()  # folders of interrupted runs whose writer process is gone
+    if removed:
+        st.caption(f"Removed {len(removed)} unfinished run folder(s) left by an interrupted prune or evaluation.")
     runs = list_runs()
     if not runs:
         st.info("No completed runs yet: apply a plan on the **Prune & compare** page (or run `nirvana prune`).")

@@ -72,7 +72,7 @@ def smollm2_dir(smollm2):
 
 @pytest.fixture
 def tiny_llama():
-    from nirvana.models.tiny import tiny_model
+    from tests.tiny import tiny_model
 
     return tiny_model("llama")
 
@@ -80,7 +80,7 @@ def tiny_llama():
 @pytest.fixture(scope="session")
 def tiny_with_tokenizer_dir(tmp_path_factory, smollm2):
     """A tiny random Llama saved with SmolLM2's tokenizer (vocab 49152): a real model folder for CLI tests."""
-    from nirvana.models.tiny import tiny_model
+    from tests.tiny import tiny_model
 
     path = tmp_path_factory.mktemp("tiny-llama-tok")
     model = tiny_model("llama", vocab_size=len(smollm2.tokenizer))
@@ -125,7 +125,7 @@ def tiny_gguf(tmp_path_factory):
 
     Its byte-level tokenizer adds a BOS token and its chat template writes one too.
     """
-    from nirvana.models.tiny import tiny_model
+    from tests.tiny import tiny_model
     from tests.tiny_gguf import VOCAB, write_gguf
 
     model = tiny_model("qwen2", vocab_size=VOCAB)

@@ -26,7 +26,7 @@ def tiny_with_tokenizer(folder: Path) -> Path:
     from transformers import AutoTokenizer
 
     from nirvana.checkpoints.loading import embedded_model_dir
-    from nirvana.models.tiny import tiny_model
+    from tests.tiny import tiny_model
 
     tok = AutoTokenizer.from_pretrained(embedded_model_dir("smollm2-135m"))
     tiny_model("llama", vocab_size=len(tok)).save_pretrained(folder)

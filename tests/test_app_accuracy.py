@@ -38,8 +38,8 @@ def test_accuracy_tab_measures_dense_and_pruned_with_error_bars(at, tiny, monkey
 
 
 def test_estimate_uses_measured_rates_and_falls_back(tmp_path):
-    assert accuracy.estimate_seconds(["piqa"], 100, {"piqa": 2.0}) == pytest.approx(100.0)  # 50 s x 2 models
-    assert accuracy.estimate_seconds(["zeroshot7"], 10, {}) > 0
+    assert accuracy.estimate_eval_seconds(["piqa"], 100, {"piqa": 2.0}) == pytest.approx(100.0)  # 50 s x 2 models
+    assert accuracy.estimate_eval_seconds(["zeroshot7"], 10, {}) > 0
     (tmp_path / "accuracy-m.csv").write_text(
         "variant,task,examples_per_s\ndense,piqa,1.0\ndense,piqa,3.0\nnirvana s=0.2 gamma*,piqa,9\n"
     )

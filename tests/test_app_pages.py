@@ -350,13 +350,19 @@ def test_invalid_input_shows_the_library_message(at):
 def test_runs_page_lists_past_runs_in_a_new_session_and_reopens_a_plan(at):
     from streamlit.testing.v1 import AppTest
 
+    from nirvana.runs import runs_root
+
     plan = apply_a_plan(at, 0.5)
     assert any("Recorded as run" in s.value for s in at.success)
+    killed = runs_root() / ".tmp-20260101T000000000000Z-prune-dddddd"  # a run whose writer was killed midway
+    killed.mkdir()
+    (killed / "owner.json").write_text('{"pid": 4206599}')  # above pid_max: never a live process
     # A new session (as after a restart: nothing in session state) finds the run on disk.
     fresh = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
     fresh.run()
     fresh.switch_page("pages/runs.py").run()
     no_errors(fresh)
+    assert not killed.exists() and any("Removed 1 unfinished" in c.value for c in fresh.caption)
     table = fresh.dataframe[0].value
     assert table["kind"].tolist() == ["prune"] and table["sparsity"].iloc[0] == 0.5
     assert table["achieved_block_sparsity"].iloc[0] == plan.stats["achieved_block_sparsity"]

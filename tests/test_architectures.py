@@ -8,7 +8,7 @@ import torch
 from nirvana.errors import UnsupportedArchitecture
 from nirvana.models.architectures import ARCHITECTURES, get_architecture, layer_projections, supported_model_types
 from nirvana.models.shapes import head_dim_of, model_shape
-from nirvana.models.tiny import TINY_FAMILIES, tiny_config, tiny_model
+from tests.tiny import TINY_FAMILIES, tiny_config, tiny_model
 
 
 @pytest.mark.parametrize("family", TINY_FAMILIES)

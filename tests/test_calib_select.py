@@ -15,10 +15,10 @@ from nirvana.errors import InvalidInput
 from nirvana.measure.kl import DenseReference, kl_to_dense
 from nirvana.models.fingerprint import model_fingerprint
 from nirvana.models.shapes import model_shape
-from nirvana.models.tiny import tiny_model
 from nirvana.pruning.allocation import allocate
 from nirvana.pruning.slicing import apply_plan
 from nirvana.scoring.criteria import compute_scores
+from tests.tiny import tiny_model
 
 
 class CharTokenizer:

@@ -11,10 +11,10 @@ from conftest import random_batch
 from nirvana.checkpoints.pruned import load_pruned, save_pruned
 from nirvana.errors import CorruptCheckpoint
 from nirvana.models.shapes import model_shape
-from nirvana.models.tiny import tiny_model
 from nirvana.pruning.allocation import allocate
 from nirvana.pruning.slicing import apply_plan
 from nirvana.scoring.criteria import compute_scores
+from tests.tiny import tiny_model
 
 
 def pruned_tiny(family="qwen2", sparsity=0.5, attn_implementation="eager", **overrides):

@@ -13,8 +13,8 @@ import nirvana
 from nirvana import charts
 from nirvana.bench import quality_config as quality
 from nirvana.errors import InvalidInput
-from nirvana.models.tiny import tiny_model
 from nirvana.scoring.criteria import CRITERIA, DATA_CRITERIA, Criterion, compute_scores, get_criterion
+from tests.tiny import tiny_model
 
 HEX = re.compile(r"^#[0-9a-f]{6}$")
 

@@ -19,12 +19,12 @@ import torch
 from nirvana.checkpoints.loading import resolve_device, resolve_dtype
 from nirvana.models.fingerprint import model_fingerprint
 from nirvana.models.shapes import model_shape
-from nirvana.models.tiny import tiny_model
 from nirvana.pruning.allocation import allocate
 from nirvana.pruning.slicing import apply_plan
 from nirvana.scoring.criteria import compute_scores, gradient_saliency, nirvana_objective
 from nirvana.scoring.hooks import hook_saliency, resolve_method
 from tests.conftest import random_batch
+from tests.tiny import tiny_model
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -24,11 +24,11 @@ from nirvana.checkpoints.pruned import save_pruned
 from nirvana.export.card import CARD_FILE, write_model_card
 from nirvana.export.modeling import CLASS_FOR_MODEL_TYPE, MODELING_FILE, MODELING_SOURCE, is_stock_loadable
 from nirvana.models.shapes import model_shape
-from nirvana.models.tiny import TINY_FAMILIES, tiny_config, tiny_model
 from nirvana.pruning.allocation import allocate
 from nirvana.pruning.plan import PruningPlan
 from nirvana.pruning.slicing import apply_plan
 from nirvana.scoring.criteria import compute_scores
+from tests.tiny import TINY_FAMILIES, tiny_config, tiny_model
 
 ROOT = Path(__file__).resolve().parents[1]
 NEW_TOKENS = 8

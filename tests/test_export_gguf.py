@@ -16,10 +16,10 @@ from nirvana.checkpoints.pruned import save_pruned
 from nirvana.errors import InvalidInput, UnsupportedArchitecture
 from nirvana.export.gguf import unpermute, write_gguf
 from nirvana.models.shapes import model_shape
-from nirvana.models.tiny import tiny_model
 from nirvana.pruning.allocation import allocate
 from nirvana.pruning.slicing import apply_plan
 from nirvana.scoring.criteria import compute_scores
+from tests.tiny import tiny_model
 
 
 def pruned_folder(tmp_path, tokenizer, family="llama", base_model="smollm2-135m"):

@@ -12,11 +12,11 @@ from nirvana.cli import main
 from nirvana.errors import InvalidInput
 from nirvana.measure.kl import DenseReference, kl_to_dense
 from nirvana.models.shapes import model_shape
-from nirvana.models.tiny import tiny_model
 from nirvana.pruning.allocation import allocate, default_gamma
 from nirvana.pruning.slicing import apply_plan
 from nirvana.scoring.criteria import compute_scores
 from tests.conftest import random_batch
+from tests.tiny import tiny_model
 
 
 def _setup():

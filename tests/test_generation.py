@@ -74,7 +74,7 @@ def test_sampling_is_reproducible_with_a_seed(tiny_lm):
 
 
 def test_side_by_side_rows(tiny_lm):
-    from nirvana.models.tiny import tiny_model
+    from tests.tiny import tiny_model
 
     model, tok = tiny_lm
     other = tiny_model("llama", seed=7, vocab_size=len(tok))

@@ -13,7 +13,7 @@ from nirvana.checkpoints.loading import load_model
 from nirvana.checkpoints.pruned import load_pruned
 from nirvana.cli import main
 from nirvana.errors import CorruptCheckpoint
-from nirvana.models.tiny import tiny_model
+from tests.tiny import tiny_model
 from tests.tiny_gguf import FAMILIES, VOCAB, write_gguf
 
 IDS = torch.randint(0, VOCAB, (2, 12), generator=torch.Generator().manual_seed(0))

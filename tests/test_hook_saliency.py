@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from nirvana.errors import InvalidInput
-from nirvana.models.tiny import TINY_FAMILIES, tiny_model
 from nirvana.scoring.criteria import compute_scores, gradient_saliency, lm_loss_objective, nirvana_objective
 from nirvana.scoring.hooks import hook_saliency, resolve_method
 from tests.conftest import random_batch
+from tests.tiny import TINY_FAMILIES, tiny_model
 
 OBJECTIVES = {"nirvana": nirvana_objective, "taylor": lm_loss_objective}
 

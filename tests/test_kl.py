@@ -10,10 +10,10 @@ import torch
 from nirvana.measure.kl import DenseReference, kl_to_dense, log_probs, token_kl
 from nirvana.models.fingerprint import model_fingerprint
 from nirvana.models.shapes import model_shape
-from nirvana.models.tiny import tiny_model
 from nirvana.pruning.allocation import allocate
 from nirvana.pruning.slicing import apply_plan
 from nirvana.scoring.criteria import compute_scores
+from tests.tiny import tiny_model
 
 
 def _ids(n=6, t=12, vocab=64, seed=0):

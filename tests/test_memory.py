@@ -9,8 +9,8 @@ from nirvana.data.calibration import CalibrationBatch
 from nirvana.errors import OutOfMemory
 from nirvana.guard import memory
 from nirvana.models.shapes import count_block_parameters, count_parameters
-from nirvana.models.tiny import tiny_model
 from nirvana.scoring.criteria import compute_scores
+from tests.tiny import tiny_model
 
 
 def test_arch_sizes_match_the_built_model():

@@ -9,11 +9,11 @@ from conftest import random_batch
 from nirvana.checkpoints.loaded import LoadedModel
 from nirvana.errors import InvalidInput, PlanMismatch
 from nirvana.models.shapes import count_parameters, model_shape
-from nirvana.models.tiny import tiny_model
 from nirvana.pipeline import PruneSettings, check_scores_match, prune, prune_and_measure
 from nirvana.pruning.allocation import allocate
 from nirvana.pruning.slicing import apply_plan, plan_signature, planned_shape
 from nirvana.scoring.criteria import compute_scores
+from tests.tiny import tiny_model
 
 
 def _lm(family: str = "llama", seed: int = 0) -> LoadedModel:

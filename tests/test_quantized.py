@@ -10,11 +10,11 @@ import torch
 
 from nirvana.errors import InvalidInput
 from nirvana.models.architectures import layer_projections
-from nirvana.models.tiny import tiny_model
 from nirvana.models.weights import dense_weight
 from nirvana.scoring.criteria import compute_scores, gradient_saliency, nirvana_objective
 from nirvana.scoring.hooks import hook_saliency, resolve_method
 from tests.conftest import random_batch
+from tests.tiny import tiny_model
 
 pytest.importorskip("bitsandbytes")
 

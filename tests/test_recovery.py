@@ -14,7 +14,6 @@ from conftest import random_batch
 from nirvana.checkpoints.pruned import load_pruned
 from nirvana.errors import InvalidInput
 from nirvana.models.shapes import model_shape
-from nirvana.models.tiny import TINY_FAMILIES, tiny_model
 from nirvana.pruning.allocation import allocate
 from nirvana.pruning.slicing import apply_plan
 from nirvana.recovery.config import RecoveryConfig
@@ -22,6 +21,7 @@ from nirvana.recovery.data import RecoveryData
 from nirvana.recovery.save import load_recovery_record, save_recovered
 from nirvana.recovery.train import recover, target_module_names
 from nirvana.scoring.criteria import compute_scores
+from tests.tiny import TINY_FAMILIES, tiny_model
 
 FAST = dict(r=4, alpha=8, batch_size=4, micro_batch_size=2, seq_len=16, eval_every=2, eval_sequences=2)
 

@@ -10,7 +10,8 @@ import torch
 import nirvana.recovery.data as rdata
 from nirvana.errors import DatasetNotFound, InvalidInput
 from nirvana.recovery.config import RecoveryConfig
-from nirvana.recovery.data import PROMPT_NO_INPUT, data_for, format_instruction, load_documents, recovery_data
+from nirvana.recovery.data import PROMPT_NO_INPUT, data_for, format_instruction, load_documents
+from tests.support import recovery_data
 
 ROWS = [
     {"instruction": "Name a colour.", "input": "", "output": "Blue."},

@@ -11,9 +11,9 @@ from nirvana.models.shapes import model_shape
 from nirvana.pruning.allocation import allocate
 from nirvana.pruning.slicing import apply_plan
 from nirvana.recovery.config import RecoveryConfig
-from nirvana.recovery.data import recovery_data
 from nirvana.recovery.train import recover
 from nirvana.scoring.criteria import compute_scores
+from tests.support import recovery_data
 
 
 @pytest.mark.slow

@@ -226,8 +226,8 @@ def test_an_interrupted_cli_prune_leaves_no_run(tiny_with_tokenizer_dir, tmp_pat
 
 
 def test_cached_scores_are_never_reused_for_another_model_or_batch(tmp_path):
-    from nirvana.models.tiny import tiny_model
     from nirvana.scoring.criteria import compute_scores
+    from tests.tiny import tiny_model
 
     a, b = tiny_model("llama", seed=0), tiny_model("llama", seed=1)  # same shapes, other weights
     x, y = random_batch(seed=0), random_batch(seed=1)
@@ -258,8 +258,8 @@ def test_cached_scores_are_never_reused_for_another_model_or_batch(tmp_path):
 def test_the_same_weights_reloaded_from_disk_do_reuse_the_cache(tmp_path):
     from transformers import AutoModelForCausalLM
 
-    from nirvana.models.tiny import tiny_model
     from nirvana.scoring.criteria import compute_scores
+    from tests.tiny import tiny_model
 
     model = tiny_model("llama", seed=0)
     compute_scores(model, "magnitude")

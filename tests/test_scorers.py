@@ -8,8 +8,8 @@ from conftest import random_batch
 
 from nirvana.models.architectures import layer_projections
 from nirvana.models.shapes import model_shape
-from nirvana.models.tiny import TINY_FAMILIES, tiny_model
 from nirvana.scoring.criteria import CRITERIA, compute_scores
+from tests.tiny import TINY_FAMILIES, tiny_model
 
 
 def brute_force_units(model, saliency_of) -> tuple[torch.Tensor, torch.Tensor]:

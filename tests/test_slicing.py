@@ -11,10 +11,10 @@ from conftest import random_batch
 from nirvana.errors import PlanMismatch
 from nirvana.models.architectures import layer_projections
 from nirvana.models.shapes import count_block_parameters, count_parameters, model_shape
-from nirvana.models.tiny import TINY_FAMILIES, tiny_model
 from nirvana.pruning.allocation import allocate
 from nirvana.pruning.slicing import apply_plan
 from nirvana.scoring.criteria import compute_scores
+from tests.tiny import TINY_FAMILIES, tiny_model
 
 
 def masked_copy(model, plan):

@@ -48,7 +48,7 @@ def test_eos_does_not_stop_decode_early(tiny_llama):
 
 
 def test_models_are_measured_interleaved_on_the_same_prompts():
-    from nirvana.models.tiny import tiny_model
+    from tests.tiny import tiny_model
 
     a, b = tiny_model("llama", seed=0), tiny_model("llama", seed=1)
     seen = []

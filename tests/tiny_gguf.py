@@ -58,7 +58,7 @@ def _tokens(vocab_size: int) -> tuple[list[str], list[int]]:
 
 
 def write_gguf(model, path: str | Path) -> Path:
-    """Write `model` (a Llama or Qwen2 from `nirvana.models.tiny.tiny_model`) to `path` as an F32 GGUF."""
+    """Write `model` (a Llama or Qwen2 from `tests.tiny.tiny_model`) to `path` as an F32 GGUF."""
     import gguf
 
     cfg = model.config

@@ -43,7 +43,7 @@ def measured_rates(model_name: str = "smollm2-135m", bench_dir: Path = BENCH_DIR
     return {t: statistics.median(v) for t, v in rates.items()}
 
 
-def estimate_seconds(tasks: list[str], limit: int, rates: dict[str, float], models: int = 2) -> float:
+def estimate_eval_seconds(tasks: list[str], limit: int, rates: dict[str, float], models: int = 2) -> float:
     """Seconds for `models` models (dense + pruned) on `tasks` at `limit` examples each."""
     total = 0.0
     for t in resolve_tasks(tasks):

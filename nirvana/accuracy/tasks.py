@@ -26,7 +26,6 @@ from nirvana.accuracy.data import LOCAL_SOURCES, local_dataset
 from nirvana.errors import InvalidInput
 
 ZEROSHOT7 = ("arc_easy", "arc_challenge", "boolq", "hellaswag", "openbookqa", "piqa", "winogrande")
-CODE_TASKS = ("mbpp", "humaneval")
 GROUPS = {"zeroshot7": ZEROSHOT7}
 ALIASES = {"lambada": "lambada_openai"}
 SOURCES = ("auto", "local", "hub")

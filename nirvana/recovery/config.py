@@ -104,10 +104,6 @@ class RecoveryConfig:
     def total_tokens(self) -> int:
         return self.total_steps * self.tokens_per_step
 
-    @property
-    def scaling(self) -> float:
-        return self.alpha / self.r
-
     def to_dict(self) -> dict:
         d = asdict(self)
         d["target_modules"] = list(self.target_modules)

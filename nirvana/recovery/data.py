@@ -113,31 +113,6 @@ def load_documents(source: str = "auto") -> tuple[list[str], dict]:
     return docs, info
 
 
-def recovery_data(
-    tokenizer, source: str = "auto", *, seq_len: int, train_sequences: int, heldout_sequences: int, seed: int = 0
-) -> RecoveryData:
-    """Tokenize `source` into shuffled training windows and a disjoint held-out tail.
-
-    Only as much text as the budget needs is tokenized; a budget larger than the data repeats it
-    (epochs > 1, recorded), each epoch in a new seeded order.
-
-    Example:
-        >>> data = recovery_data(tok, "calibration", seq_len=128, train_sequences=64, heldout_sequences=8)
-        >>> data.train.shape, data.info["dataset"]
-        (torch.Size([64, 128]), 'wikitext2:validation')
-    """
-    docs, info = load_documents(source)
-    return tokenize_documents(
-        tokenizer,
-        docs,
-        info,
-        seq_len=seq_len,
-        train_sequences=train_sequences,
-        heldout_sequences=heldout_sequences,
-        seed=seed,
-    )
-
-
 def data_for(config: RecoveryConfig, tokenizer, docs: list[str], info: dict) -> RecoveryData:
     """Documents from `load_documents`, tokenized to `config`'s budget: total_steps x batch_size
     training windows of seq_len tokens and eval_sequences held out, in config.seed's order. The CLI,
@@ -156,7 +131,9 @@ def data_for(config: RecoveryConfig, tokenizer, docs: list[str], info: dict) -> 
 def tokenize_documents(
     tokenizer, docs: list[str], info: dict, *, seq_len: int, train_sequences: int, heldout_sequences: int, seed: int = 0
 ) -> RecoveryData:
-    """The tokenizing half of `recovery_data`, for documents already resolved by `load_documents`."""
+    """Tokenize documents resolved by `load_documents` into shuffled training windows and a disjoint
+    held-out tail. Only as much text as the budget needs is tokenized; a budget larger than the data
+    repeats it (epochs > 1, recorded), each epoch in a new seeded order."""
     docs = list(docs)
     if info["kind"] == "instructions":
         random.Random(seed).shuffle(docs)  # independent examples: any order; plain text keeps its order

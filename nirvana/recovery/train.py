@@ -10,7 +10,6 @@ weights: the result is again a plain model of the same per-layer widths.
 from __future__ import annotations
 
 import copy
-import math
 import resource
 import sys
 import time
@@ -157,8 +156,9 @@ def recover(
     loss or gradient stops the run and keeps the last good state (status "nan").
 
     Example:
-        >>> data = recovery_data(tok, "calibration", seq_len=128, train_sequences=16 * 30, heldout_sequences=8)
-        >>> result = recover(pruned, data, RecoveryConfig(steps=30))
+        >>> config = RecoveryConfig(steps=30)
+        >>> docs, info = load_documents("calibration")
+        >>> result = recover(pruned, data_for(config, tok, docs, info), config)
         >>> result.heldout_loss[0][1] > result.heldout_loss[-1][1]
         True
     """
@@ -368,14 +368,3 @@ def _restore(params: list[torch.Tensor], saved: list[torch.Tensor]) -> None:
 
 def _peft_version() -> str:
     return version("peft")
-
-
-def lora_parameter_count(model: nn.Module, config: RecoveryConfig) -> int:
-    """Trainable LoRA parameters for `model`: r * (in + out) per target projection."""
-    targets = set(target_module_names(model, config))
-    return sum(config.r * (m.in_features + m.out_features) for n, m in model.named_modules() if n in targets)
-
-
-def estimate_seconds(tokens_per_second: float, config: RecoveryConfig) -> float:
-    """Wall time of a budget at a measured training speed (held-out evaluation not included)."""
-    return math.inf if tokens_per_second <= 0 else config.total_tokens / tokens_per_second
