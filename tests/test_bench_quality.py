@@ -57,7 +57,7 @@ def test_run_is_resumable_and_report_is_written(tiny_with_tokenizer_dir, tmp_pat
     pruned = [r for r in rows if r["criterion"] != "dense"]
     assert all(float(r["kl"]) > 0 for r in pruned)
     # a second run finds every row in the CSV and computes nothing
-    monkeypatch.setattr(q, "_Runner", lambda *a: pytest.fail("nothing should be recomputed"))
+    monkeypatch.setattr(q, "QualityWorker", lambda *a: pytest.fail("nothing should be recomputed"))
     assert len(q.run_quality(config, log=lambda m: None)) == len(rows)
     with open(config.csv_path) as f:
         assert len(list(csv.DictReader(f))) == len(rows)
