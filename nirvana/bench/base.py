@@ -35,7 +35,7 @@ from typing import Any, ClassVar, Protocol
 from nirvana.bench.rows import read_rows, row_key, store_row
 from nirvana.store.atomic import atomic_write_text
 
-__all__ = ["Benchmark", "Measured", "Worker", "pending", "row_key", "run", "store_row"]
+__all__ = ["Benchmark", "Measured", "WholeRun", "Worker", "pending", "progress_log", "row_key", "run", "store_row"]
 
 
 @dataclass
@@ -85,6 +85,23 @@ class Benchmark:
     def result(self, config, measured: list[dict]) -> Any:
         """What `run` returns: every row of the CSV (or, without one, the rows measured now)."""
         return read_rows(self.path(config)) if self.columns else measured
+
+
+class WholeRun(Benchmark):
+    """A benchmark measured in one job (its models timed together, interleaved): no CSV to resume,
+    the job always runs, and `run` returns the document it measured."""
+
+    def key(self, config, job) -> tuple[str, ...]:
+        return (self.name,)
+
+    def result(self, config, measured: list[dict]) -> dict:
+        (document,) = measured
+        return document
+
+
+def progress_log(log: Callable[[str], None]) -> Callable[[float, str], None]:
+    """A `progress(fraction, message)` callback that writes to `log`."""
+    return lambda fraction, message: log(f"[{fraction:4.0%}] {message}")
 
 
 def pending(bench: Benchmark, config, jobs: list | None = None) -> list:
