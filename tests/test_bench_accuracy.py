@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from nirvana.accuracy.tasks import PAPER_METRIC, ZEROSHOT7
-from nirvana.bench.accuracy import COLUMNS, KEY, AccuracyConfig, kl_best_gammas, pending, plan_jobs
+from nirvana.bench.accuracy import ACCURACY, COLUMNS, KEY, AccuracyConfig, kl_best_gammas, plan_jobs
 from nirvana.bench.accuracy_report import summarize, write_report
+from nirvana.bench.base import pending
 from nirvana.bench.rows import store_row
 
 
@@ -60,12 +61,12 @@ def _rows(variant: str, sparsity: float, value: float) -> list[dict]:
 
 def test_rows_resume_and_the_report_has_the_average_and_winners(tmp_path):
     config = AccuracyConfig(model="m", out_dir=tmp_path, lambada_limit=0)
-    before = len(pending(config))
+    before = len(pending(ACCURACY, config))
     for row in (
         _rows("dense", 0.0, 0.5) + _rows("nirvana s=0.2 gamma*", 0.2, 0.45) + _rows("taylor s=0.2 gamma*", 0.2, 0.47)
     ):
         store_row(config.csv_path, row, COLUMNS, KEY)
-    assert len(pending(config)) == before - 3 * 7  # the rows already there are skipped on a rerun
+    assert len(pending(ACCURACY, config)) == before - 3 * 7  # the rows already there are skipped on a rerun
     from nirvana.bench.accuracy import read_rows
 
     rows = read_rows(config.csv_path)

@@ -32,8 +32,7 @@ from pathlib import Path
 from nirvana.accuracy.harness import run_accuracy
 from nirvana.accuracy.tasks import ZEROSHOT7
 from nirvana.bench.accuracy_report import write_report
-from nirvana.bench.base import Benchmark, Measured, run
-from nirvana.bench.base import pending as base_pending
+from nirvana.bench.base import Benchmark, Measured
 from nirvana.bench.environment import machine_label
 from nirvana.bench.rows import read_rows
 from nirvana.checkpoints.loading import load_model
@@ -206,11 +205,6 @@ class AccuracyBench(Benchmark):
 ACCURACY = AccuracyBench()
 
 
-def pending(config: AccuracyConfig, jobs: list | None = None) -> list[AccuracyJob]:
-    """The jobs whose row is not yet in the CSV (what a rerun still has to do)."""
-    return base_pending(ACCURACY, config, jobs)
-
-
 class AccuracyWorker:
     """Loads the model once, scores each criterion once, and builds pruned models on demand."""
 
@@ -309,8 +303,3 @@ def _row(config, job: AccuracyJob, result: dict, facts: dict, machine: str) -> d
         "finished_utc": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S"),
         "machine": machine,
     }
-
-
-def run_accuracy_bench(config: AccuracyConfig, log=print) -> list[dict]:
-    """Run (or resume) the grid, writing each finished row; return every row of the CSV."""
-    return run(ACCURACY, config, log)

@@ -11,8 +11,9 @@ A benchmark is a `Benchmark` subclass that says, in a few small methods and clas
 - `complete(row, config)`: whether a row already on disk needs no rerun (default: being there);
 - `worker(config, log)`: what measures a job, `worker.run(job) -> Measured`. It holds what the
   jobs share (the loaded model, scores, the dense reference) and writes nothing;
-- `columns` and `path(config)`: the CSV; `report` (after every row when `report_each_row`) and
-  `result` (what `run` returns).
+- `columns` and `path(config)`: the CSV; `committed(config)`: its rows that belong to `config`;
+  `report(rows, config)`: markdown and plots (after every row too when `report_each_row`);
+  `result`: what `run` returns.
 
 `run(bench, config)` does the rest: it skips the jobs whose complete row is on disk, measures the
 others in order and writes each row (and its side files) atomically before the next job starts;
@@ -79,12 +80,16 @@ class Benchmark:
     def complete(self, row: dict, config) -> bool:
         return True
 
+    def committed(self, config) -> list[dict]:
+        """The rows already in the CSV that belong to `config` (what `--report-only` reports)."""
+        return read_rows(self.path(config))
+
     def report(self, rows: list[dict], config) -> Any:
         return None
 
     def result(self, config, measured: list[dict]) -> Any:
-        """What `run` returns: every row of the CSV (or, without one, the rows measured now)."""
-        return read_rows(self.path(config)) if self.columns else measured
+        """What `run` returns: the committed rows (or, without a CSV, the rows measured now)."""
+        return self.committed(config) if self.columns else measured
 
 
 class WholeRun(Benchmark):

@@ -44,8 +44,8 @@ class GammaBenchConfig:
     gammas: tuple[float, ...] = GAMMAS
     samples: int = 32
     seq_len: int = 128
-    anchor_samples: int = 128
-    anchor_seq_len: int = 64
+    anchor_samples: int = AnchorSpec.samples
+    anchor_seq_len: int = AnchorSpec.seq_len
     out_dir: Path = DEFAULT_OUT
 
     def __post_init__(self) -> None:
@@ -99,7 +99,7 @@ class GammaWorker:
 
     def run(self, job: GammaJob) -> Measured:
         config, lm, log, criterion = self.config, self.lm, self.log, job.criterion
-        anchor, spec = self.anchor, anchor_spec(config)
+        anchor, spec, reference, grid = self.anchor, anchor_spec(config), self.reference, self.grid
         batch = None
         if CRITERIA[criterion].needs_data:
             batch = candidate_batch(
@@ -111,12 +111,12 @@ class GammaWorker:
         result = gamma_search(
             lm.model,
             scores,
-            self.reference,
-            gammas=self.grid,
+            reference,
+            gammas=grid,
             sparsities=config.sparsities,
             progress=lambda f, m, c=criterion: log(f"{c} [{f:.0%}] {m}"),
         )
-        row = {"criterion": criterion, "gammas": self.grid, "gamma_default": result.gamma_default}
+        row = {"criterion": criterion, "gammas": grid, "gamma_default": result.gamma_default}
         return Measured({**row, "result": result.to_dict()}, f"{criterion}: {len(result.points)} points")
 
 

@@ -35,7 +35,6 @@ import torch
 from transformers import AutoModelForCausalLM, LlamaConfig
 
 from nirvana.bench.base import Measured, WholeRun, progress_log
-from nirvana.bench.base import run as run_bench
 from nirvana.checkpoints.loading import resolve_device
 from nirvana.guard.memory import oom_guard
 from nirvana.measure.speed import device_info, measure_speeds
@@ -96,11 +95,6 @@ class GpuWorker:
         config = replace(self.config, tiny=job.architecture == "tiny", sparsities=job.sparsities)
         result = run_gpu_bench(config, self.progress)
         return Measured(result, f"{result['architecture']}: {len(result['results'])} models timed")
-
-
-def measure_gpu(config: GpuBenchConfig, log=print) -> dict:
-    """Build, prune and time the models of `config` (see `run_gpu_bench`); the result to write."""
-    return run_bench(GPU, config, log)
 
 
 def paper_a100() -> dict:

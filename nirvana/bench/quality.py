@@ -27,10 +27,12 @@ import datetime as dt
 import time
 from dataclasses import dataclass, replace
 from functools import partial
+from pathlib import Path
 
-from nirvana.bench.base import Benchmark, Measured, run
+from nirvana.bench.base import Benchmark, Measured
 from nirvana.bench.environment import machine_label
 from nirvana.bench.quality_config import COLUMNS, KEY, QualityConfig
+from nirvana.bench.quality_report import write_report
 from nirvana.bench.rows import read_rows, row_key
 from nirvana.checkpoints.loading import load_model
 from nirvana.data.text import load_text
@@ -91,7 +93,7 @@ def _fmt_key(config: QualityConfig, job: QualityJob) -> dict:
 
 
 class QualityBench(Benchmark):
-    """The grid on the shared runner (`nirvana.bench.base`); the report is rebuilt by the caller."""
+    """The grid on the shared runner (`nirvana.bench.base`); the report is rebuilt at the end."""
 
     name = "quality"
     columns, key_columns = COLUMNS, KEY
@@ -108,8 +110,13 @@ class QualityBench(Benchmark):
     def worker(self, config: QualityConfig, log) -> QualityWorker:
         return QualityWorker(config, log)
 
-    def result(self, config: QualityConfig, measured: list[dict]) -> list[dict]:
-        return committed_rows(config)
+    def committed(self, config: QualityConfig) -> list[dict]:
+        """The CSV rows of `config`'s grid (a CSV may hold rows of other grids, e.g. other budgets)."""
+        keys = {self.key(config, j) for j in plan_jobs(config)}
+        return [r for r in read_rows(config.csv_path) if row_key(r, KEY) in keys]
+
+    def report(self, rows: list[dict], config: QualityConfig) -> tuple[Path, str]:
+        return write_report(rows, config)
 
 
 QUALITY = QualityBench()
@@ -229,14 +236,3 @@ def evaluate_ppl(model, tokenizer, dataset, tokens: int, window: int) -> tuple[f
 
     result = perplexity(model, tokenizer, dataset, seq_len=window, max_tokens=tokens)
     return float(result.ppl), int(result.tokens)
-
-
-def run_quality(config: QualityConfig, log=print, progress=None) -> list[dict]:
-    """Run (or resume) the grid, writing each finished row to the CSV; return all rows of this config."""
-    return run(QUALITY, config, log, progress)
-
-
-def committed_rows(config: QualityConfig) -> list[dict]:
-    """The CSV rows of `config`'s grid that are already measured (what `--report-only` reports)."""
-    keys = {QUALITY.key(config, j) for j in plan_jobs(config)}
-    return [r for r in read_rows(config.csv_path) if row_key(r, KEY) in keys]

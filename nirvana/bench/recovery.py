@@ -28,10 +28,10 @@ from pathlib import Path
 import torch
 
 from nirvana.accuracy.harness import run_accuracy
-from nirvana.bench.base import Benchmark, Measured, run
+from nirvana.bench.base import Benchmark, Measured
 from nirvana.bench.environment import machine_label
 from nirvana.bench.quality import evaluate_ppl, text_prefix
-from nirvana.bench.rows import read_rows, row_key
+from nirvana.bench.rows import row_key
 from nirvana.checkpoints.loading import load_model
 from nirvana.data.text import load_text
 from nirvana.models.shapes import count_parameters
@@ -174,11 +174,6 @@ class RecoveryBench(Benchmark):
 RECOVERY = RecoveryBench()
 
 
-def committed_rows(config: RecoveryBenchConfig) -> list[dict]:
-    """Every row already in the CSV (what `--report-only` reports)."""
-    return read_rows(config.csv_path)
-
-
 def acc7(model, tokenizer, config: RecoveryBenchConfig, log, label: str) -> tuple[float, float | None]:
     """(seven-task average, its standard error), in percent, on the first acc_limit examples per task."""
     t0 = time.perf_counter()
@@ -189,11 +184,6 @@ def acc7(model, tokenizer, config: RecoveryBenchConfig, log, label: str) -> tupl
     se = None if avg["stderr"] is None else round(100 * avg["stderr"], 2)
     log(f"  {label}: acc7 {100 * avg['value']:.2f} +- {se} ({time.perf_counter() - t0:.0f} s)")
     return round(100 * avg["value"], 2), se
-
-
-def run_recovery_bench(config: RecoveryBenchConfig, log=print) -> list[dict]:
-    """Run (or resume) the rows, writing each to the CSV and rebuilding the report after each."""
-    return run(RECOVERY, config, log)
 
 
 class RecoveryWorker:

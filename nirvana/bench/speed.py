@@ -23,7 +23,6 @@ from pathlib import Path
 import torch
 
 from nirvana.bench.base import Measured, WholeRun, progress_log
-from nirvana.bench.base import run as run_bench
 from nirvana.checkpoints.loading import DEFAULT_MODEL, load_model
 from nirvana.errors import InvalidInput
 from nirvana.measure.flops import flops_per_token
@@ -120,18 +119,15 @@ class SpeedWorker:
         return Measured(result, f"{job.model}: {len(result['rows'])} rows timed")
 
 
-def measure_speed(config: SpeedBenchConfig, log=print) -> dict:
-    """Load, prune and time the model of `config` (see `run_speed_bench`); the result to write."""
-    return run_bench(SPEED, config, log)
-
-
-def pruned_models(lm, sparsities, *, calib="wikitext2-valid", samples=32, seq_len=128, seed=0, progress=None):
-    """{sparsity: (model, plan or None)}; sparsity 0 is the dense model itself. NIRVANA scores, scored once."""
+def pruned_models(lm, sparsities, settings: SpeedBenchConfig = SpeedBenchConfig(), progress=None):
+    """{sparsity: (model, plan or None)}; sparsity 0 is the dense model itself. NIRVANA scores on the
+    calibration batch of `settings`, scored once."""
     models = {0.0: (lm.model, None)} if 0 in sparsities else {}
     if any(s > 0 for s in sparsities):
         # Scores do not depend on the sparsity: one scoring serves every model.
-        settings = PruneSettings(sparsity=0.0, calib=calib, samples=samples, seq_len=seq_len, seed=seed)
-        scores, _ = score(lm, settings, progress)
+        c = settings
+        calibration = PruneSettings(sparsity=0.0, calib=c.calib, samples=c.samples, seq_len=c.seq_len, seed=c.seed)
+        scores, _ = score(lm, calibration, progress)
         shape = model_shape(lm.model)
         for s in (s for s in sparsities if s > 0):
             plan, model = slice_at(lm.model, scores, s, shape=shape)
@@ -147,9 +143,7 @@ def run_speed_bench(lm, sparsities, settings: SpeedBenchConfig = SpeedBenchConfi
     if 0.0 not in sparsities:
         sparsities = [0.0, *sparsities]  # speed-ups need the dense reference
     c = settings
-    models = pruned_models(
-        lm, sparsities, calib=c.calib, samples=c.samples, seq_len=c.seq_len, seed=c.seed, progress=progress
-    )
+    models = pruned_models(lm, sparsities, settings, progress)
     speeds = measure_speeds(
         {s: m for s, (m, _) in models.items()},
         batch_sizes=c.batch_sizes,

@@ -15,18 +15,14 @@ from pathlib import Path
 from nirvana.accuracy.sandbox import code_execution_allowed
 from nirvana.accuracy.tasks import check_limit
 from nirvana.bench import gpu, speed
-from nirvana.bench.accuracy import AccuracyConfig, kl_best_gammas, run_accuracy_bench
-from nirvana.bench.accuracy import read_rows as accuracy_rows
-from nirvana.bench.accuracy import write_report as write_accuracy_report
+from nirvana.bench.accuracy import ACCURACY, AccuracyConfig, kl_best_gammas
+from nirvana.bench.base import Benchmark, run
 from nirvana.bench.gamma import GammaBenchConfig, run_gamma_bench
 from nirvana.bench.gamma import write_outputs as write_gamma_outputs
 from nirvana.bench.gpu import GpuBenchConfig
-from nirvana.bench.quality import committed_rows, run_quality
+from nirvana.bench.quality import QUALITY
 from nirvana.bench.quality_config import QualityConfig
-from nirvana.bench.quality_report import write_report
-from nirvana.bench.recovery import RecoveryBenchConfig, run_recovery_bench
-from nirvana.bench.recovery import committed_rows as recovery_rows
-from nirvana.bench.recovery import write_report as write_recovery_report
+from nirvana.bench.recovery import RECOVERY, RecoveryBenchConfig
 from nirvana.bench.speed import SpeedBenchConfig
 from nirvana.checkpoints.loading import resolve_device
 from nirvana.cli.common import add_model_args, config_from_args
@@ -120,6 +116,13 @@ def log(message: str) -> None:
     print(f"{dt.datetime.now(dt.UTC):%H:%M:%S} {message}", file=sys.stderr, flush=True)
 
 
+def run_or_report(bench: Benchmark, config, report_only: bool):
+    """Run (or resume) a CSV benchmark, or with `--report-only` take the rows already there; then
+    rebuild its report from them and return what `report` returns."""
+    rows = bench.committed(config) if report_only else run(bench, config, log)
+    return bench.report(rows, config)
+
+
 # ---------------------------------------------------------------- speed
 
 
@@ -136,7 +139,7 @@ def speed_config(args) -> SpeedBenchConfig:
 
 
 def cmd_speed(args) -> int:
-    result = speed.measure_speed(speed_config(args), log)
+    result = run(speed.SPEED, speed_config(args), log)
     paths = speed.write_outputs(result, Path(args.out))
     if args.json:
         print(json.dumps(result, indent=2, default=str))
@@ -162,7 +165,7 @@ def cmd_gpu(args) -> int:
             "the full benchmark builds an 8-billion-parameter model and needs a CUDA GPU (about 40 GB for the dense "
             "and both pruned copies); on this machine run `python -m nirvana bench gpu --tiny`."
         )
-    result = gpu.measure_gpu(config, log)
+    result = run(gpu.GPU, config, log)
     path = gpu.write_result(result, config.out)
     print(json.dumps(result, indent=2))
     print(f"wrote {path}", file=sys.stderr)
@@ -189,8 +192,7 @@ def quality_config(args) -> QualityConfig:
 
 def cmd_quality(args) -> int:
     config = quality_config(args)
-    rows = committed_rows(config) if args.report_only else run_quality(config, log)
-    md, text = write_report(rows, config)
+    md, text = run_or_report(QUALITY, config, args.report_only)
     print(text)
     log(f"wrote {config.csv_path}, {md} and plots")
     return 0
@@ -236,9 +238,7 @@ def cmd_recovery(args) -> int:
         raise InvalidInput(
             f"--acc-limit must be 0 (no accuracy) or a positive number of examples per task, got {args.acc_limit}."
         )
-    config = config_from_args(RecoveryBenchConfig, args)
-    rows = recovery_rows(config) if args.report_only else run_recovery_bench(config, log)
-    md = write_recovery_report(rows, config)
+    md = run_or_report(RECOVERY, config_from_args(RecoveryBenchConfig, args), args.report_only)
     print(md.read_text())
     return 0
 
@@ -268,8 +268,7 @@ def accuracy_config(args) -> AccuracyConfig:
 
 def cmd_accuracy(args) -> int:
     config = accuracy_config(args)
-    rows = accuracy_rows(config.csv_path) if args.report_only else run_accuracy_bench(config, log)
-    md, text = write_accuracy_report(rows, config)
+    md, text = run_or_report(ACCURACY, config, args.report_only)
     print(text)
     log(f"wrote {config.csv_path} and {md}")
     return 0
