@@ -20,9 +20,15 @@ others in order and writes each row (and its side files) atomically before the n
 a row whose key is already there (an incomplete one) replaces it in place. Errors a benchmark
 declares in `skip_errors` skip one job instead of ending the grid.
 
-Benchmarks whose measurement cannot be split into rows (speed: repeats interleaved across all
-models; gamma's JSON of whole searches) have no CSV (`columns = ()`): nothing to resume, every
-job runs, and `result` builds their document from the measured rows.
+Benchmarks without a CSV (`columns = ()`) have nothing to resume: every job runs. Speed and gpu
+are one job each (`WholeRun`: their models are timed together, repeats interleaved) and `run`
+returns that job's document; gamma runs one job per criterion and `run_gamma_bench` gathers them.
+
+Example:
+    >>> from nirvana.bench.quality import QUALITY, QualityConfig
+    >>> config = QualityConfig(sparsities=(0.2,))
+    >>> rows = run(QUALITY, config)  # measures only the rows not yet in the CSV
+    >>> md, text = QUALITY.report(rows, config)
 """
 
 from __future__ import annotations
