@@ -106,6 +106,7 @@ def test_bad_rank_is_a_friendly_message(app):
 def test_evidence_page_shows_the_recovery_benchmark(app, monkeypatch, tmp_path):
     import nirvana.bench.recovery as bench
     import ui.recovery
+    from nirvana.bench.rows import store_row
 
     monkeypatch.setattr(ui.recovery, "DEFAULT_OUT", tmp_path)
     pages = "pages" if (page_tests.ROOT / "pages" / "evidence.py").exists() else "app_pages"
@@ -128,7 +129,7 @@ def test_evidence_page_shows_the_recovery_benchmark(app, monkeypatch, tmp_path):
         "lora": "r8 a16 d0.05 lr0.0001 b16x128",
         "machine": "test machine",
     }
-    bench.append_row(tmp_path / "recovery.csv", row)
+    store_row(tmp_path / "recovery.csv", row, bench.COLUMNS, bench.KEY)
     app.run()
     page_tests.no_errors(app)
     table = next(d.value for d in app.dataframe if "WikiText-2 after" in d.value.columns)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 
 from nirvana.accuracy.tasks import PAPER_METRIC, ZEROSHOT7
-from nirvana.bench.accuracy import AccuracyConfig, append_row, kl_best_gammas, pending, plan_jobs
+from nirvana.bench.accuracy import ACCURACY, COLUMNS, KEY, AccuracyConfig, kl_best_gammas, plan_jobs
 from nirvana.bench.accuracy_report import summarize, write_report
+from nirvana.bench.base import pending
+from nirvana.bench.rows import store_row
 
 
 def test_kl_best_gammas_come_from_the_committed_gamma_benchmark():
@@ -18,18 +20,18 @@ def test_kl_best_gammas_come_from_the_committed_gamma_benchmark():
 def test_grid_order_dense_first_tasks_across_models_code_only_when_allowed(tmp_path):
     config = AccuracyConfig(out_dir=tmp_path, best_gamma={0.2: 8.0, 0.5: 4.0})
     jobs = plan_jobs(config)
-    head = [(v.name, t) for v, t, _ in jobs[:21]]
+    head = [(j.variant.name, j.task) for j in jobs[:21]]
     assert head[:7] == [("dense", t) for t in ZEROSHOT7]  # dense, nirvana, taylor: all seven tasks first
     assert {n for n, _ in head[7:14]} == {"nirvana s=0.2 gamma*"} and {n for n, _ in head[14:]} == {
         "taylor s=0.2 gamma*"
     }
-    names = [v.name for v, t, _ in jobs[21:26]]
-    assert all(t == "arc_easy" for _, t, _ in jobs[21:26]) and "wanda uniform s=0.2" in names
-    assert "nirvana s=0.2 gamma=8 (KL-best)" in [v.name for v, _, _ in jobs]
-    assert [t for _, t, _ in jobs].index("lambada_openai") == 8 * 7 + 7 * 7
-    assert not any(t == "mbpp" for _, t, _ in jobs)
+    names = [j.variant.name for j in jobs[21:26]]
+    assert all(j.task == "arc_easy" for j in jobs[21:26]) and "wanda uniform s=0.2" in names
+    assert "nirvana s=0.2 gamma=8 (KL-best)" in [j.variant.name for j in jobs]
+    assert [j.task for j in jobs].index("lambada_openai") == 8 * 7 + 7 * 7
+    assert not any(j.task == "mbpp" for j in jobs)
     allowed = plan_jobs(AccuracyConfig(out_dir=tmp_path, allow_code_execution=True, best_gamma={0.2: 8.0}))
-    assert [t for _, t, _ in allowed][-1] == "mbpp" and len({v.name for v, _, _ in allowed}) == 1 + 7 + 6
+    assert allowed[-1].task == "mbpp" and len({j.variant.name for j in allowed}) == 1 + 7 + 6
 
 
 def _rows(variant: str, sparsity: float, value: float) -> list[dict]:
@@ -59,12 +61,12 @@ def _rows(variant: str, sparsity: float, value: float) -> list[dict]:
 
 def test_rows_resume_and_the_report_has_the_average_and_winners(tmp_path):
     config = AccuracyConfig(model="m", out_dir=tmp_path, lambada_limit=0)
-    before = len(pending(config))
+    before = len(pending(ACCURACY, config))
     for row in (
         _rows("dense", 0.0, 0.5) + _rows("nirvana s=0.2 gamma*", 0.2, 0.45) + _rows("taylor s=0.2 gamma*", 0.2, 0.47)
     ):
-        append_row(config.csv_path, row)
-    assert len(pending(config)) == before - 3 * 7  # the rows already there are skipped on a rerun
+        store_row(config.csv_path, row, COLUMNS, KEY)
+    assert len(pending(ACCURACY, config)) == before - 3 * 7  # the rows already there are skipped on a rerun
     from nirvana.bench.accuracy import read_rows
 
     rows = read_rows(config.csv_path)

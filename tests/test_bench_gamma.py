@@ -40,3 +40,11 @@ def test_unknown_criterion_is_refused_with_the_accepted_list(capsys):
 def test_output_paths_keep_dotted_model_names(tmp_path):
     names = [p.name for p in gb.output_paths("Qwen/Qwen2.5-7B", tmp_path)]
     assert names == ["gamma-Qwen_Qwen2.5-7B.json", "gamma-Qwen_Qwen2.5-7B.md", "gamma-Qwen_Qwen2.5-7B.png"]
+
+
+def test_no_criterion_is_refused_before_any_model_loads(capsys):
+    from nirvana.cli import main
+
+    assert main(["bench", "gamma", "--criteria", ","]) == 2
+    err = capsys.readouterr().err
+    assert "at least one criterion" in err and "accepted" in err and "Traceback" not in err

@@ -8,6 +8,7 @@ import pytest
 
 import nirvana.bench.quality as q
 import nirvana.bench.quality_report as qr
+from nirvana.bench.base import run
 from nirvana.bench.quality_config import GRID_CRITERIA
 from nirvana.data.text import load_text
 from nirvana.measure.perplexity import make_windows
@@ -48,7 +49,7 @@ def test_plan_jobs_reuses_candidate_zero_as_the_plain_row():
 
 def test_run_is_resumable_and_report_is_written(tiny_with_tokenizer_dir, tmp_path, monkeypatch):
     config = _config(tiny_with_tokenizer_dir, tmp_path)
-    rows = q.run_quality(config, log=lambda m: None)
+    rows = run(q.QUALITY, config, log=lambda m: None)
     assert len(rows) == len(q.plan_jobs(config)) == 1 + 2 + 1 + 1
     dense = next(r for r in rows if r["criterion"] == "dense")
     assert float(dense["kl"]) == 0.0 and int(dense["tokens_wikitext2"]) == 128
@@ -57,8 +58,8 @@ def test_run_is_resumable_and_report_is_written(tiny_with_tokenizer_dir, tmp_pat
     pruned = [r for r in rows if r["criterion"] != "dense"]
     assert all(float(r["kl"]) > 0 for r in pruned)
     # a second run finds every row in the CSV and computes nothing
-    monkeypatch.setattr(q, "_Runner", lambda *a: pytest.fail("nothing should be recomputed"))
-    assert len(q.run_quality(config, log=lambda m: None)) == len(rows)
+    monkeypatch.setattr(q, "QualityWorker", lambda *a: pytest.fail("nothing should be recomputed"))
+    assert len(run(q.QUALITY, config, log=lambda m: None)) == len(rows)
     with open(config.csv_path) as f:
         assert len(list(csv.DictReader(f))) == len(rows)
     md, text = qr.write_report(rows, config)

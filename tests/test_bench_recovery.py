@@ -5,7 +5,9 @@ from __future__ import annotations
 import csv
 from dataclasses import replace
 
-from nirvana.bench.recovery import COLUMNS, RecoveryBenchConfig, read_rows, run_recovery_bench, write_report
+from nirvana.bench.base import run
+from nirvana.bench.recovery import COLUMNS, RECOVERY, RecoveryBenchConfig, write_report
+from nirvana.bench.rows import read_rows
 
 
 def tiny_config(model_dir, tmp_path, steps: int) -> RecoveryBenchConfig:
@@ -31,7 +33,7 @@ def tiny_config(model_dir, tmp_path, steps: int) -> RecoveryBenchConfig:
 def test_rows_curves_report_and_resume(tiny_with_tokenizer_dir, tmp_path):
     config = tiny_config(tiny_with_tokenizer_dir, tmp_path, steps=2)
     logs = []
-    rows = run_recovery_bench(config, logs.append)
+    rows = run(RECOVERY, config, logs.append)
     assert [(r["criterion"], r["allocation"], r["sparsity"]) for r in rows] == [
         ("magnitude", "global", "0.5"),
         ("random", "uniform", "0.2"),
@@ -47,13 +49,13 @@ def test_rows_curves_report_and_resume(tiny_with_tokenizer_dir, tmp_path):
     md = write_report(rows, config)
     assert "| magnitude | global | 0.5 |" in md.read_text() and (tmp_path / "bench" / "recovery.png").exists()
     logs.clear()
-    assert len(run_recovery_bench(config, logs.append)) == 2  # resumed: nothing re-run
+    assert len(run(RECOVERY, config, logs.append)) == 2  # resumed: nothing re-run
     assert "0 to run" in logs[0] and len(read_rows(config.csv_path)) == 2
 
 
 def test_a_row_without_acc7_is_remeasured_in_place_when_accuracy_is_asked_for(tiny_with_tokenizer_dir, tmp_path):
     config = tiny_config(tiny_with_tokenizer_dir, tmp_path, steps=1)
-    first = run_recovery_bench(config, lambda m: None)
+    first = run(RECOVERY, config, lambda m: None)
     # The CSV as an older version wrote it: without the stderr and acc_limit columns.
     old = [c for c in COLUMNS if not c.endswith("_stderr") and c != "acc_limit"]
     with open(config.csv_path, "w", newline="") as f:
@@ -63,7 +65,7 @@ def test_a_row_without_acc7_is_remeasured_in_place_when_accuracy_is_asked_for(ti
 
     with_acc = replace(config, jobs=config.jobs[:1], acc_limit=2)
     logs = []
-    rows = run_recovery_bench(with_acc, logs.append)
+    rows = run(RECOVERY, with_acc, logs.append)
     assert "1 to run" in logs[0]
     with open(config.csv_path, newline="") as f:
         assert next(csv.reader(f)) == list(COLUMNS)
@@ -77,7 +79,7 @@ def test_a_row_without_acc7_is_remeasured_in_place_when_accuracy_is_asked_for(ti
         assert float(redone[column]) == float(first[0][column]), column
     assert " +- " in write_report(rows, with_acc).read_text()
     logs.clear()
-    run_recovery_bench(with_acc, logs.append)
+    run(RECOVERY, with_acc, logs.append)
     assert "0 to run" in logs[0]
 
 

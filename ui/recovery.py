@@ -18,7 +18,8 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from nirvana.bench.recovery import DEFAULT_OUT, acc7_text, rankings, read_rows
+from nirvana.bench.recovery import DEFAULT_OUT, acc7_text, rankings
+from nirvana.bench.rows import read_rows
 from nirvana.guard.locks import heavy_work
 from nirvana.models.weights import input_device
 from nirvana.recovery.config import DEFAULT_STEPS, RecoveryConfig

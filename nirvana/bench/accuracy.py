@@ -9,8 +9,9 @@ from `benchmarks/gamma/gamma-<model>.json`. Pruned models are built with the lib
 in the quality and gamma benchmarks) -> `compute_scores` -> `slice_at` (allocate + slice).
 
 Tasks run through `nirvana.accuracy.harness.run_accuracy` on the local data (`--source local`),
-the first `--limit` examples of each. Rows (one per model x task) are appended to
-`benchmarks/accuracy/accuracy-<model>.csv` as they finish; a rerun skips rows already present.
+the first `--limit` examples of each. Rows (one per model x task) are written to
+`benchmarks/accuracy/accuracy-<model>.csv` as they finish (`nirvana.bench.base`); a rerun skips rows
+already present.
 Order: dense, NIRVANA and loss-Taylor at 0.2 with all seven tasks each (their 7-task averages
 first), then the other 0.2 models task by task (so a run cut short still compares every method on
 the tasks it reached), then the 0.5 models, then LAMBADA, then MBPP (generation is the slowest). The
@@ -25,13 +26,14 @@ import json
 import os
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from nirvana.accuracy.harness import run_accuracy
 from nirvana.accuracy.tasks import ZEROSHOT7
-from nirvana.bench import rows as csv_rows
 from nirvana.bench.accuracy_report import write_report
-from nirvana.bench.quality import machine_label
+from nirvana.bench.base import Benchmark, Measured
+from nirvana.bench.environment import machine_label
 from nirvana.bench.rows import read_rows
 from nirvana.checkpoints.loading import load_model
 from nirvana.errors import NirvanaError, OutOfMemory
@@ -95,6 +97,16 @@ class Variant:
         return f"{self.criterion} s={self.sparsity:g} {self.gamma_label or 'gamma*'}"
 
 
+@dataclass(frozen=True)
+class AccuracyJob:
+    """One row: a model variant on one task, the first `limit` examples."""
+
+    model: str  # registry name, Hugging Face id or local folder
+    variant: Variant
+    task: str
+    limit: int
+
+
 @dataclass
 class AccuracyConfig:
     model: str = "smollm2-135m"
@@ -138,22 +150,23 @@ def variants_for(sparsity: float, best_gamma: dict) -> list[Variant]:
     return out
 
 
-def plan_jobs(config: AccuracyConfig) -> list[tuple[Variant, str, int]]:
-    """(variant, task, limit) in priority order (see the module docstring)."""
+def plan_jobs(config: AccuracyConfig) -> list[AccuracyJob]:
+    """The rows in priority order (see the module docstring)."""
     dense = Variant("dense")
     blocks = [[dense, *variants_for(config.sparsities[0], config.best_gamma)]]
     blocks += [variants_for(s, config.best_gamma) for s in config.sparsities[1:]]
     # Dense, NIRVANA and loss-Taylor (the perplexity winner) at the first sparsity, all seven tasks each:
     # the 7-task averages that answer "does NIRVANA win?" come first; then every other model task by task.
     headline = blocks[0][:3]
-    jobs: list[tuple[Variant, str, int]] = [(v, t, config.limit) for v in headline for t in ZEROSHOT7]
+    job = partial(AccuracyJob, config.model)
+    jobs = [job(v, t, config.limit) for v in headline for t in ZEROSHOT7]
     for block in blocks:
-        jobs += [(v, t, config.limit) for t in ZEROSHOT7 for v in block if v not in headline]
+        jobs += [job(v, t, config.limit) for t in ZEROSHOT7 for v in block if v not in headline]
     everyone = [v for block in blocks for v in block]
     if config.lambada_limit:
-        jobs += [(v, "lambada_openai", config.lambada_limit) for v in everyone]
+        jobs += [job(v, "lambada_openai", config.lambada_limit) for v in everyone]
     if config.mbpp_limit and config.allow_code_execution:
-        jobs += [(v, "mbpp", config.mbpp_limit) for v in everyone]
+        jobs += [job(v, "mbpp", config.mbpp_limit) for v in everyone]
     return jobs
 
 
@@ -164,22 +177,35 @@ def committed_accuracy(model: str, out_dir: Path = DEFAULT_OUT) -> list[dict] | 
     return rows or None
 
 
-def append_row(path: Path, row: dict) -> None:
-    """One finished row onto this benchmark's CSV (nirvana.bench.rows: flushed before the next row)."""
-    csv_rows.append_row(path, row, COLUMNS)
+class AccuracyBench(Benchmark):
+    """The grid on the shared runner (`nirvana.bench.base`); the report is rebuilt after every row."""
+
+    name = "accuracy"
+    columns, key_columns = COLUMNS, KEY
+    # One row that cannot run (memory on a shared machine) must not end the grid.
+    skip_errors = (NirvanaError,)
+    report_each_row = True
+
+    def jobs(self, config: AccuracyConfig) -> list[AccuracyJob]:
+        return plan_jobs(config)
+
+    def key(self, config: AccuracyConfig, job: AccuracyJob) -> tuple[str, ...]:
+        return (job.model, job.variant.name, job.task, str(job.limit))
+
+    def label(self, job: AccuracyJob) -> str:
+        return f"{job.variant.name} {job.task}"
+
+    def worker(self, config: AccuracyConfig, log) -> AccuracyWorker:
+        return AccuracyWorker(config, log)
+
+    def report(self, rows: list[dict], config: AccuracyConfig):
+        return write_report(rows, config)
 
 
-def _key(config: AccuracyConfig, variant: Variant, task: str, limit: int) -> tuple:
-    return (config.model, variant.name, task, str(limit))
+ACCURACY = AccuracyBench()
 
 
-def pending(config: AccuracyConfig, jobs: list | None = None) -> list[tuple[Variant, str, int]]:
-    """The jobs whose row is not yet in the CSV (what a rerun still has to do)."""
-    done = {tuple(r[k] for k in KEY) for r in read_rows(config.csv_path)}
-    return [j for j in (plan_jobs(config) if jobs is None else jobs) if _key(config, *j) not in done]
-
-
-class _Builder:
+class AccuracyWorker:
     """Loads the model once, scores each criterion once, and builds pruned models on demand."""
 
     def __init__(self, config: AccuracyConfig, log):
@@ -188,8 +214,28 @@ class _Builder:
         self.lm = load_model(config.model, dtype="float32")
         self.shape = model_shape(self.lm.model)
         self.anchor = anchor_batch(self.lm.tokenizer, AnchorSpec())
+        self.machine = machine_label()
         self._scores: dict[str, object] = {}
         self._current: tuple[Variant, object, dict] | None = None
+
+    def run(self, job: AccuracyJob) -> Measured:
+        model, facts = self.model(job.variant)
+        result = run_accuracy(
+            model,
+            self.lm.tokenizer,
+            [job.task],
+            limit=job.limit,
+            batch_size=self.config.batch_size,
+            source="local",
+            allow_code_execution=self.config.allow_code_execution,
+        )
+        row = _row(self.config, job, result, facts, self.machine)
+        metric = row["paper_metric"] or ("pass_at_1" if job.task == "mbpp" else "acc")
+        message = (
+            f"{job.variant.name} {job.task}: {metric} {row.get(metric)} (n={row['n']}, "
+            f"{row['seconds']} s, {row['examples_per_s']} ex/s)"
+        )
+        return Measured(row, message)
 
     def scores(self, criterion: str):
 
@@ -228,10 +274,11 @@ class _Builder:
         return pruned, facts
 
 
-def _row(config, variant: Variant, task: str, limit: int, result: dict, facts: dict, machine: str) -> dict:
+def _row(config, job: AccuracyJob, result: dict, facts: dict, machine: str) -> dict:
+    variant, task, limit = job.variant, job.task, job.limit
     r = result["tasks"][task]
     return {
-        "model": config.model,
+        "model": job.model,
         "variant": variant.name,
         "criterion": variant.criterion,
         "allocation": variant.allocation,
@@ -256,40 +303,3 @@ def _row(config, variant: Variant, task: str, limit: int, result: dict, facts: d
         "finished_utc": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S"),
         "machine": machine,
     }
-
-
-def run_accuracy_bench(config: AccuracyConfig, log=print) -> list[dict]:
-    """Run (or resume) the grid, appending each finished row; return every row of the CSV."""
-
-    jobs = plan_jobs(config)
-    todo = pending(config, jobs)
-    log(f"{len(jobs)} rows in the grid, {len(jobs) - len(todo)} already in {config.csv_path}, {len(todo)} to run")
-    if not todo:
-        return read_rows(config.csv_path)
-    builder = _Builder(config, log)
-    machine = machine_label()
-    start = time.perf_counter()
-    for i, (variant, task, limit) in enumerate(todo):
-        try:
-            model, facts = builder.model(variant)
-            result = run_accuracy(
-                model,
-                builder.lm.tokenizer,
-                [task],
-                limit=limit,
-                batch_size=config.batch_size,
-                source="local",
-                allow_code_execution=config.allow_code_execution,
-            )
-        except NirvanaError as exc:  # one row that cannot run (memory on a shared machine) must not end the grid
-            log(f"[{i + 1}/{len(todo)}] {variant.name} {task}: skipped ({type(exc).__name__}: {str(exc)[:200]})")
-            continue
-        row = _row(config, variant, task, limit, result, facts, machine)
-        append_row(config.csv_path, row)
-        write_report(read_rows(config.csv_path), config)
-        metric = row["paper_metric"] or ("pass_at_1" if task == "mbpp" else "acc")
-        log(
-            f"[{i + 1}/{len(todo)}] {variant.name} {task}: {metric} {row.get(metric)} (n={row['n']}, "
-            f"{row['seconds']} s, {row['examples_per_s']} ex/s; {(time.perf_counter() - start) / 60:.1f} min so far)"
-        )
-    return read_rows(config.csv_path)

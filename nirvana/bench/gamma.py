@@ -6,7 +6,8 @@ For every criterion and sparsity, KL(P_dense || P_pruned) on the anchor set over
 values (`nirvana.search.gamma`: one allocation, slice and anchor forward per point, no new
 scores). Scores use calibration seed 0 drawn away from the anchor, the same batch as
 `bench quality` and `gamma-search`, so they come from the score cache when those ran before.
-Writes `benchmarks/gamma/gamma-<model>.json`, `.md` and `.png`.
+Writes `benchmarks/gamma/gamma-<model>.json`, `.md` and `.png`. On the shared runner
+(`nirvana.bench.base`) a job is one criterion's whole search; the JSON is written when all are done.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from nirvana.bench.base import Benchmark, Measured, run
 from nirvana.bench.environment import machine_label
 from nirvana.checkpoints.loading import load_model
 from nirvana.errors import InvalidInput
@@ -42,34 +44,62 @@ class GammaBenchConfig:
     gammas: tuple[float, ...] = GAMMAS
     samples: int = 32
     seq_len: int = 128
-    anchor_samples: int = 128
-    anchor_seq_len: int = 64
+    anchor_samples: int = AnchorSpec.samples
+    anchor_seq_len: int = AnchorSpec.seq_len
     out_dir: Path = DEFAULT_OUT
 
     def __post_init__(self) -> None:
         unknown = [c for c in self.criteria if c not in CRITERIA]
         if unknown:
             raise InvalidInput(f"unknown criteria {unknown}; accepted: {', '.join(CRITERIA)}.")
+        if not self.criteria:
+            raise InvalidInput(f"name at least one criterion to search gamma for; accepted: {', '.join(CRITERIA)}.")
 
 
-def run_gamma_bench(config: GammaBenchConfig, log) -> dict:
+@dataclass(frozen=True)
+class GammaJob:
+    """One criterion's gamma search on `model` (the sparsities, gammas and data sizes are the config's)."""
 
-    start = time.perf_counter()
-    lm = load_model(config.model, dtype="float32")
-    spec = AnchorSpec(samples=config.anchor_samples, seq_len=config.anchor_seq_len)
-    anchor = anchor_batch(lm.tokenizer, spec)
-    reference = DenseReference(lm.model, anchor.input_ids)
-    grid = gamma_grid(model_shape(lm.model), [*config.gammas, round(default_gamma(model_shape(lm.model)), 4)])
-    out = {
-        "model": config.model,
-        "machine": machine_label(),
-        "started_utc": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S"),
-        "anchor": f"{spec.source}:{spec.samples}x{spec.seq_len}:seed{spec.seed}",
-        "calibration": f"{config.samples}x{config.seq_len} from {spec.source}, seed 0",
-        "gammas": grid,
-        "criteria": {},
-    }
-    for criterion in config.criteria:
+    model: str
+    criterion: str
+
+
+class GammaBench(Benchmark):
+    name = "gamma"  # no CSV to resume: every job runs, and `run_gamma_bench` builds the JSON
+
+    def jobs(self, config: GammaBenchConfig) -> list[GammaJob]:
+        return [GammaJob(config.model, c) for c in config.criteria]
+
+    def key(self, config: GammaBenchConfig, job: GammaJob) -> tuple[str, ...]:
+        return (job.model, job.criterion)
+
+    def label(self, job: GammaJob) -> str:
+        return job.criterion
+
+    def worker(self, config: GammaBenchConfig, log) -> GammaWorker:
+        return GammaWorker(config, log)
+
+
+GAMMA = GammaBench()
+
+
+def anchor_spec(config: GammaBenchConfig) -> AnchorSpec:
+    return AnchorSpec(samples=config.anchor_samples, seq_len=config.anchor_seq_len)
+
+
+class GammaWorker:
+    """The model, anchor, dense reference and gamma grid every criterion's search shares."""
+
+    def __init__(self, config: GammaBenchConfig, log):
+        self.config, self.log = config, log
+        self.lm = lm = load_model(config.model, dtype="float32")
+        self.anchor = anchor_batch(lm.tokenizer, anchor_spec(config))
+        self.reference = DenseReference(lm.model, self.anchor.input_ids)
+        self.grid = gamma_grid(model_shape(lm.model), [*config.gammas, round(default_gamma(model_shape(lm.model)), 4)])
+
+    def run(self, job: GammaJob) -> Measured:
+        config, lm, log, criterion = self.config, self.lm, self.log, job.criterion
+        anchor, spec, reference, grid = self.anchor, anchor_spec(config), self.reference, self.grid
         batch = None
         if CRITERIA[criterion].needs_data:
             batch = candidate_batch(
@@ -86,10 +116,27 @@ def run_gamma_bench(config: GammaBenchConfig, log) -> dict:
             sparsities=config.sparsities,
             progress=lambda f, m, c=criterion: log(f"{c} [{f:.0%}] {m}"),
         )
-        out["gamma_default"] = result.gamma_default
-        out["criteria"][criterion] = result.to_dict()
-    out["seconds"] = round(time.perf_counter() - start, 1)
-    return out
+        row = {"criterion": criterion, "gammas": grid, "gamma_default": result.gamma_default}
+        return Measured({**row, "result": result.to_dict()}, f"{criterion}: {len(result.points)} points")
+
+
+def run_gamma_bench(config: GammaBenchConfig, log) -> dict:
+    """Every criterion's search (`GAMMA` jobs), gathered into the JSON `write_outputs` writes."""
+    start = time.perf_counter()
+    started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+    rows = run(GAMMA, config, log)
+    spec = anchor_spec(config)
+    return {
+        "model": config.model,
+        "machine": machine_label(),
+        "started_utc": started,
+        "anchor": f"{spec.source}:{spec.samples}x{spec.seq_len}:seed{spec.seed}",
+        "calibration": f"{config.samples}x{config.seq_len} from {spec.source}, seed 0",
+        "gammas": rows[0]["gammas"],
+        "criteria": {r["criterion"]: r["result"] for r in rows},
+        "gamma_default": rows[-1]["gamma_default"],
+        "seconds": round(time.perf_counter() - start, 1),
+    }
 
 
 def kl_at(points, sparsity: float, gamma: float) -> float | None:

@@ -19,7 +19,8 @@ allocation (global ranking, default gamma, align 8) and physical slicing. Speed 
 
 The paper's figures come from `nirvana.reference` (nirvana/assets/paper_reference.json, their one
 source) and are copied into the JSON as `paper_reference`. The JSON is printed and written to
-benchmarks/gpu/<name>.json.
+benchmarks/gpu/<name>.json. On the shared runner (`nirvana.bench.base`) it is one job: dense and
+pruned models are timed together.
 """
 
 from __future__ import annotations
@@ -27,11 +28,13 @@ from __future__ import annotations
 import datetime as dt
 import json
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig
 
+from nirvana.bench.base import Measured, WholeRun, progress_log
 from nirvana.checkpoints.loading import resolve_device
 from nirvana.guard.memory import oom_guard
 from nirvana.measure.speed import device_info, measure_speeds
@@ -45,6 +48,53 @@ from nirvana.store.paths import benchmarks_dir
 
 DEFAULT_OUT = benchmarks_dir("gpu")  # the checkout's benchmarks/gpu; ./benchmarks/gpu when installed
 SPARSITIES = (0.2, 0.5)
+
+
+@dataclass(frozen=True)
+class GpuBenchConfig:
+    """Which architecture (the 8B, or `tiny` on CPU), where, and the timing settings (None: the
+    architecture's default, see `run_gpu_bench`)."""
+
+    tiny: bool = False
+    device: str = "auto"
+    batch_size: int = 32
+    prompt_len: int | None = None
+    new_tokens: int | None = None
+    repeats: int | None = None
+    sparsities: tuple[float, ...] = SPARSITIES
+    out: Path | None = None  # None: DEFAULT_OUT
+
+
+@dataclass(frozen=True)
+class GpuJob:
+    """Time the `architecture` ("tiny" or "llama-3.1-8b") dense and pruned at each of `sparsities`."""
+
+    architecture: str
+    sparsities: tuple[float, ...]
+
+
+class GpuBench(WholeRun):
+    name = "gpu"
+
+    def jobs(self, config: GpuBenchConfig) -> list[GpuJob]:
+        return [GpuJob("tiny" if config.tiny else "llama-3.1-8b", tuple(config.sparsities))]
+
+    def worker(self, config: GpuBenchConfig, log) -> GpuWorker:
+        return GpuWorker(config, log)
+
+
+GPU = GpuBench()
+
+
+class GpuWorker:
+    def __init__(self, config: GpuBenchConfig, log):
+        self.config = config
+        self.progress = progress_log(log)
+
+    def run(self, job: GpuJob) -> Measured:
+        config = replace(self.config, tiny=job.architecture == "tiny", sparsities=job.sparsities)
+        result = run_gpu_bench(config, self.progress)
+        return Measured(result, f"{result['architecture']}: {len(result['results'])} models timed")
 
 
 def paper_a100() -> dict:
@@ -160,21 +210,12 @@ def _summary(name: str, model, speed: dict, plan=None) -> dict:
     return row
 
 
-def run_gpu_bench(
-    *,
-    tiny: bool = False,
-    device: str = "auto",
-    batch_size: int = 32,
-    prompt_len: int | None = None,
-    new_tokens: int | None = None,
-    repeats: int | None = None,
-    sparsities=SPARSITIES,
-    progress=None,
-) -> dict:
+def run_gpu_bench(config: GpuBenchConfig = GpuBenchConfig(), progress=None) -> dict:
     """Build, prune and time dense vs pruned; return the JSON-ready result (see module docstring)."""
 
-    device = resolve_device(device)
-    if tiny:
+    device = resolve_device(config.device)
+    prompt_len, new_tokens, repeats = config.prompt_len, config.new_tokens, config.repeats
+    if config.tiny:
         dtype = torch.float32 if not device.startswith("cuda") else torch.bfloat16
         values, prompt_len, new_tokens, repeats = TINY, prompt_len or 16, new_tokens or 4, repeats or 2
     else:
@@ -186,14 +227,14 @@ def run_gpu_bench(
         say(0.0, "building the model with random weights")
         dense = build_model(values, dtype, device)
         models, plans = {"dense": dense}, {}
-        for s in sparsities:
+        for s in config.sparsities:
             say(0.1, f"pruning at {s:.0%}")
             name = f"pruned-{round(s * 100)}"
             models[name], plans[name] = prune(dense, s)
         build_seconds = time.perf_counter() - start
         speeds = measure_speeds(
             models,
-            batch_sizes=(batch_size,),
+            batch_sizes=(config.batch_size,),
             prompt_len=prompt_len,
             new_tokens=new_tokens,
             repeats=repeats,
@@ -208,7 +249,7 @@ def run_gpu_bench(
         row["memory_ratio"] = round(row["peak_memory_gb"] / dense_row["peak_memory_gb"], 3)
     return {
         "benchmark": "bench gpu",
-        "architecture": "tiny Llama (Llama-3.1-8B layout)" if tiny else "Llama-3.1-8B (random weights)",
+        "architecture": "tiny Llama (Llama-3.1-8B layout)" if config.tiny else "Llama-3.1-8B (random weights)",
         "config": {k: v for k, v in values.items() if k != "rope_parameters"},
         "dtype": str(dtype).replace("torch.", ""),
         "weights": "random (seed 0); scores: seeded random criterion; allocation: global, default gamma, align 8",

@@ -16,7 +16,7 @@ Cost decisions (the whole grid must fit a 2-core CPU):
   documents, so the plain NIRVANA row *is* candidate 0 of the KL selection: the selection adds
   K - 1 scorings and their rows, and "KL-selected" is the candidate with the lowest anchor KL.
 - Dense log-probs on the anchor are computed once (`DenseReference`), dense perplexities once.
-- Rows are appended to the CSV as they finish; a rerun skips rows already present (resumable).
+- Rows are written to the CSV as they finish (`nirvana.bench.base`); a rerun skips rows already present.
 The markdown report, plots and ablations (`nirvana.bench.quality_report`) are rebuilt from the
 CSV at the end, or alone with `--report-only`.
 """
@@ -26,12 +26,14 @@ from __future__ import annotations
 import datetime as dt
 import time
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
-from nirvana.bench import rows as csv_rows
+from nirvana.bench.base import Benchmark, Measured
 from nirvana.bench.environment import machine_label
 from nirvana.bench.quality_config import COLUMNS, KEY, QualityConfig
-from nirvana.bench.rows import read_rows
+from nirvana.bench.quality_report import write_report
+from nirvana.bench.rows import read_rows, row_key
 from nirvana.checkpoints.loading import load_model
 from nirvana.data.text import load_text
 from nirvana.measure.kl import DenseReference, kl_to_dense
@@ -44,14 +46,17 @@ from nirvana.search.calibration import anchor_batch, candidate_batch
 
 
 @dataclass(frozen=True)
-class Job:
+class QualityJob:
+    """One row of the grid; the settings every row shares (data sizes, anchor) are the config's."""
+
+    model: str  # registry name, Hugging Face id or local folder
     criterion: str  # or "dense"
     allocation: str  # "global" | "uniform" | "-" (dense)
     calib_seed: int | None  # None for data-free criteria and dense
     sparsity: float
 
 
-def plan_jobs(config: QualityConfig) -> list[Job]:
+def plan_jobs(config: QualityConfig) -> list[QualityJob]:
     """Rows in priority order, so that a run cut short still answers the main questions.
 
     Dense first; then, for the two "headline" sparsities (the first half of the list sorted by
@@ -64,28 +69,20 @@ def plan_jobs(config: QualityConfig) -> list[Job]:
 
     order = sorted(config.sparsities, key=lambda s: (s not in (0.2, 0.5), s))
     half = max(1, len(order) // 2)
-    jobs = [Job("dense", "-", None, 0.0)]
+    job = partial(QualityJob, config.model)
+    jobs = [job("dense", "-", None, 0.0)]
     for group in (order[:half], order[half:]):
-        jobs += [Job(c, "global", seed0(c), s) for s in group for c in config.criteria]
-        jobs += [Job(c, "uniform", seed0(c), s) for s in group for c in config.uniform_criteria]
+        jobs += [job(c, "global", seed0(c), s) for s in group for c in config.criteria]
+        jobs += [job(c, "uniform", seed0(c), s) for s in group for c in config.uniform_criteria]
         for c in config.select_criteria:
             if CRITERIA[c].needs_data:
-                jobs += [Job(c, "global", k, s) for s in group for k in range(1, config.candidates)]
+                jobs += [job(c, "global", k, s) for s in group for k in range(1, config.candidates)]
     return jobs
 
 
-def _row_key(row: dict) -> tuple:
-    return tuple(str(row[k]) for k in KEY)
-
-
-def append_row(path: Path, row: dict) -> None:
-    """One finished row onto this benchmark's CSV (nirvana.bench.rows: flushed before the next row)."""
-    csv_rows.append_row(path, row, COLUMNS)
-
-
-def _fmt_key(config: QualityConfig, job: Job) -> dict:
+def _fmt_key(config: QualityConfig, job: QualityJob) -> dict:
     return {
-        "model": config.model,
+        "model": job.model,
         "criterion": job.criterion,
         "allocation": job.allocation,
         "calib_seed": "" if job.calib_seed is None else job.calib_seed,
@@ -95,7 +92,37 @@ def _fmt_key(config: QualityConfig, job: Job) -> dict:
     }
 
 
-class _Runner:
+class QualityBench(Benchmark):
+    """The grid on the shared runner (`nirvana.bench.base`); the report is rebuilt at the end."""
+
+    name = "quality"
+    columns, key_columns = COLUMNS, KEY
+
+    def jobs(self, config: QualityConfig) -> list[QualityJob]:
+        return plan_jobs(config)
+
+    def key(self, config: QualityConfig, job: QualityJob) -> tuple[str, ...]:
+        return row_key(_fmt_key(config, job), KEY)
+
+    def label(self, job: QualityJob) -> str:
+        return f"{job.criterion} {job.allocation} {job.sparsity}"
+
+    def worker(self, config: QualityConfig, log) -> QualityWorker:
+        return QualityWorker(config, log)
+
+    def committed(self, config: QualityConfig) -> list[dict]:
+        """The CSV rows of `config`'s grid (a CSV may hold rows of other grids, e.g. other budgets)."""
+        keys = {self.key(config, j) for j in plan_jobs(config)}
+        return [r for r in read_rows(config.csv_path) if row_key(r, KEY) in keys]
+
+    def report(self, rows: list[dict], config: QualityConfig) -> tuple[Path, str]:
+        return write_report(rows, config)
+
+
+QUALITY = QualityBench()
+
+
+class QualityWorker:
     """Holds the model, anchor, dense reference and per-(criterion, seed) scores across rows."""
 
     def __init__(self, config: QualityConfig, log):
@@ -143,7 +170,7 @@ class _Runner:
             out[f"ppl_{name}"], out[f"tokens_{name}"] = result
         return out
 
-    def run(self, job: Job) -> dict:
+    def run(self, job: QualityJob) -> Measured:
 
         t = time.perf_counter()
         c = self.config
@@ -178,7 +205,11 @@ class _Runner:
             )
         row["seconds"] = round(time.perf_counter() - t, 1)
         row["finished_utc"] = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
-        return row
+        message = (
+            f"{job.criterion} {job.allocation} seed={job.calib_seed} s={job.sparsity}: KL {float(row['kl']):.4f}, "
+            f"ppl wt2 {float(row['ppl_wikitext2']):.2f} ptb {float(row['ppl_ptb']):.2f} ({row['seconds']} s)"
+        )
+        return Measured(row, message)
 
 
 def text_prefix(text, tokenizer, tokens: int, margin: int = 64):
@@ -205,32 +236,3 @@ def evaluate_ppl(model, tokenizer, dataset, tokens: int, window: int) -> tuple[f
 
     result = perplexity(model, tokenizer, dataset, seq_len=window, max_tokens=tokens)
     return float(result.ppl), int(result.tokens)
-
-
-def run_quality(config: QualityConfig, log=print, progress=None) -> list[dict]:
-    """Run (or resume) the grid, appending each finished row to the CSV; return all rows of this config."""
-    jobs = plan_jobs(config)
-    done = {_row_key(r) for r in read_rows(config.csv_path)}
-    todo = [j for j in jobs if tuple(str(v) for v in _fmt_key(config, j).values()) not in done]
-    log(f"{len(jobs)} rows in the grid, {len(jobs) - len(todo)} already in {config.csv_path}, {len(todo)} to run")
-    if todo:
-        runner = _Runner(config, log)
-        start = time.perf_counter()
-        for i, job in enumerate(todo):
-            row = runner.run(job)
-            append_row(config.csv_path, row)
-            elapsed = time.perf_counter() - start
-            log(
-                f"[{i + 1}/{len(todo)}] {job.criterion} {job.allocation} seed={job.calib_seed} s={job.sparsity}: "
-                f"KL {float(row['kl']):.4f}, ppl wt2 {float(row['ppl_wikitext2']):.2f} "
-                f"ptb {float(row['ppl_ptb']):.2f} ({row['seconds']} s; {elapsed / 60:.1f} min so far)"
-            )
-            if progress:
-                progress((i + 1) / len(todo), f"{job.criterion} {job.allocation} {job.sparsity}")
-    return committed_rows(config)
-
-
-def committed_rows(config: QualityConfig) -> list[dict]:
-    """The CSV rows of `config`'s grid that are already measured (what `--report-only` reports)."""
-    keys = {tuple(str(v) for v in _fmt_key(config, j).values()) for j in plan_jobs(config)}
-    return [r for r in read_rows(config.csv_path) if _row_key(r) in keys]

@@ -9,8 +9,8 @@ batch 16 x 128 tokens). Every row holds WikiText-2 test and PTB validation perpl
 `--tokens` tokens, 512-token windows) before and after, the held-out loss before and after, the
 training speed, and the seven-task zero-shot average (`acc7`, percent, the paper's metric per task,
 the first `--acc-limit` examples of each task from the local data through lm-evaluation-harness)
-before and after with its standard error. Loss curves go to `curves/<row>.json`; rows are appended
-to the CSV as they finish and a rerun skips rows already there (resumable). A row written without
+before and after with its standard error. Loss curves go to `curves/<row>.json`; rows are written
+to the CSV as they finish (`nirvana.bench.base`) and a rerun skips rows already there. A row written without
 `acc7` (or with another `--acc-limit`) is re-measured whole when accuracy is asked for, and
 replaced in place: the run is seeded, so its perplexities come out again as a check. The markdown
 and the plot are rebuilt from the CSV and curves after every row, or alone with `--report-only`.
@@ -28,10 +28,10 @@ from pathlib import Path
 import torch
 
 from nirvana.accuracy.harness import run_accuracy
-from nirvana.bench import rows as csv_rows
+from nirvana.bench.base import Benchmark, Measured
 from nirvana.bench.environment import machine_label
 from nirvana.bench.quality import evaluate_ppl, text_prefix
-from nirvana.bench.rows import read_rows
+from nirvana.bench.rows import row_key
 from nirvana.checkpoints.loading import load_model
 from nirvana.data.text import load_text
 from nirvana.models.shapes import count_parameters
@@ -88,6 +88,16 @@ COLUMNS = (
 KEY = ("model", "criterion", "allocation", "sparsity", "steps", "data", "seed", "token_budget")
 
 
+@dataclass(frozen=True)
+class RecoveryJob:
+    """One row: prune `model` with `criterion`/`allocation` at `sparsity`, then recover it."""
+
+    model: str  # registry name, Hugging Face id or local folder
+    criterion: str
+    allocation: str
+    sparsity: float
+
+
 @dataclass
 class RecoveryBenchConfig:
     model: str = "smollm2-135m"
@@ -127,15 +137,6 @@ def row_name(row: dict) -> str:
     return f"{row['criterion']}-{row['allocation']}-{float(row['sparsity']):g}-s{row['steps']}"
 
 
-def append_row(path: Path, row: dict) -> None:
-    """One finished row onto this benchmark's CSV (nirvana.bench.rows: flushed before the next row)."""
-    csv_rows.append_row(path, row, COLUMNS)
-
-
-def _row_key(row: dict) -> tuple[str, ...]:
-    return tuple(str(row[k]) for k in KEY)
-
-
 def is_done(row: dict, config: RecoveryBenchConfig) -> bool:
     """A row needs no rerun: it exists and holds acc7 at this acc_limit (or accuracy is not asked for)."""
     if not config.acc_limit:
@@ -143,18 +144,34 @@ def is_done(row: dict, config: RecoveryBenchConfig) -> bool:
     return bool(row.get("acc7_after")) and str(row.get("acc_limit")) == str(config.acc_limit)
 
 
-def store_row(path: Path, row: dict) -> None:
-    """Replace the row with the same key in place (the CSV rewritten atomically, under the current
-    columns), or append it when it is new."""
-    rows = read_rows(path)
-    keys = [_row_key(r) for r in rows]
-    if _row_key(row) in keys:
-        rows[keys.index(_row_key(row))] = row
-        csv_rows.write_rows(path, rows, COLUMNS)
-        return
-    if rows and csv_rows.header(path) != list(COLUMNS):  # an older header: rewrite it before appending
-        csv_rows.write_rows(path, rows, COLUMNS)
-    append_row(path, row)
+class RecoveryBench(Benchmark):
+    """The rows on the shared runner (`nirvana.bench.base`): a row without acc7 (or at another
+    `acc_limit`) is incomplete when accuracy is asked for, re-measured and replaced in place."""
+
+    name = "recovery"
+    columns, key_columns = COLUMNS, KEY
+    report_each_row = True
+
+    def jobs(self, config: RecoveryBenchConfig) -> list[RecoveryJob]:
+        return [RecoveryJob(config.model, *job) for job in config.jobs]
+
+    def key(self, config: RecoveryBenchConfig, job: RecoveryJob) -> tuple[str, ...]:
+        return row_key(config.key(job.criterion, job.allocation, job.sparsity), KEY)
+
+    def complete(self, row: dict, config: RecoveryBenchConfig) -> bool:
+        return is_done(row, config)
+
+    def label(self, job: RecoveryJob) -> str:
+        return f"{job.criterion} {job.allocation} {job.sparsity}"
+
+    def worker(self, config: RecoveryBenchConfig, log) -> RecoveryWorker:
+        return RecoveryWorker(config, log)
+
+    def report(self, rows: list[dict], config: RecoveryBenchConfig) -> Path:
+        return write_report(rows, config)
+
+
+RECOVERY = RecoveryBench()
 
 
 def acc7(model, tokenizer, config: RecoveryBenchConfig, log, label: str) -> tuple[float, float | None]:
@@ -169,24 +186,23 @@ def acc7(model, tokenizer, config: RecoveryBenchConfig, log, label: str) -> tupl
     return round(100 * avg["value"], 2), se
 
 
-def run_recovery_bench(config: RecoveryBenchConfig, log=print) -> list[dict]:
-    """Run (or resume) the rows, appending each to the CSV and rebuilding the report after each."""
-    # Imported here, like the other bench modules: `python -m nirvana --help` must not load torch.
+class RecoveryWorker:
+    """The dense model, perplexity texts and training windows every row shares."""
 
-    if config.threads:
-        torch.set_num_threads(config.threads)
-    rc = RecoveryConfig(steps=config.steps, seed=config.seed, **config.recovery)
-    done = {_row_key(r) for r in read_rows(config.csv_path) if is_done(r, config)}
-    todo = [j for j in config.jobs if _row_key(config.key(*j)) not in done]
-    log(f"{len(config.jobs)} rows, {len(config.jobs) - len(todo)} already in {config.csv_path}, {len(todo)} to run")
-    if not todo:
-        return read_rows(config.csv_path)
-    lm = load_model(config.model, dtype="float32", device="cpu")
-    texts = {n: text_prefix(load_text(n), lm.tokenizer, config.tokens) for n in DATASETS}
-    docs, info = load_documents(config.data)
-    data = data_for(rc, lm.tokenizer, docs, info)  # the same windows, in the same order, for every row
-    machine = machine_label()
-    for criterion, allocation, sparsity in todo:
+    def __init__(self, config: RecoveryBenchConfig, log):
+        if config.threads:
+            torch.set_num_threads(config.threads)
+        self.config, self.log = config, log
+        self.rc = RecoveryConfig(steps=config.steps, seed=config.seed, **config.recovery)
+        self.lm = lm = load_model(config.model, dtype="float32", device="cpu")
+        self.texts = {n: text_prefix(load_text(n), lm.tokenizer, config.tokens) for n in DATASETS}
+        docs, info = load_documents(config.data)
+        self.data = data_for(self.rc, lm.tokenizer, docs, info)  # the same windows, in the same order, for every row
+        self.machine = machine_label()
+
+    def run(self, job: RecoveryJob) -> Measured:
+        config, log, lm, rc, texts, data = self.config, self.log, self.lm, self.rc, self.texts, self.data
+        criterion, allocation, sparsity = job.criterion, job.allocation, job.sparsity
         t0 = time.perf_counter()
         settings = PruneSettings(
             sparsity=sparsity,
@@ -197,7 +213,7 @@ def run_recovery_bench(config: RecoveryBenchConfig, log=print) -> list[dict]:
         )
         pruned_result = prune(lm, settings)  # a sliced copy: the dense model serves every row
         plan, pruned = pruned_result.plan, pruned_result.model
-        row = {**config.key(criterion, allocation, sparsity), "machine": machine}
+        row = {**config.key(criterion, allocation, sparsity), "machine": self.machine}
         row["achieved_block_sparsity"] = round(plan.stats["achieved_block_sparsity"], 4)
         row["params_after"] = count_parameters(pruned)
         for name in DATASETS:
@@ -213,8 +229,7 @@ def run_recovery_bench(config: RecoveryBenchConfig, log=print) -> list[dict]:
             pruned, data, rc, inplace=True, progress=lambda s: log(f"  {criterion} {sparsity}: {s.message}")
         )
         if not result.complete:
-            log(f"{criterion} {allocation} {sparsity}: {result.message}; row not written")
-            continue
+            return Measured(None, f"{criterion} {allocation} {sparsity}: {result.message}; row not written")
         for name in DATASETS:
             row[f"ppl_{name}_after"] = round(
                 evaluate_ppl(result.model, lm.tokenizer, texts[name], config.tokens, config.window)[0], 3
@@ -234,19 +249,12 @@ def run_recovery_bench(config: RecoveryBenchConfig, log=print) -> list[dict]:
             finished_utc=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S"),
             load_avg="/".join(f"{x:.1f}" for x in os.getloadavg()),
         )
-        curves = Path(config.out_dir) / "curves"
-        curves.mkdir(parents=True, exist_ok=True)
-        (curves / f"{row_name(row)}.json").write_text(
-            json.dumps({"train_loss": s["train_loss"], "heldout_loss": s["heldout_loss"], "data": s["data"]}, indent=1)
-        )
-        store_row(config.csv_path, row)
-        log(
+        curve = {"train_loss": s["train_loss"], "heldout_loss": s["heldout_loss"], "data": s["data"]}
+        message = (
             f"{criterion} {allocation} {sparsity}: wt2 {row['ppl_wikitext2_before']} -> {row['ppl_wikitext2_after']}, "
             f"ptb {row['ppl_ptb_before']} -> {row['ppl_ptb_after']} ({row['seconds']} s)"
         )
-        write_report(read_rows(config.csv_path), config)
-        del pruned, result
-    return read_rows(config.csv_path)
+        return Measured(row, message, {f"curves/{row_name(row)}.json": json.dumps(curve, indent=1)})
 
 
 def write_report(rows: list[dict], config: RecoveryBenchConfig) -> Path:

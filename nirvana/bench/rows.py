@@ -1,14 +1,14 @@
-"""A benchmark's CSV: rows read back as dicts, each finished row appended and flushed to disk at once.
+"""A benchmark's CSV: rows read back as dicts, each finished row written to disk at once.
 
-Benchmarks resume from their own output: a row is on disk (fsync) before the next one starts,
-so a run that is stopped or killed keeps every row it finished and nothing half-written.
+Benchmarks resume from their own output: a row is on disk (atomic rewrite, fsync) before the
+next one starts, so a run that is stopped or killed keeps every row it finished and nothing
+half-written. Rewriting a file read back gives the same bytes (values stay the strings read).
 """
 
 from __future__ import annotations
 
 import csv
 import io
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -23,26 +23,23 @@ def read_rows(path: str | Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
-def append_row(path: str | Path, row: dict, columns: Sequence[str]) -> None:
-    """Append `row` (missing columns empty), writing the header first for a new file; flushed to disk."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    new = not path.exists()
-    with open(path, "a", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(columns))
-        if new:
-            writer.writeheader()
-        writer.writerow({k: row.get(k, "") for k in columns})
-        f.flush()
-        os.fsync(f.fileno())
+def row_key(row: dict, key_columns: Sequence[str]) -> tuple[str, ...]:
+    """A row's key as the CSV spells it (strings), for rows read back and rows just measured alike."""
+    return tuple(str(row[k]) for k in key_columns)
 
 
-def header(path: str | Path) -> list[str]:
-    """The column names of the CSV at `path` ([] when there is none yet)."""
-    if not Path(path).exists():
-        return []
-    with open(path, newline="") as f:
-        return next(csv.reader(f), [])
+def store_row(path: str | Path, row: dict, columns: Sequence[str], key_columns: Sequence[str]) -> None:
+    """Write `row` into the CSV at `path` (missing cells empty): in place of the row with the same
+    key, or at the end. The whole file is rewritten atomically under `columns` (an older header
+    gains the new columns), so a run killed mid-write leaves the previous file whole."""
+    rows = read_rows(path)
+    keys = [row_key(r, key_columns) for r in rows]
+    key = row_key(row, key_columns)
+    if key in keys:
+        rows[keys.index(key)] = row
+    else:
+        rows.append(row)
+    write_rows(path, rows, columns)
 
 
 def write_rows(path: str | Path, rows: Sequence[dict], columns: Sequence[str]) -> None:

@@ -5,6 +5,9 @@ of WikiText-2 validation), a plan is allocated per sparsity and applied to a cop
 models are measured together with `nirvana.measure.speed.measure_speeds` (repeats interleaved, so load
 on a shared machine hits every model alike). Output under `benchmarks/speed/`: speed.md (the
 table with date, machine, torch version and threads), speed.csv, speed.png and speed.json (raw).
+
+On the shared runner (`nirvana.bench.base`) it is one job: the models are timed together, so the
+measurement cannot be split into rows that run (or resume) apart.
 """
 
 from __future__ import annotations
@@ -14,8 +17,13 @@ import datetime as dt
 import json
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
+from nirvana.bench.base import Measured, WholeRun, progress_log
+from nirvana.checkpoints.loading import DEFAULT_MODEL, load_model
 from nirvana.errors import InvalidInput
 from nirvana.measure.flops import flops_per_token
 from nirvana.measure.speed import measure_speeds, speedup_rows
@@ -47,13 +55,79 @@ COLUMNS = (
 )
 
 
-def pruned_models(lm, sparsities, *, calib="wikitext2-valid", samples=32, seq_len=128, seed=0, progress=None):
-    """{sparsity: (model, plan or None)}; sparsity 0 is the dense model itself. NIRVANA scores, scored once."""
+@dataclass(frozen=True)
+class SpeedBenchConfig:
+    """The model and how it loads, the sparsities, the timing settings and the calibration batch."""
+
+    model: str = DEFAULT_MODEL
+    dtype: str = "auto"
+    device: str = "auto"
+    device_map: str | None = None
+    max_memory: dict | None = None  # accelerate's per-device caps for device_map="auto"
+    quantization: str | None = None
+    trust_remote_code: bool = False
+    sparsities: tuple[float, ...] = (0.0, 0.2, 0.5)
+    batch_sizes: tuple[int, ...] = (1, 8, 32)
+    prompt_len: int = 128
+    new_tokens: int = 32
+    repeats: int = 3
+    warmup: int = 1
+    threads: int | None = None  # torch CPU threads (None: torch's choice)
+    calib: str = "wikitext2-valid"
+    samples: int = 32
+    seq_len: int = 128
+    seed: int = 0
+    out: Path = DEFAULT_OUT
+
+
+@dataclass(frozen=True)
+class SpeedJob:
+    """Time `model` pruned at each of `sparsities` (0 included: the dense reference), all together."""
+
+    model: str
+    sparsities: tuple[float, ...]
+
+
+class SpeedBench(WholeRun):
+    name = "speed"
+
+    def jobs(self, config: SpeedBenchConfig) -> list[SpeedJob]:
+        return [SpeedJob(config.model, tuple(float(s) for s in config.sparsities))]
+
+    def worker(self, config: SpeedBenchConfig, log) -> SpeedWorker:
+        return SpeedWorker(config, log)
+
+
+SPEED = SpeedBench()
+
+
+class SpeedWorker:
+    """Loads the model as the config says; `run` prunes and times it."""
+
+    def __init__(self, config: SpeedBenchConfig, log):
+        if config.threads is not None:
+            if config.threads < 1:
+                raise InvalidInput(f"--threads must be a positive integer, got {config.threads}.")
+            torch.set_num_threads(config.threads)
+        self.config = config
+        self.progress = progress_log(log)
+        load = ("dtype", "device", "device_map", "max_memory", "quantization", "trust_remote_code")
+        self.lm = load_model(config.model, progress=self.progress, **{k: getattr(config, k) for k in load})
+
+    def run(self, job: SpeedJob) -> Measured:
+        result = run_speed_bench(self.lm, job.sparsities, self.config, self.progress)
+        return Measured(result, f"{job.model}: {len(result['rows'])} rows timed")
+
+
+def pruned_models(lm, sparsities, settings: SpeedBenchConfig = SpeedBenchConfig(), progress=None):
+    """{sparsity: (model, plan or None)}; sparsity 0 is the dense model itself. NIRVANA scores on the
+    calibration batch of `settings`, scored once."""
     models = {0.0: (lm.model, None)} if 0 in sparsities else {}
     if any(s > 0 for s in sparsities):
         # Scores do not depend on the sparsity: one scoring serves every model.
-        settings = PruneSettings(sparsity=0.0, calib=calib, samples=samples, seq_len=seq_len, seed=seed)
-        scores, _ = score(lm, settings, progress)
+        c = settings
+        calibration = PruneSettings(sparsity=0.0, calib=c.calib, samples=c.samples, seq_len=c.seq_len, seed=c.seed)
+        scores, _ = score(lm, calibration, progress)
         shape = model_shape(lm.model)
         for s in (s for s in sparsities if s > 0):
             plan, model = slice_at(lm.model, scores, s, shape=shape)
@@ -61,35 +135,22 @@ def pruned_models(lm, sparsities, *, calib="wikitext2-valid", samples=32, seq_le
     return {s: models[s] for s in sparsities}
 
 
-def run_speed_bench(
-    lm,
-    sparsities,
-    *,
-    batch_sizes=(1, 8, 32),
-    prompt_len=128,
-    new_tokens=32,
-    repeats=3,
-    warmup=1,
-    calib="wikitext2-valid",
-    samples=32,
-    seq_len=128,
-    seed=0,
-    progress=None,
-) -> dict:
+def run_speed_bench(lm, sparsities, settings: SpeedBenchConfig = SpeedBenchConfig(), progress=None) -> dict:
     """Measure every sparsity's model; rows are (sparsity, batch size) with speed-ups against sparsity 0."""
     sparsities = sorted({float(s) for s in sparsities})
     if any(not 0 <= s < 1 for s in sparsities):
         raise InvalidInput(f"sparsities must lie in [0, 1), got {sparsities}.")
     if 0.0 not in sparsities:
         sparsities = [0.0, *sparsities]  # speed-ups need the dense reference
-    models = pruned_models(lm, sparsities, calib=calib, samples=samples, seq_len=seq_len, seed=seed, progress=progress)
+    c = settings
+    models = pruned_models(lm, sparsities, settings, progress)
     speeds = measure_speeds(
         {s: m for s, (m, _) in models.items()},
-        batch_sizes=batch_sizes,
-        prompt_len=prompt_len,
-        new_tokens=new_tokens,
-        repeats=repeats,
-        warmup=warmup,
+        batch_sizes=c.batch_sizes,
+        prompt_len=c.prompt_len,
+        new_tokens=c.new_tokens,
+        repeats=c.repeats,
+        warmup=c.warmup,
         progress=progress,
     )
     dense_shape = model_shape(lm.model)
@@ -113,7 +174,13 @@ def run_speed_bench(
         "model": lm.name,
         "command": "python -m nirvana " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["bench"] else None,
         "machine": machine,
-        "calibration": {"source": calib, "samples": samples, "seq_len": seq_len, "seed": seed, "criterion": "nirvana"},
+        "calibration": {
+            "source": c.calib,
+            "samples": c.samples,
+            "seq_len": c.seq_len,
+            "seed": c.seed,
+            "criterion": "nirvana",
+        },
         "rows": rows,
         "raw": {str(s): v["results"] for s, v in speeds.items()},
     }

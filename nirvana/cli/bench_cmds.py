@@ -1,6 +1,8 @@
 """`bench <benchmark>`: benchmarks that write committed tables and plots under `benchmarks/`.
 
-The flags live here; each benchmark is a typed library function in `nirvana.bench`.
+Each benchmark is a typed library function in `nirvana.bench` over a config dataclass; its flags
+are made from that dataclass's fields (`nirvana.cli.flags`), so every default is written once,
+there. The tables below give each flag's help text, in `--help` order.
 """
 
 from __future__ import annotations
@@ -10,39 +12,97 @@ import json
 import sys
 from pathlib import Path
 
-import torch
-
 from nirvana.accuracy.sandbox import code_execution_allowed
 from nirvana.accuracy.tasks import check_limit
 from nirvana.bench import gpu, speed
-from nirvana.bench.accuracy import DEFAULT_OUT as ACCURACY_OUT
-from nirvana.bench.accuracy import SPARSITIES as ACCURACY_SPARSITIES
-from nirvana.bench.accuracy import AccuracyConfig, kl_best_gammas, run_accuracy_bench
-from nirvana.bench.accuracy import read_rows as accuracy_rows
-from nirvana.bench.accuracy import write_report as write_accuracy_report
-from nirvana.bench.gamma import DEFAULT_OUT as GAMMA_OUT
-from nirvana.bench.gamma import GAMMAS, GammaBenchConfig, run_gamma_bench
+from nirvana.bench.accuracy import ACCURACY, AccuracyConfig, kl_best_gammas
+from nirvana.bench.base import Benchmark, run
+from nirvana.bench.gamma import GammaBenchConfig, run_gamma_bench
 from nirvana.bench.gamma import write_outputs as write_gamma_outputs
-from nirvana.bench.quality import committed_rows, run_quality
-from nirvana.bench.quality_config import DATA_DRIVEN, GRID_CRITERIA, SPARSITIES, QualityConfig
-from nirvana.bench.quality_config import DEFAULT_OUT as QUALITY_OUT
-from nirvana.bench.quality_report import write_report
-from nirvana.bench.recovery import DEFAULT_OUT as RECOVERY_OUT
-from nirvana.bench.recovery import RecoveryBenchConfig, run_recovery_bench
-from nirvana.bench.recovery import read_rows as recovery_rows
-from nirvana.bench.recovery import write_report as write_recovery_report
+from nirvana.bench.gpu import GpuBenchConfig
+from nirvana.bench.quality import QUALITY
+from nirvana.bench.quality_config import QualityConfig
+from nirvana.bench.recovery import RECOVERY, RecoveryBenchConfig
+from nirvana.bench.speed import SpeedBenchConfig
 from nirvana.checkpoints.loading import resolve_device
-from nirvana.cli.common import (
-    add_model_args,
-    config_from_args,
-    load_from_args,
-    parse_float_list,
-    parse_int_list,
-    parse_name_list,
-    stderr_progress,
-)
+from nirvana.cli.common import add_model_args, config_from_args
+from nirvana.cli.flags import add_config_flags
 from nirvana.errors import InvalidInput
 from nirvana.search.calibration import AnchorSpec
+
+# Help text per config field that has a flag ("" for none); the type and default are the field's.
+SPEED_FLAGS = {
+    "sparsities": "comma-separated target sparsities (0 = dense)",
+    "batch_sizes": "comma-separated batch sizes",
+    "prompt_len": "",
+    "new_tokens": "",
+    "repeats": "",
+    "warmup": "",
+    "threads": "torch CPU threads (default: torch's choice)",
+    "calib": "calibration dataset for the nirvana scores",
+    "samples": "calibration sequences N",
+    "seq_len": "calibration tokens per sequence T",
+    "seed": "",
+    "out": "output folder (default benchmarks/speed)",
+}
+GPU_FLAGS = {
+    "tiny": "tiny config on CPU in seconds (same JSON fields)",
+    "device": "auto (CUDA when present), cpu, cuda, cuda:N",
+    "batch_size": "",
+    "prompt_len": "default 128 (tiny: 16)",
+    "new_tokens": "decode steps timed (default 32; tiny: 4)",
+    "repeats": "timed repeats, median reported (default 5; tiny: 2)",
+    "out": f"output folder (default {gpu.DEFAULT_OUT})",
+}
+QUALITY_FLAGS = {
+    "model": "",
+    "criteria": "comma-separated criteria",
+    "sparsities": "",
+    "uniform_criteria": "criteria also run with uniform allocation",
+    "select_criteria": "criteria given KL-guided calibration (data-driven)",
+    "candidates": "K calibration candidates for KL selection",
+    "tokens": "tokens per perplexity dataset",
+    "samples": "",
+    "seq_len": "",
+}
+ANCHOR_FLAGS = {"samples": "", "seq_len": ""}  # --anchor-samples, --anchor-seq-len (quality's AnchorSpec)
+QUALITY_MORE_FLAGS = {
+    "kl_sequences": "measure KL on the first M anchor sequences only",
+    "gamma": "",
+    "out_dir": "",
+}
+GAMMA_FLAGS = {
+    "model": "",
+    "criteria": "comma-separated criteria",
+    "sparsities": "",
+    "gammas": "grid (the analytic gamma* is always added)",
+    "samples": "",
+    "seq_len": "",
+    "anchor_samples": "",
+    "anchor_seq_len": "",
+    "out_dir": "",
+}
+RECOVERY_FLAGS = {
+    "model": "",
+    "steps": "optimizer steps per row (16 x 128 tokens each)",
+    "data": "training data (see `recover --data`)",
+    "seed": "",
+    "tokens": "perplexity tokens per dataset",
+    "acc_limit": "examples per zero-shot task for the 7-task average (0: skip it)",
+    "threads": "",
+    "out_dir": "",
+}
+ACCURACY_FLAGS = {
+    "model": "",
+    "sparsities": "",
+    "limit": "examples per zero-shot task (the first N)",
+    "lambada_limit": "LAMBADA examples (0: skip)",
+    "mbpp_limit": "MBPP problems (0: skip; needs --allow-code-execution)",
+    "batch_size": "harness batch size",
+    "allow_code_execution": "run MBPP's generated code in the sandbox",
+    "out_dir": "",
+}
+NOTE_FLAG = {"note": "a line of context for the report header"}
 
 
 def register(sub) -> None:
@@ -56,52 +116,30 @@ def log(message: str) -> None:
     print(f"{dt.datetime.now(dt.UTC):%H:%M:%S} {message}", file=sys.stderr, flush=True)
 
 
+def run_or_report(bench: Benchmark, config, report_only: bool):
+    """Run (or resume) a CSV benchmark, or with `--report-only` take the rows already there; then
+    rebuild its report from them and return what `report` returns."""
+    rows = bench.committed(config) if report_only else run(bench, config, log)
+    return bench.report(rows, config)
+
+
 # ---------------------------------------------------------------- speed
 
 
 def _add_speed(bench_sub) -> None:
     p = bench_sub.add_parser("speed", help="prune at several sparsities; measure prefill/decode speed and memory")
     add_model_args(p)
-    p.add_argument("--sparsities", default="0,0.2,0.5", help="comma-separated target sparsities (0 = dense)")
-    p.add_argument("--batch-sizes", default="1,8,32", help="comma-separated batch sizes")
-    p.add_argument("--prompt-len", type=int, default=128)
-    p.add_argument("--new-tokens", type=int, default=32)
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--warmup", type=int, default=1)
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
-    p.add_argument("--calib", default="wikitext2-valid", help="calibration dataset for the nirvana scores")
-    p.add_argument("--samples", type=int, default=32, help="calibration sequences N")
-    p.add_argument("--seq-len", type=int, default=128, help="calibration tokens per sequence T")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default=str(speed.DEFAULT_OUT), help="output folder (default benchmarks/speed)")
+    add_config_flags(p, SpeedBenchConfig, SPEED_FLAGS)
     p.add_argument("--json", action="store_true", help="print the raw result as JSON")
     p.set_defaults(func=cmd_speed)
 
 
+def speed_config(args) -> SpeedBenchConfig:
+    return config_from_args(SpeedBenchConfig, args)
+
+
 def cmd_speed(args) -> int:
-    if args.threads is not None:
-        if args.threads < 1:
-            raise InvalidInput(f"--threads must be a positive integer, got {args.threads}.")
-        torch.set_num_threads(args.threads)
-    try:
-        sparsities, batch_sizes = parse_float_list(args.sparsities), parse_int_list(args.batch_sizes)
-    except ValueError as exc:
-        raise InvalidInput("--sparsities and --batch-sizes must be comma-separated numbers, e.g. 0,0.2,0.5.") from exc
-    lm = load_from_args(args)
-    result = speed.run_speed_bench(
-        lm,
-        sparsities,
-        batch_sizes=batch_sizes,
-        prompt_len=args.prompt_len,
-        new_tokens=args.new_tokens,
-        repeats=args.repeats,
-        warmup=args.warmup,
-        calib=args.calib,
-        samples=args.samples,
-        seq_len=args.seq_len,
-        seed=args.seed,
-        progress=stderr_progress,
-    )
+    result = run(speed.SPEED, speed_config(args), log)
     paths = speed.write_outputs(result, Path(args.out))
     if args.json:
         print(json.dumps(result, indent=2, default=str))
@@ -116,33 +154,19 @@ def cmd_speed(args) -> int:
 
 def _add_gpu(bench_sub) -> None:
     p = bench_sub.add_parser("gpu", help="Llama-3.1-8B throughput/memory, dense vs pruned 20%%/50%% (--tiny on CPU)")
-    p.add_argument("--tiny", action="store_true", help="tiny config on CPU in seconds (same JSON fields)")
-    p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--prompt-len", type=int, default=None, help="default 128 (tiny: 16)")
-    p.add_argument("--new-tokens", type=int, default=None, help="decode steps timed (default 32; tiny: 4)")
-    p.add_argument("--repeats", type=int, default=None, help="timed repeats, median reported (default 5; tiny: 2)")
-    p.add_argument("--out", type=Path, default=None, help=f"output folder (default {gpu.DEFAULT_OUT})")
+    add_config_flags(p, GpuBenchConfig, GPU_FLAGS)
     p.set_defaults(func=cmd_gpu)
 
 
 def cmd_gpu(args) -> int:
-    device = resolve_device(args.device)
-    if not args.tiny and not device.startswith("cuda"):
+    config = config_from_args(GpuBenchConfig, args, device=resolve_device(args.device))
+    if not config.tiny and not config.device.startswith("cuda"):
         raise InvalidInput(
             "the full benchmark builds an 8-billion-parameter model and needs a CUDA GPU (about 40 GB for the dense "
             "and both pruned copies); on this machine run `python -m nirvana bench gpu --tiny`."
         )
-    result = gpu.run_gpu_bench(
-        tiny=args.tiny,
-        device=device,
-        batch_size=args.batch_size,
-        prompt_len=args.prompt_len,
-        new_tokens=args.new_tokens,
-        repeats=args.repeats,
-        progress=stderr_progress,
-    )
-    path = gpu.write_result(result, args.out)
+    result = run(gpu.GPU, config, log)
+    path = gpu.write_result(result, config.out)
     print(json.dumps(result, indent=2))
     print(f"wrote {path}", file=sys.stderr)
     return 0
@@ -153,27 +177,11 @@ def cmd_gpu(args) -> int:
 
 def _add_quality(bench_sub) -> None:
     p = bench_sub.add_parser("quality", help="perplexity and KL of every criterion/allocation/sparsity (CSV, md, PNG)")
-    names, floats = parse_name_list, parse_float_list
-    p.add_argument("--model", default="smollm2-135m")
-    p.add_argument("--criteria", type=names, default=GRID_CRITERIA, help="comma-separated criteria")
-    p.add_argument("--sparsities", type=floats, default=SPARSITIES)
-    p.add_argument(
-        "--uniform-criteria", type=names, default=GRID_CRITERIA, help="criteria also run with uniform allocation"
-    )
-    p.add_argument(
-        "--select-criteria", type=names, default=DATA_DRIVEN, help="criteria given KL-guided calibration (data-driven)"
-    )
-    p.add_argument("--candidates", type=int, default=4, help="K calibration candidates for KL selection")
-    p.add_argument("--tokens", type=int, default=16384, help="tokens per perplexity dataset")
-    p.add_argument("--samples", type=int, default=32)
-    p.add_argument("--seq-len", type=int, default=128)
-    p.add_argument("--anchor-samples", type=int, default=128)
-    p.add_argument("--anchor-seq-len", type=int, default=64)
-    p.add_argument("--kl-sequences", type=int, default=None, help="measure KL on the first M anchor sequences only")
-    p.add_argument("--gamma", type=float, default=None)
-    p.add_argument("--out-dir", type=Path, default=QUALITY_OUT)
+    add_config_flags(p, QualityConfig, QUALITY_FLAGS)
+    add_config_flags(p, AnchorSpec, ANCHOR_FLAGS, prefix="anchor_")
+    add_config_flags(p, QualityConfig, QUALITY_MORE_FLAGS)
     p.add_argument("--report-only", action="store_true", help="rebuild markdown and plots from the CSV")
-    p.add_argument("--note", default="", help="a line of context for the report header")
+    add_config_flags(p, QualityConfig, NOTE_FLAG)
     p.set_defaults(func=cmd_quality)
 
 
@@ -184,8 +192,7 @@ def quality_config(args) -> QualityConfig:
 
 def cmd_quality(args) -> int:
     config = quality_config(args)
-    rows = committed_rows(config) if args.report_only else run_quality(config, log)
-    md, text = write_report(rows, config)
+    md, text = run_or_report(QUALITY, config, args.report_only)
     print(text)
     log(f"wrote {config.csv_path}, {md} and plots")
     return 0
@@ -196,16 +203,7 @@ def cmd_quality(args) -> int:
 
 def _add_gamma(bench_sub) -> None:
     p = bench_sub.add_parser("gamma", help="KL to dense over a gamma grid per criterion and sparsity (JSON, md, PNG)")
-    names, floats = parse_name_list, parse_float_list
-    p.add_argument("--model", default="smollm2-135m")
-    p.add_argument("--criteria", type=names, default=("nirvana", "taylor"), help="comma-separated criteria")
-    p.add_argument("--sparsities", type=floats, default=(0.1, 0.2, 0.3, 0.5))
-    p.add_argument("--gammas", type=floats, default=GAMMAS, help="grid (the analytic gamma* is always added)")
-    p.add_argument("--samples", type=int, default=32)
-    p.add_argument("--seq-len", type=int, default=128)
-    p.add_argument("--anchor-samples", type=int, default=128)
-    p.add_argument("--anchor-seq-len", type=int, default=64)
-    p.add_argument("--out-dir", type=Path, default=GAMMA_OUT)
+    add_config_flags(p, GammaBenchConfig, GAMMA_FLAGS)
     p.set_defaults(func=cmd_gamma)
 
 
@@ -227,18 +225,9 @@ def cmd_gamma(args) -> int:
 
 def _add_recovery(bench_sub) -> None:
     p = bench_sub.add_parser("recovery", help="LoRA recovery of pruned models per criterion: perplexity before/after")
-    p.add_argument("--model", default="smollm2-135m")
-    p.add_argument("--steps", type=int, default=16, help="optimizer steps per row (16 x 128 tokens each)")
-    p.add_argument("--data", default="calibration", help="training data (see `recover --data`)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--tokens", type=int, default=16384, help="perplexity tokens per dataset")
-    p.add_argument(
-        "--acc-limit", type=int, default=200, help="examples per zero-shot task for the 7-task average (0: skip it)"
-    )
-    p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--out-dir", type=Path, default=RECOVERY_OUT)
+    add_config_flags(p, RecoveryBenchConfig, RECOVERY_FLAGS)
     p.add_argument("--report-only", action="store_true", help="rebuild markdown and plot from the CSV")
-    p.add_argument("--note", default="")
+    add_config_flags(p, RecoveryBenchConfig, {"note": ""})
     p.set_defaults(func=cmd_recovery)
 
 
@@ -249,9 +238,7 @@ def cmd_recovery(args) -> int:
         raise InvalidInput(
             f"--acc-limit must be 0 (no accuracy) or a positive number of examples per task, got {args.acc_limit}."
         )
-    config = config_from_args(RecoveryBenchConfig, args)
-    rows = recovery_rows(config.csv_path) if args.report_only else run_recovery_bench(config, log)
-    md = write_recovery_report(rows, config)
+    md = run_or_report(RECOVERY, config_from_args(RecoveryBenchConfig, args), args.report_only)
     print(md.read_text())
     return 0
 
@@ -263,16 +250,9 @@ def _add_accuracy(bench_sub) -> None:
     p = bench_sub.add_parser(
         "accuracy", help="zero-shot accuracy, LAMBADA and MBPP of dense and pruned models (CSV, md, PNG)"
     )
-    p.add_argument("--model", default="smollm2-135m")
-    p.add_argument("--sparsities", type=parse_float_list, default=ACCURACY_SPARSITIES)
-    p.add_argument("--limit", type=int, default=200, help="examples per zero-shot task (the first N)")
-    p.add_argument("--lambada-limit", type=int, default=200, help="LAMBADA examples (0: skip)")
-    p.add_argument("--mbpp-limit", type=int, default=10, help="MBPP problems (0: skip; needs --allow-code-execution)")
-    p.add_argument("--batch-size", type=int, default=8, help="harness batch size")
-    p.add_argument("--allow-code-execution", action="store_true", help="run MBPP's generated code in the sandbox")
-    p.add_argument("--out-dir", type=Path, default=ACCURACY_OUT)
+    add_config_flags(p, AccuracyConfig, ACCURACY_FLAGS)
     p.add_argument("--report-only", action="store_true", help="rebuild markdown and plot from the CSV")
-    p.add_argument("--note", default="", help="a line of context for the report header")
+    add_config_flags(p, AccuracyConfig, NOTE_FLAG)
     p.set_defaults(func=cmd_accuracy)
 
 
@@ -288,8 +268,7 @@ def accuracy_config(args) -> AccuracyConfig:
 
 def cmd_accuracy(args) -> int:
     config = accuracy_config(args)
-    rows = accuracy_rows(config.csv_path) if args.report_only else run_accuracy_bench(config, log)
-    md, text = write_accuracy_report(rows, config)
+    md, text = run_or_report(ACCURACY, config, args.report_only)
     print(text)
     log(f"wrote {config.csv_path} and {md}")
     return 0
