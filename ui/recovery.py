@@ -20,6 +20,7 @@ import streamlit as st
 
 from nirvana.bench.recovery import DEFAULT_OUT, acc7_text, rankings, read_rows
 from nirvana.guard.locks import heavy_work
+from nirvana.measure.compare import perplexity_pair
 from nirvana.models.weights import input_device
 from nirvana.recovery.config import DEFAULT_STEPS, RecoveryConfig
 from nirvana.recovery.run import brief_summary, run_recovery
@@ -240,17 +241,13 @@ def _perplexity(lm, pruned: dict, recovered: dict) -> None:
             state.put("rec_ppl_result", (before, after))
     result = state.get("rec_ppl_result")
     if result:
-        before, after = result
+        pair = perplexity_pair(*result)
         m = st.columns(3)
-        m[0].metric("Pruned perplexity", f"{before['ppl']:.2f}")
-        m[1].metric(
-            "Recovered perplexity",
-            f"{after['ppl']:.2f}",
-            delta=f"{after['ppl'] - before['ppl']:+.2f}",
-            delta_color="inverse",
-        )
-        m[2].metric("Tokens evaluated", f"{after['predicted_tokens']:,}")
-        st.caption(f"{after['dataset']} {after['split']} ({after['origin']}), 512-token windows.")
+        m[0].metric("Pruned perplexity", f"{pair['before']:.2f}")
+        delta = f"{pair['delta']:+.2f}"
+        m[1].metric("Recovered perplexity", f"{pair['after']:.2f}", delta=delta, delta_color="inverse")
+        m[2].metric("Tokens evaluated", f"{pair['predicted_tokens']:,}")
+        st.caption(f"{pair['dataset']} {pair['split']} ({pair['origin']}), {pair['seq_len']}-token windows.")
 
 
 def _save(lm, pruned: dict, result: RecoveryResult) -> None:
