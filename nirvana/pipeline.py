@@ -1,7 +1,8 @@
 """The end-to-end steps, written once: calibrate -> score -> allocate -> slice -> report.
 
-The CLI's `prune`, the app's Prune & compare page, the benchmarks, the searches and the sweeps
-all go through these functions, so a pruned model means the same thing everywhere:
+The CLI's `prune`, `score` and `gamma-search`, the app's Saliency, Calibration and Prune & compare
+pages, and the searches and sweeps all go through these functions, so a pruned model means the
+same thing everywhere:
 
     lm = load_model("smollm2-135m")
     result = prune(lm, PruneSettings(sparsity=0.5))        # scores cached on disk
@@ -12,6 +13,16 @@ one allocation (~10 ms, no gradients), one sliced copy, one measurement, and the
 
 The sweep primitives (`slice_at`, `prune_and_measure`, `plan_signature`, `planned_shape`) live
 with the slicing code, below the searches that use them, and are importable from here too.
+
+Scoring goes through `score` everywhere except in two places that call `compute_scores` (the
+layer below) themselves, with the same arguments, so they find the same cached scores file:
+- `search/calibration.select_calibration` scores every candidate batch; this module calls it
+  (`calibration_for`), so it cannot call `score` back (a lower layer never imports upward).
+- the benchmarks `bench/accuracy.py`, `bench/gamma.py`, `bench/quality.py` and `bench/gpu.py`
+  score each criterion once and reuse the scores for many plans (`slice_at`); they hold their
+  model and batch already and are being reshaped onto one benchmark base (issue 20's last
+  point), so they keep their direct calls until then. `bench/gpu.py` also scores with
+  `use_cache=False` (it times the scoring itself).
 """
 
 from __future__ import annotations
@@ -128,10 +139,19 @@ def calibration_for(lm: LoadedModel, settings: PruneSettings, progress: Progress
     return batch, None
 
 
-def score(lm: LoadedModel, settings: PruneSettings, progress: Progress = None) -> tuple[Scores, dict | None]:
-    """The unit scores of `settings.criterion` on its calibration data (disk cache), and the selection."""
-    batch: CalibrationBatch | None
-    batch, selection = calibration_for(lm, settings, progress)
+def score(
+    lm: LoadedModel, settings: PruneSettings, progress: Progress = None, *, batch: CalibrationBatch | None = None
+) -> tuple[Scores, dict | None]:
+    """The unit scores of `settings.criterion` on its calibration data (disk cache), and the selection.
+
+    `batch`: score on this batch rather than the one `settings` draws (the app's cached or KL-chosen
+    batch, the gamma search's candidate); a data-free criterion ignores it. The cache key is the
+    same either way: model, criterion, batch content, seed, micro-batch.
+    """
+    if batch is None:
+        batch, selection = calibration_for(lm, settings, progress)
+    else:
+        batch, selection = (batch if settings.needs_data else None), None
     scores = compute_scores(
         lm.model,
         settings.criterion,

@@ -10,6 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from nirvana import charts
+from nirvana.measure.compare import kl_rows
 from nirvana.models.shapes import ModelShape
 from nirvana.pruning.allocation import default_gamma
 from nirvana.scoring.criteria import DATA_CRITERIA, criteria_help
@@ -126,16 +127,7 @@ def _results(lm, selection) -> None:
         ),
         key="kl_bars",
     )
-    table = pd.DataFrame(
-        {
-            "seed": seeds,
-            "KL (nats/token)": kls,
-            "achieved block sparsity": [c.achieved_block_sparsity for c in selection.candidates],
-            "scoring s": [c.score_seconds for c in selection.candidates],
-            "batch hash": [c.calibration["hash"] for c in selection.candidates],
-        }
-    )
-    st.dataframe(table, hide_index=True, width="stretch")
+    st.dataframe(pd.DataFrame(kl_rows(selection)), hide_index=True, width="stretch")
     for note in selection.notes:
         st.warning(note)
     with guard("previewing the chosen texts"):

@@ -12,8 +12,8 @@ import pandas as pd
 import streamlit as st
 
 from nirvana.errors import NirvanaError
+from nirvana.measure.compare import accuracy_rows, generation_rows, perplexity_pair, speed_rows, speed_table
 from nirvana.measure.flops import ideal_speedup
-from nirvana.measure.speed import speedup_rows
 from nirvana.models.shapes import count_parameters, model_shape
 from nirvana.pipeline import prune
 from nirvana.progress import sub_progress
@@ -134,20 +134,18 @@ def _perplexity(lm, pruned) -> None:
     result = _evals().get("ppl")
     if result:
         dense, after = result
+        pair = perplexity_pair(dense, after)
         row = st.columns(4)
-        row[0].metric("Dense perplexity", f"{dense['ppl']:.2f}")
+        row[0].metric("Dense perplexity", f"{pair['before']:.2f}")
         row[1].metric(
-            "Pruned perplexity",
-            f"{after['ppl']:.2f}",
-            delta=f"{after['ppl'] / dense['ppl']:.2f}× dense",
-            delta_color="off",
+            "Pruned perplexity", f"{pair['after']:.2f}", delta=f"{pair['ratio']:.2f}× dense", delta_color="off"
         )
         row[2].metric(
             "Tokens evaluated",
-            f"{after['predicted_tokens']:,}",
+            f"{pair['predicted_tokens']:,}",
             help="tokens whose next-token loss is averaged: windows × (window − 1)",
         )
-        row[3].metric("Windows", f"{after['windows']} × {after['seq_len']}")
+        row[3].metric("Windows", f"{pair['windows']} × {pair['seq_len']}")
         st.caption(
             f"{after['dataset']} {after['split']} from {after['origin']}; {after['tokens']:,} tokens fed of "
             f"{after['text_tokens']:,} in the text; dense {dense['seconds']:.1f} s"
@@ -201,15 +199,15 @@ def _generations(lm, pruned) -> None:
             _evals()["generate"] = (dense, after)
     result = _evals().get("generate")
     if result:
-        dense, after = result
+        rows = generation_rows(*result)
         left, right = st.columns(2)
         left.markdown("**Dense**")
         right.markdown("**Pruned**")
-        for d, p in zip(dense, after):
-            left.markdown(f"> **{d['prompt']}** {d['output']}")
-            right.markdown(f"> **{p['prompt']}** {p['output']}")
-        same = sum(d["output"] == p["output"] for d, p in zip(dense, after))
-        st.caption(f"Greedy decoding (no sampling): {same} of {len(dense)} continuations are identical.")
+        for r in rows:
+            left.markdown(f"> **{r['prompt']}** {r['dense']}")
+            right.markdown(f"> **{r['prompt']}** {r['pruned']}")
+        same = sum(r["identical"] for r in rows)
+        st.caption(f"Greedy decoding (no sampling): {same} of {len(rows)} continuations are identical.")
 
 
 def _speed(lm, pruned) -> None:
@@ -239,22 +237,7 @@ def _speed(lm, pruned) -> None:
         st.caption("Runs a 64-token prompt (prefill) and the decode steps at each batch size; median of the repeats.")
         return
     dense, after = result
-    rows = [
-        {
-            "batch": r["batch_size"],
-            "prefill tok/s dense": round(r["prefill_tokens_per_s_dense"], 1),
-            "prefill tok/s pruned": round(r["prefill_tokens_per_s"], 1),
-            "prefill speed-up (measured)": round(r["prefill_speedup"], 2),
-            "prefill speed-up (ideal, FLOPs)": round(r["prefill_ideal"], 2),
-            "decode tok/s dense": round(r["decode_tokens_per_s_dense"], 1),
-            "decode tok/s pruned": round(r["decode_tokens_per_s"], 1),
-            "decode speed-up (measured)": round(r["decode_speedup"], 2),
-            "decode speed-up (ideal, FLOPs)": round(r["decode_ideal"], 2),
-            "peak memory dense (MB)": round(r["peak_memory_mib_dense"]),
-            "peak memory pruned (MB)": round(r["peak_memory_mib"]),
-        }
-        for r in speedup_rows(dense, after, dense_shape, pruned_shape)
-    ]
+    rows = speed_table(speed_rows(dense, after, dense_shape, pruned_shape))
     table = pd.DataFrame(rows)
     row = st.columns(3)
     last = rows[-1]
@@ -345,7 +328,7 @@ def _accuracy(lm, pruned) -> None:
     if result:
         dense, after = result
         st.plotly_chart(accuracy.chart(dense, after), key="accuracy_chart")
-        st.dataframe(pd.DataFrame(accuracy.table(dense, after)), hide_index=True, width="stretch")
+        st.dataframe(pd.DataFrame(accuracy_rows(dense, after)), hide_index=True, width="stretch")
         st.caption(
             f"lm-evaluation-harness {after['harness_version']}, the first {after['limit']} examples of each task; "
             "± one standard error. " + after["metrics_note"]

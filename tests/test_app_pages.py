@@ -328,7 +328,7 @@ def test_unexpected_errors_become_a_friendly_box(at, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(ui.resources, "compute_scores", broken)  # what the Saliency page calls
+    monkeypatch.setattr(ui.resources, "score", broken)  # what the Saliency page calls (the pipeline's score)
     at.switch_page("pages/saliency.py").run()
     at.selectbox(key="criterion").set_value("random").run()
     at.button(key="compute_saliency").click().run()

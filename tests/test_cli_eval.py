@@ -72,6 +72,11 @@ def test_compare_gives_both_and_ratios(capsys, tiny_with_tokenizer_dir, pruned_t
         assert row["prefill_speedup"] == pytest.approx(p["prefill_tokens_per_s"] / d["prefill_tokens_per_s"])
         assert row["decode_fraction_of_ideal"] == pytest.approx(row["decode_speedup"] / row["decode_ideal"])
         assert row["prefill_ideal"] > 1 and row["decode_ideal"] > 1
+        assert row["peak_memory_ratio"] == pytest.approx(p["peak_memory_bytes"] / d["peak_memory_bytes"])
+        assert set(row) >= {  # every key the CLI's JSON had before the comparison moved to the library
+            "batch_size", "prefill_speedup", "prefill_ideal", "prefill_fraction_of_ideal", "decode_speedup",
+            "decode_ideal", "decode_fraction_of_ideal", "prefill_speedup_cpu_time", "decode_speedup_cpu_time",
+        }  # fmt: skip
 
 
 def test_eval_tasks_through_the_cli(capsys, tiny_with_tokenizer_dir, tmp_path, monkeypatch):

@@ -95,3 +95,23 @@ def test_planned_shape_is_the_shape_of_the_sliced_model(family):
     shape = model_shape(model)
     plan = allocate(compute_scores(model, "random"), shape, 0.5, align=1)
     assert planned_shape(shape, plan) == model_shape(apply_plan(model, plan))
+
+
+def test_score_on_a_given_batch_finds_the_scores_compute_scores_cached():
+    """The app and `gamma-search` score their own batch through `score(..., batch=)`: the cache key is the one
+    `compute_scores` writes for the same model, criterion, batch, seed and micro-batch; a data-free criterion
+    ignores the batch."""
+    from nirvana.pipeline import score
+
+    lm, batch = _lm(), random_batch()
+    direct = compute_scores(lm.model, "nirvana", batch, seed=3, micro_batch=2)
+    assert not direct.meta["cache_hit"]
+    settings = PruneSettings(sparsity=0.0, criterion="nirvana", seed=3, micro_batch=2)
+    scores, selection = score(lm, settings, batch=batch)
+    assert scores.meta["cache_hit"] and selection is None
+    torch.testing.assert_close(scores.mlp, direct.mlp)
+    other, _ = score(lm, PruneSettings(sparsity=0.0, criterion="nirvana", seed=3), batch=random_batch(seed=1))
+    assert not other.meta["cache_hit"]  # another batch is another key
+    compute_scores(lm.model, "magnitude")
+    free, _ = score(lm, PruneSettings(sparsity=0.0, criterion="magnitude"), batch=batch)
+    assert free.meta["cache_hit"]

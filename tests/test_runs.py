@@ -213,7 +213,7 @@ def test_an_interrupted_cli_prune_leaves_no_run(tiny_with_tokenizer_dir, tmp_pat
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(nirvana.cli.prune_cmds, "save_pruned", interrupted)
+    monkeypatch.setattr(nirvana.cli.prune_cmds, "save_prune_output", interrupted)
     argv = ["prune", "--model", str(tiny_with_tokenizer_dir), "--criterion", "magnitude", "--sparsity", "0.3"]
     err = io.StringIO()
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):

@@ -1,4 +1,5 @@
-"""The Accuracy tab's logic: time estimates, memoised dense/pruned runs, the comparison chart.
+"""The Accuracy tab's logic: time estimates, memoised dense/pruned runs, the comparison chart (its table
+is the library's `nirvana.measure.compare.accuracy_rows`).
 
 Runs `nirvana.accuracy.harness.run_accuracy` (lm-eval's own tasks; local files offline) on the
 dense and the pruned model. Estimates come from the examples per second measured by the
@@ -18,10 +19,12 @@ from nirvana.accuracy.harness import run_accuracy
 from nirvana.accuracy.sandbox import isolation
 from nirvana.accuracy.tasks import PAPER_METRIC, TASKS, ZEROSHOT7, resolve_tasks
 from nirvana.bench.accuracy_report import summarize
+from nirvana.measure.compare import paper_value
 from nirvana.store.keys import content_key
+from nirvana.store.paths import benchmarks_dir
 from ui.resources import heavy, memo
 
-BENCH_DIR = Path(__file__).resolve().parents[1] / "benchmarks" / "accuracy"
+BENCH_DIR = benchmarks_dir("accuracy")  # the committed accuracy benchmark
 FALLBACK_ROWS_PER_S = 1.5  # forward rows per second when no benchmark was measured (2-core CPU, SmolLM2)
 CHOICES = [*ZEROSHOT7, "lambada_openai", "mbpp"]
 
@@ -78,41 +81,13 @@ def run(model, tokenizer, model_key: str, tasks: list[str], limit: int, allow_co
     return memo("accuracy").get_or_compute(key, compute)
 
 
-def _value(row: dict, task: str) -> tuple[float | None, float | None, str]:
-    metric = PAPER_METRIC.get(task) or ("pass@1" if TASKS[task].kind == "code" else "acc")
-    return row.get(metric), row.get(f"{metric}_stderr"), metric
-
-
-def table(dense: dict, pruned: dict) -> list[dict]:
-    """One row per task: metric, dense and pruned value ± se (in %), difference, n, source and split."""
-    rows = []
-    for task, d in dense["tasks"].items():
-        p = pruned["tasks"].get(task, {})
-        dv, dse, metric = _value(d, task)
-        pv, pse, _ = _value(p, task)
-        rows.append(
-            {
-                "task": task,
-                "metric": metric,
-                "dense %": None if dv is None else round(100 * dv, 1),
-                "± dense": None if dse is None else round(100 * dse, 1),
-                "pruned %": None if pv is None else round(100 * pv, 1),
-                "± pruned": None if pse is None else round(100 * pse, 1),
-                "pruned − dense": None if dv is None or pv is None else round(100 * (pv - dv), 1),
-                "n": d.get("n"),
-                "data": f"{d.get('source')} · {d.get('split')}",
-            }
-        )
-    return rows
-
-
 def chart(dense: dict, pruned: dict) -> go.Figure:
     """Grouped bars, dense vs pruned, per task (its paper metric) and the 7-task average, ± 1 standard error."""
     fig = go.Figure()
     for label, result, color in (("dense", dense, "#4c78a8"), ("pruned", pruned, "#f58518")):
         xs, ys, es = [], [], []
         for task, row in result["tasks"].items():
-            v, se, metric = _value(row, task)
+            v, se, metric = paper_value(row, task)
             if v is not None:
                 xs.append(f"{task}<br>({metric})")
                 ys.append(100 * v)

@@ -21,11 +21,12 @@ import streamlit as st
 from nirvana.bench.recovery import DEFAULT_OUT, acc7_text, rankings
 from nirvana.bench.rows import read_rows
 from nirvana.guard.locks import heavy_work
+from nirvana.measure.compare import perplexity_pair
 from nirvana.models.weights import input_device
 from nirvana.recovery.config import DEFAULT_STEPS, RecoveryConfig
-from nirvana.recovery.data import data_for, load_documents
+from nirvana.recovery.run import brief_summary, run_recovery
 from nirvana.recovery.save import save_recovered
-from nirvana.recovery.train import RecoveryResult, RecoveryStep, recover, target_module_names
+from nirvana.recovery.train import RecoveryResult, RecoveryStep, target_module_names
 from nirvana.store.keys import content_key
 from nirvana.store.paths import cache_dir
 from ui import evals, runs, state
@@ -71,13 +72,22 @@ def start(pruned_model, tokenizer, plan_key: str, config: RecoveryConfig, data_s
     target_module_names(pruned_model, config)  # a bad r fails here, in the page, not in the thread
     job = RecoveryJob(plan_key, config, data_source)
 
+    def log(message: str) -> None:
+        job.message = message
+
     def run() -> None:
         try:
             with heavy_work(str(input_device(pruned_model)), _waiting(job), who="an explorer session (recovery)"):
-                job.status, job.message = "training", "tokenizing the training data"
-                data = data_for(config, tokenizer, *load_documents(data_source))
-                job.message = f"training on {data.info['origin']}"
-                job.result = recover(pruned_model, data, config, progress=job.steps.append, should_stop=job.stop)
+                job.status = "training"
+                job.result = run_recovery(
+                    pruned_model,
+                    tokenizer,
+                    config,
+                    data_source,
+                    progress=job.steps.append,
+                    log=log,
+                    should_stop=job.stop,
+                )
             job.status, job.message = "done", job.result.message
         except BaseException as exc:  # shown in the page; the thread must not die silently
             job.status, job.error = "failed", exc
@@ -200,12 +210,10 @@ def _collect(lm, pruned: dict, job: RecoveryJob) -> None:
     if result.tokens_trained:
         state.put("recovery_rate", 4 * pruned["params"] * result.tokens_per_second)
     key = content_key("recovered", pruned["model_key"], job.config.to_dict(), job.data_source, result.steps_done)
-    s = result.summary()
-    brief = {k: s[k] for k in ("status", "steps_done", "tokens_trained", "tokens_per_second")}
-    brief |= {"heldout_before": s["heldout_before"], "heldout_after": s["heldout_after"]}
-    brief["data"] = s["data"].get("origin")
     settings = {"recovery": job.config.to_dict(), "data": job.data_source}
-    run_id = runs.record("recover", lm, state.get("plan"), brief, metrics=s, settings=settings)
+    run_id = runs.record(
+        "recover", lm, state.get("plan"), brief_summary(result), metrics=result.summary(), settings=settings
+    )
     state.put("recovered", {"model": result.model, "key": key, "run_id": run_id})
     state.clear("rec_ppl_result")
 
@@ -234,17 +242,13 @@ def _perplexity(lm, pruned: dict, recovered: dict) -> None:
             state.put("rec_ppl_result", (before, after))
     result = state.get("rec_ppl_result")
     if result:
-        before, after = result
+        pair = perplexity_pair(*result)
         m = st.columns(3)
-        m[0].metric("Pruned perplexity", f"{before['ppl']:.2f}")
-        m[1].metric(
-            "Recovered perplexity",
-            f"{after['ppl']:.2f}",
-            delta=f"{after['ppl'] - before['ppl']:+.2f}",
-            delta_color="inverse",
-        )
-        m[2].metric("Tokens evaluated", f"{after['predicted_tokens']:,}")
-        st.caption(f"{after['dataset']} {after['split']} ({after['origin']}), 512-token windows.")
+        m[0].metric("Pruned perplexity", f"{pair['before']:.2f}")
+        delta = f"{pair['delta']:+.2f}"
+        m[1].metric("Recovered perplexity", f"{pair['after']:.2f}", delta=delta, delta_color="inverse")
+        m[2].metric("Tokens evaluated", f"{pair['predicted_tokens']:,}")
+        st.caption(f"{pair['dataset']} {pair['split']} ({pair['origin']}), {pair['seq_len']}-token windows.")
 
 
 def _save(lm, pruned: dict, result: RecoveryResult) -> None:

@@ -26,8 +26,8 @@ from nirvana.data.calibration import calibration_batch
 from nirvana.guard.locks import heavy_work
 from nirvana.models.shapes import ModelShape, model_shape
 from nirvana.models.weights import input_device
+from nirvana.pipeline import PruneSettings, score
 from nirvana.pruning.allocation import allocate
-from nirvana.scoring.criteria import compute_scores, get_criterion
 from nirvana.store.keys import content_key
 
 
@@ -131,21 +131,14 @@ def calibration(_tokenizer, model_key: str, source: str, samples: int, seq_len: 
 
 
 def scores_for(lm: LoadedModel, spec: ModelSpec, criterion: str, batch, seed: int, micro_batch: int, progress=None):
-    """`compute_scores` through the shared memo (and the library's disk cache), one job per device."""
+    """The pipeline's `score` on `batch`, through the shared memo (and the library's disk cache), one job per device."""
 
-    needs_data = get_criterion(criterion).needs_data
-    key = content_key("scores", spec.key, criterion, batch.hash if needs_data else None, seed)
+    settings = PruneSettings(sparsity=0.0, criterion=criterion, seed=seed, micro_batch=micro_batch)
+    key = content_key("scores", spec.key, criterion, batch.hash if settings.needs_data else None, seed)
 
     def compute():
         with heavy(lm.model, progress):
-            return compute_scores(
-                lm.model,
-                criterion,
-                batch if needs_data else None,
-                seed=seed,
-                micro_batch=micro_batch,
-                progress=progress,
-            )
+            return score(lm, settings, progress, batch=batch)[0]
 
     return key, memo("scores").get_or_compute(key, compute)
 

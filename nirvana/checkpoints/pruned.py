@@ -29,19 +29,27 @@ from nirvana.models.architectures import get_architecture, layer_projections, te
 from nirvana.models.shapes import head_dim_of
 from nirvana.pruning.plan import PruningPlan
 from nirvana.pruning.slicing import update_config
-from nirvana.store.atomic import atomic_path
+from nirvana.store.atomic import atomic_path, atomic_write_text
 
 PLAN_FILE = "plan.json"
+REPORT_FILE = "report.json"
 
 
 def save_pruned(
-    model: nn.Module, tokenizer, plan: PruningPlan | None, directory: str | Path, *, base_model: str | None = None
+    model: nn.Module,
+    tokenizer,
+    plan: PruningPlan | None,
+    directory: str | Path,
+    *,
+    base_model: str | None = None,
+    report: dict | None = None,
 ) -> Path:
     """Write safetensors weights, tokenizer, config (with per-layer shapes) and the plan, atomically.
 
     A pruned folder also gets `modeling_nirvana.py` + `auto_map` (stock transformers loads it with
-    `trust_remote_code=True`, no nirvana needed) and a model card `README.md` from the plan's figures;
-    `base_model` (the name it was loaded by) fills the card's `base_model` and `license`.
+    `trust_remote_code=True`, no nirvana needed) and a model card `README.md`, written once, from
+    `report`'s figures (a prune's report) where given, else the plan's; `base_model` (the name it
+    was loaded by) fills the card's `base_model` and `license`.
     Example:
         >>> save_pruned(pruned, tok, plan, "out/model")
     """
@@ -55,8 +63,28 @@ def save_pruned(
         if has_per_layer_widths(model.config.to_dict()):
             add_stock_loading(tmp)
             source = base_model or getattr(model.config, "_name_or_path", None)
-            write_model_card(tmp, None, plan, base_model=source, location=directory)
+            write_model_card(tmp, report, plan, base_model=source, location=directory)
     return directory
+
+
+def save_prune_output(
+    folder: str | Path, model: nn.Module, tokenizer, plan: PruningPlan, report: dict, *, base_model: str | None = None
+) -> dict:
+    """The `prune --out` folder, every file written once: model/ (`save_pruned`, its card from
+    `report`), plan.json and report.json. Returns the report as written: `report` with the save's
+    seconds added to its `timings`.
+
+    Example:
+        >>> save_prune_output("out", result.model, tok, result.plan, result.report, base_model="smollm2-135m")
+    """
+    folder = Path(folder)
+    t = time.perf_counter()
+    save_pruned(model, tokenizer, plan, folder / "model", base_model=base_model, report=report)
+    plan.save(folder / PLAN_FILE)
+    timings = {**report.get("timings", {}), "save": round(time.perf_counter() - t, 3)}
+    written = {**report, "timings": timings}
+    atomic_write_text(folder / REPORT_FILE, json.dumps(written, indent=2))
+    return written
 
 
 def _layer_widths(config) -> list[tuple[int, int]]:

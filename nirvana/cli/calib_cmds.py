@@ -13,9 +13,11 @@ from nirvana.cli.common import (
     record,
     stderr_progress,
 )
+from nirvana.measure.compare import kl_rows
 from nirvana.measure.kl import DenseReference
 from nirvana.models.shapes import model_shape
-from nirvana.scoring.criteria import DATA_CRITERIA, compute_scores, get_criterion
+from nirvana.pipeline import PruneSettings, score
+from nirvana.scoring.criteria import DATA_CRITERIA, get_criterion
 from nirvana.search.calibration import AnchorSpec, anchor_batch, candidate_batch, select_calibration
 from nirvana.search.gamma import gamma_grid, gamma_search
 
@@ -101,9 +103,9 @@ def cmd_select_calib(args) -> int:
     source = "cache" if selection.from_cache else f"{selection.seconds:.1f} s"
     print(f"KL(P_dense || P_pruned) on {selection.anchor['samples']} x {selection.anchor['seq_len']} anchor tokens")
     print(f"{args.criterion}, sparsity {args.sparsity:g}, gamma {selection.settings['gamma']:.3g} ({source})")
-    for c in selection.candidates:
-        mark = "  <- chosen" if c.seed == selection.chosen_seed else ""
-        print(f"  seed {c.seed:4d}  KL {c.kl:.6f}{mark}")
+    for row in kl_rows(selection):
+        mark = "  <- chosen" if row["chosen"] else ""
+        print(f"  seed {row['seed']:4d}  KL {row['KL (nats/token)']:.6f}{mark}")
     for note in selection.notes:
         print(f"note: {note}")
     return 0
@@ -120,9 +122,8 @@ def cmd_gamma_search(args) -> int:
             batch = candidate_batch(
                 lm.tokenizer, anchor, source=args.pool, samples=args.samples, seq_len=args.seq_len, seed=args.seed
             )
-        scores = compute_scores(
-            lm.model, args.criterion, batch, seed=args.seed, micro_batch=args.micro_batch, progress=stderr_progress
-        )
+        settings = PruneSettings(sparsity=0.0, criterion=args.criterion, seed=args.seed, micro_batch=args.micro_batch)
+        scores, _ = score(lm, settings, stderr_progress, batch=batch)
         reference = DenseReference(lm.model, anchor.input_ids, progress=stderr_progress)
         gammas = parse_float_list(args.gammas) if args.gammas else None
         if args.gamma is not None:  # an explicit --gamma joins the grid

@@ -17,7 +17,8 @@ from nirvana.cli.common import (
     stderr_progress,
 )
 from nirvana.errors import InvalidInput
-from nirvana.measure.flops import phase_flops, summary
+from nirvana.measure.compare import model_facts, ratios
+from nirvana.measure.flops import phase_flops
 from nirvana.measure.generation import generate, load_prompts, side_by_side
 from nirvana.measure.perplexity import perplexity
 from nirvana.measure.speed import measure_speed, measure_speeds
@@ -104,12 +105,6 @@ def _datasets(args) -> list[str]:
     return [d.strip() for d in (args.ppl or "").split(",") if d.strip()]
 
 
-def static_facts(model) -> dict:
-    """Parameters and analytic FLOPs per token (no measurement)."""
-
-    return summary(model_shape(model))
-
-
 def perplexities(model, tokenizer, args) -> dict:
 
     out = {}
@@ -127,14 +122,6 @@ def perplexities(model, tokenizer, args) -> dict:
         )
         out[name] = r.to_dict()
     return out
-
-
-def phase_ideals(dense_model, pruned_model, args) -> dict:
-    """Ideal (FLOPs) speed-ups of prefill and decode at the measured prompt and generation lengths."""
-
-    d = phase_flops(model_shape(dense_model), args.prompt_len, args.new_tokens)
-    p = phase_flops(model_shape(pruned_model), args.prompt_len, args.new_tokens)
-    return {"prefill": d["prefill"] / p["prefill"], "decode": d["decode"] / p["decode"]}
 
 
 def speed_kwargs(args) -> dict:
@@ -200,7 +187,7 @@ def generation_kwargs(args) -> dict:
 
 def evaluate(lm, args) -> dict:
     """Everything `eval` was asked for, on one loaded model."""
-    result = {"model": lm.name, "source": lm.source, **static_facts(lm.model)}
+    result = {"model": lm.name, "source": lm.source, **model_facts(lm.model)}
     if args.ppl:
         result["ppl"] = perplexities(lm.model, lm.tokenizer, args)
     if args.speed:
@@ -233,72 +220,28 @@ def _run_summary(result: dict) -> dict:
     return summary
 
 
-def speed_ratios(dense: dict, pruned: dict, ideals: dict) -> list[dict]:
-    """Per batch size: measured speed-ups (pruned/dense), ideal (FLOPs) ones and the fraction reached."""
-    rows = []
-    for d, p in zip(dense["results"], pruned["results"]):
-        prefill = p["prefill_tokens_per_s"] / d["prefill_tokens_per_s"]
-        decode = p["decode_tokens_per_s"] / d["decode_tokens_per_s"]
-        rows.append(
-            {
-                "batch_size": d["batch_size"],
-                "prefill_speedup": prefill,
-                "prefill_ideal": ideals["prefill"],
-                "prefill_fraction_of_ideal": prefill / ideals["prefill"],
-                "decode_speedup": decode,
-                "decode_ideal": ideals["decode"],
-                "decode_fraction_of_ideal": decode / ideals["decode"],
-                "prefill_speedup_cpu_time": p["prefill_tokens_per_cpu_s"] / d["prefill_tokens_per_cpu_s"],
-                "decode_speedup_cpu_time": p["decode_tokens_per_cpu_s"] / d["decode_tokens_per_cpu_s"],
-                "peak_memory_ratio": p["peak_memory_bytes"] / d["peak_memory_bytes"],
-            }
-        )
-    return rows
-
-
 def compare(dense, pruned, args) -> dict:
-    """Both models' figures and the ratios between them (speed measured interleaved)."""
+    """Both models' figures and the library's comparison of them (`measure.compare.ratios`; speed interleaved)."""
     out = {
-        "dense": {"model": dense.name, "source": dense.source, **static_facts(dense.model)},
-        "pruned": {"model": pruned.name, "source": pruned.source, **static_facts(pruned.model)},
-    }
-    ratios = {
-        "params": out["pruned"]["params"] / out["dense"]["params"],
-        "flops_per_token": out["pruned"]["flops_per_token"] / out["dense"]["flops_per_token"],
-        "ideal_speedup": out["dense"]["flops_per_token"] / out["pruned"]["flops_per_token"],
-        "ideal_speedup_context": out["dense"]["flops_context"],
+        "dense": {"model": dense.name, "source": dense.source, **model_facts(dense.model)},
+        "pruned": {"model": pruned.name, "source": pruned.source, **model_facts(pruned.model)},
     }
     if args.ppl:
         out["dense"]["ppl"] = perplexities(dense.model, dense.tokenizer, args)
         out["pruned"]["ppl"] = perplexities(pruned.model, pruned.tokenizer, args)
-        ratios["ppl"] = {k: out["pruned"]["ppl"][k]["ppl"] / v["ppl"] for k, v in out["dense"]["ppl"].items()}
     if args.speed:
         speeds = measure_speeds({"dense": dense.model, "pruned": pruned.model}, **speed_kwargs(args))
         for key, lm in (("dense", dense), ("pruned", pruned)):
             out[key]["speed"] = speeds[key]
             add_phase_flops(speeds[key], lm.model, args)
-        ratios["speed"] = speed_ratios(speeds["dense"], speeds["pruned"], phase_ideals(dense.model, pruned.model, args))
-        ratios["speed_method"] = "pruned / dense tokens per second, repeats interleaved; ideal = dense / pruned FLOPs"
     if args.tasks:
         out["dense"]["tasks"] = run_tasks_for(dense.model, dense.tokenizer, args)
         out["pruned"]["tasks"] = run_tasks_for(pruned.model, pruned.tokenizer, args)
-        ratios["tasks"] = {
-            name: {
-                m: out["pruned"]["tasks"]["tasks"][name][m] - v[m]
-                for m in ("acc", "acc_norm", "pass@1")
-                if v.get(m) is not None and out["pruned"]["tasks"]["tasks"][name].get(m) is not None
-            }
-            for name, v in out["dense"]["tasks"]["tasks"].items()
-        }
-        dense_avg, pruned_avg = out["dense"]["tasks"]["average"], out["pruned"]["tasks"]["average"]
-        if dense_avg and pruned_avg:
-            ratios["tasks"]["zeroshot7_average"] = {"paper_metric": pruned_avg["value"] - dense_avg["value"]}
-        ratios["tasks_note"] = "pruned minus dense accuracy"
     if args.generate:
         out["generations"] = side_by_side(
             dense.model, pruned.model, dense.tokenizer, pruned_tokenizer=pruned.tokenizer, **generation_kwargs(args)
         )
-    out["ratios"] = ratios
+    out["ratios"] = ratios(out["dense"], out["pruned"], model_shape(dense.model), model_shape(pruned.model))
     return out
 
 

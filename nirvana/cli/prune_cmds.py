@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
-from nirvana.checkpoints.loaded import LoadedModel
-from nirvana.checkpoints.pruned import save_pruned
+from nirvana.checkpoints.pruned import save_prune_output
 from nirvana.cli.common import add_model_args, heavy, load_from_args, print_json, stderr_progress
-from nirvana.cli.recover_cmds import add_recovery_args, config_from_args, run_recovery, save_result
+from nirvana.cli.recover_cmds import add_recovery_args, cli_progress, config_from_args
 from nirvana.errors import InvalidInput
-from nirvana.export.card import write_model_card
 from nirvana.pipeline import PruneResult, PruneSettings, check_scores_match, prune, score
 from nirvana.pruning.plan import PruningPlan
 from nirvana.recovery.data import load_documents
+from nirvana.recovery.run import recover_and_save
 from nirvana.runs import new_run
 from nirvana.scoring.criteria import CRITERIA
 from nirvana.scoring.scores import Scores
@@ -121,20 +119,12 @@ def _prune(args, settings: PruneSettings | None, run, recovery=None) -> int:
     if result.scores is not None:
         run.save_scores_ref(result.scores.metadata())
     run.save_plan(result.plan)
-    t = time.perf_counter()
-    save_pruned(result.model, lm.tokenizer, result.plan, out / "model", base_model=args.model)
-    result.plan.save(out / "plan.json")
     report = {
         **result.report,
         "model": args.model,
-        "timings": {
-            "load": round(load_seconds, 3),
-            **result.report["timings"],
-            "save": round(time.perf_counter() - t, 3),
-        },
+        "timings": {"load": round(load_seconds, 3), **result.report["timings"]},
     }
-    (out / "report.json").write_text(json.dumps(report, indent=2))
-    write_model_card(out / "model", report, result.plan, base_model=args.model)  # the card holds the report's figures
+    report = save_prune_output(out, result.model, lm.tokenizer, result.plan, report, base_model=args.model)
     run.write_json("report.json", {**report, "out": str(out.resolve())})
     run.write_json("metrics.json", {k: report[k] for k in _METRICS})
     if recovery is not None:
@@ -161,10 +151,19 @@ _SUMMARY = (
 
 def _recover_after_prune(args, recovery, pruned: PruneResult, tokenizer, report: dict, out: Path) -> dict:
     """`prune --recover-steps N`: train the in-memory pruned model, then replace --out with the recovered one."""
-    config, (docs, info) = recovery
-    result = run_recovery(pruned.model, tokenizer, config, docs, info, inplace=True)
-    lm = LoadedModel(result.model, tokenizer, str(out), "pruned", 0.0, [], pruned.plan)
-    return save_result(result, lm, out, report, args.model)
+    config, documents = recovery
+    return recover_and_save(
+        pruned.model,
+        tokenizer,
+        pruned.plan,
+        config,
+        documents,
+        out,
+        base_report=report,
+        base_model=args.model,
+        inplace=True,
+        **cli_progress(),
+    )
 
 
 def _output_folder(path: str) -> Path:

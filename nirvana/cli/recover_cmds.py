@@ -8,11 +8,11 @@ from pathlib import Path
 import torch
 
 from nirvana.cli.common import add_model_args, heavy, load_from_args, print_json, record, stderr_progress
-from nirvana.errors import InvalidInput, TrainingDiverged
+from nirvana.errors import InvalidInput
 from nirvana.recovery.config import DEFAULT_STEPS, PROJECTIONS, RecoveryConfig
-from nirvana.recovery.data import data_for, load_documents
-from nirvana.recovery.save import base_report, save_recovered, saved_summary
-from nirvana.recovery.train import recover, target_module_names
+from nirvana.recovery.data import load_documents
+from nirvana.recovery.run import recover_and_save
+from nirvana.recovery.save import base_report
 
 
 def add_recovery_args(p, prefix: str = "") -> None:
@@ -88,8 +88,18 @@ def cmd_recover(args) -> int:
         start = time.perf_counter()
         lm = load_from_args(args)
         load_seconds = time.perf_counter() - start
-        result = run_recovery(lm.model, lm.tokenizer, config, docs, info)
-        summary = save_result(result, lm, out, base_report(args.model), args.model, adapter=args.save_adapter)
+        summary = recover_and_save(
+            lm.model,
+            lm.tokenizer,
+            lm.plan,
+            config,
+            (docs, info),
+            out,
+            base_report=base_report(args.model),
+            base_model=args.model,
+            adapter=args.save_adapter,
+            **cli_progress(),
+        )
     summary["load_seconds"] = round(load_seconds, 2)
     summary["wall_seconds"] = round(time.perf_counter() - start, 2)
     record("recover", args, metrics=summary, summary={k: summary[k] for k in ("status", "steps_done", "out")})
@@ -97,26 +107,9 @@ def cmd_recover(args) -> int:
     return 0
 
 
-def run_recovery(model, tokenizer, config: RecoveryConfig, docs, info, *, progress=None, inplace=False):
-    """Check widths, tokenize, train, merge; a NaN raises `TrainingDiverged` (nothing is saved)."""
-
-    target_module_names(model, config)  # r vs every layer's width, before tokenizing
-    data = data_for(config, tokenizer, docs, info)
-    for note in data.info.get("notes", []):
-        stderr_progress(0.0, f"NOTE: {note}")
-    stderr_progress(
-        0.0, f"training data: {data.info['origin']} ({data.info['kind']}, {data.info['train_tokens']} tokens)"
-    )
-    report = progress or (lambda s: stderr_progress(s.fraction, s.message))
-    result = recover(model, data, config, progress=report, inplace=inplace, keep_adapter=True)
-    if result.status == "nan":
-        raise TrainingDiverged(result.message + " Nothing was saved.")
-    return result
-
-
-def save_result(result, lm, out: Path, report: dict | None, base_model: str, adapter: bool = False) -> dict:
-    save_recovered(result, lm.tokenizer, lm.plan, out, base_report=report, base_model=base_model, adapter=adapter)
-    return saved_summary(result, out)
+def cli_progress() -> dict:
+    """`recover_and_save`'s callbacks for the terminal: steps and data lines on stderr."""
+    return {"progress": lambda s: stderr_progress(s.fraction, s.message), "log": lambda m: stderr_progress(0.0, m)}
 
 
 def check_out(path: str) -> Path:

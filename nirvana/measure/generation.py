@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from nirvana.errors import InvalidInput
+from nirvana.measure.compare import generation_rows
 from nirvana.models.weights import input_device
 from nirvana.progress import Progress, sub_progress
 
@@ -123,16 +124,4 @@ def side_by_side(dense_model, pruned_model, tokenizer, prompts=None, *, pruned_t
     pruned = generate(
         pruned_model, pruned_tokenizer or tokenizer, prompts, progress=sub_progress(progress, 0.5, 1.0), **kwargs
     )
-    return [
-        {
-            "id": d["id"],
-            "prompt": d["prompt"],
-            "dense": d["output"],
-            "pruned": p["output"],
-            "dense_tokens": d["new_tokens"],
-            "pruned_tokens": p["new_tokens"],
-            "identical": d["output"] == p["output"],
-            "mode": d["mode"],
-        }
-        for d, p in zip(dense, pruned)
-    ]
+    return generation_rows(dense, pruned)

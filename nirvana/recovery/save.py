@@ -80,21 +80,6 @@ def _write_records(tmp: Path, result: RecoveryResult, plan, base_report: dict | 
     (tmp / "report.json").write_text(json.dumps(report, indent=2, default=str))
 
 
-def saved_summary(result: RecoveryResult, directory: str | Path) -> dict:
-    """What a saved recovery did, in brief (the `recover` command's JSON): status, steps, tokens,
-    speed, held-out loss before and after, the data used, peak memory, threads and the folder."""
-    s = result.summary()
-    keep = ("status", "steps_done", "tokens_trained", "tokens_per_second", "train_seconds", "seconds")
-    return {k: s[k] for k in keep} | {
-        "heldout_loss_before": s["heldout_before"],
-        "heldout_loss_after": s["heldout_after"],
-        "data": {k: s["data"].get(k) for k in ("source", "origin", "kind", "train_tokens", "epochs", "notes")},
-        "peak_rss_mb": s["peak_rss_mb"],
-        "threads": s["threads"],
-        "out": str(Path(directory).resolve()),
-    }
-
-
 def base_report(model: str | Path) -> dict | None:
     """report.json of a pruned folder that is being recovered (kept in the recovered folder's report),
     or None for a hub id, a dense folder or an unreadable report."""

@@ -1,0 +1,184 @@
+"""Dense vs pruned (or pruned vs recovered), written once: the rows every comparison shows.
+
+Each function takes two measurements already taken (by `perplexity`, `measure_speed(s)`,
+`run_accuracy`, `generate`, `select_calibration`) and returns plain data, dicts and lists of
+dicts (`pandas.DataFrame(rows)` shows them as a table). The CLI's `compare` prints them and
+puts them in its JSON; the app's Prune & compare page (perplexity, accuracy, generations, speed),
+its Recover tab (perplexity before / after) and its Calibration page (KL of each candidate's
+pruned model to the dense one) show them; none of them computes a ratio of its own.
+
+    facts = {k: model_facts(m) for k, m in (("dense", dense), ("pruned", pruned))}
+    ratios = size_ratios(facts["dense"], facts["pruned"])
+    rows = speed_rows(dense_speed, pruned_speed, model_shape(dense), model_shape(pruned))
+"""
+
+from __future__ import annotations
+
+from nirvana.accuracy.tasks import PAPER_METRIC, TASKS
+from nirvana.measure.flops import summary
+from nirvana.measure.speed import speedup_rows
+from nirvana.models.shapes import ModelShape, model_shape
+
+ACCURACY_METRICS = ("acc", "acc_norm", "pass@1")  # the task figures `accuracy_deltas` subtracts
+SPEED_METHOD = "pruned / dense tokens per second, repeats interleaved; ideal = dense / pruned FLOPs"
+ACCURACY_NOTE = "pruned minus dense accuracy"
+# The speed table as the app shows it: (column, key of a `speed_rows` row, decimals; None = as is).
+SPEED_COLUMNS = (
+    ("batch", "batch_size", None),
+    ("prefill tok/s dense", "prefill_tokens_per_s_dense", 1),
+    ("prefill tok/s pruned", "prefill_tokens_per_s", 1),
+    ("prefill speed-up (measured)", "prefill_speedup", 2),
+    ("prefill speed-up (ideal, FLOPs)", "prefill_ideal", 2),
+    ("decode tok/s dense", "decode_tokens_per_s_dense", 1),
+    ("decode tok/s pruned", "decode_tokens_per_s", 1),
+    ("decode speed-up (measured)", "decode_speedup", 2),
+    ("decode speed-up (ideal, FLOPs)", "decode_ideal", 2),
+    ("peak memory dense (MB)", "peak_memory_mib_dense", 0),
+    ("peak memory pruned (MB)", "peak_memory_mib", 0),
+)
+
+
+def model_facts(model) -> dict:
+    """Parameters and analytic FLOPs per token of one model (no measurement)."""
+    return summary(model_shape(model))
+
+
+def size_ratios(dense: dict, pruned: dict) -> dict:
+    """Parameters and FLOPs, pruned over dense, and the ideal (FLOPs) speed-up, from two `model_facts`."""
+    return {
+        "params": pruned["params"] / dense["params"],
+        "flops_per_token": pruned["flops_per_token"] / dense["flops_per_token"],
+        "ideal_speedup": dense["flops_per_token"] / pruned["flops_per_token"],
+        "ideal_speedup_context": dense["flops_context"],
+    }
+
+
+def perplexity_pair(before: dict, after: dict) -> dict:
+    """One dataset, two models (dense and pruned, or pruned and recovered): both perplexities, the
+    ratio and the difference, and what `after` was measured on. Takes `Perplexity.to_dict()`s."""
+    return {
+        "before": before["ppl"],
+        "after": after["ppl"],
+        "ratio": after["ppl"] / before["ppl"],
+        "delta": after["ppl"] - before["ppl"],
+        **{k: after.get(k) for k in ("dataset", "split", "origin", "tokens", "predicted_tokens", "windows", "seq_len")},
+    }
+
+
+def perplexity_ratios(dense: dict[str, dict], pruned: dict[str, dict]) -> dict[str, float]:
+    """{dataset: pruned perplexity / dense perplexity} for every dataset both were measured on."""
+    return {name: perplexity_pair(d, pruned[name])["ratio"] for name, d in dense.items() if name in pruned}
+
+
+def speed_rows(dense: dict, pruned: dict, dense_shape: ModelShape, pruned_shape: ModelShape) -> list[dict]:
+    """Per batch size: `speedup_rows` (measured and ideal speed-ups, both speeds, peak memory) and the
+    pruned model's peak memory over the dense one's. `dense`, `pruned`: `measure_speed(s)` results."""
+    rows = speedup_rows(dense, pruned, dense_shape, pruned_shape)
+    return [
+        row | {"peak_memory_ratio": p["peak_memory_bytes"] / d["peak_memory_bytes"]}
+        for row, d, p in zip(rows, dense["results"], pruned["results"])
+    ]
+
+
+def speed_table(rows: list[dict]) -> list[dict]:
+    """`speed_rows` under the app's column names, rounded (`SPEED_COLUMNS`)."""
+    return [
+        {label: row[key] if digits is None else round(row[key], digits or None) for label, key, digits in SPEED_COLUMNS}
+        for row in rows
+    ]
+
+
+def accuracy_deltas(dense: dict, pruned: dict) -> dict:
+    """Pruned minus dense, per task and metric, and of the 7-task average: two `run_accuracy` results."""
+    out = {
+        name: {
+            m: pruned["tasks"][name][m] - v[m]
+            for m in ACCURACY_METRICS
+            if v.get(m) is not None and pruned["tasks"].get(name, {}).get(m) is not None
+        }
+        for name, v in dense["tasks"].items()
+    }
+    if dense.get("average") and pruned.get("average"):
+        out["zeroshot7_average"] = {"paper_metric": pruned["average"]["value"] - dense["average"]["value"]}
+    return out
+
+
+def paper_value(row: dict, task: str) -> tuple[float | None, float | None, str]:
+    """(value, standard error, metric) of one task's result under its paper metric."""
+    metric = PAPER_METRIC.get(task) or ("pass@1" if TASKS[task].kind == "code" else "acc")
+    return row.get(metric), row.get(f"{metric}_stderr"), metric
+
+
+def accuracy_rows(dense: dict, pruned: dict) -> list[dict]:
+    """One row per task: metric, dense and pruned value ± se (in %), difference, n, source and split."""
+    rows = []
+    for task, d in dense["tasks"].items():
+        dv, dse, metric = paper_value(d, task)
+        pv, pse, _ = paper_value(pruned["tasks"].get(task, {}), task)
+        rows.append(
+            {
+                "task": task,
+                "metric": metric,
+                "dense %": _percent(dv),
+                "± dense": _percent(dse),
+                "pruned %": _percent(pv),
+                "± pruned": _percent(pse),
+                "pruned − dense": None if dv is None or pv is None else round(100 * (pv - dv), 1),
+                "n": d.get("n"),
+                "data": f"{d.get('source')} · {d.get('split')}",
+            }
+        )
+    return rows
+
+
+def generation_rows(dense: list[dict], pruned: list[dict]) -> list[dict]:
+    """Dense and pruned continuations of the same prompts (two `generate` results), one row per prompt:
+    {id, prompt, dense, pruned, dense_tokens, pruned_tokens, identical, mode}."""
+    return [
+        {
+            "id": d["id"],
+            "prompt": d["prompt"],
+            "dense": d["output"],
+            "pruned": p["output"],
+            "dense_tokens": d["new_tokens"],
+            "pruned_tokens": p["new_tokens"],
+            "identical": d["output"] == p["output"],
+            "mode": d["mode"],
+        }
+        for d, p in zip(dense, pruned)
+    ]
+
+
+def kl_rows(selection) -> list[dict]:
+    """One row per candidate batch of a `select_calibration` result: its seed, the KL of its pruned
+    model to the dense one, the sparsity reached, the scoring time, the batch's hash and whether it was chosen."""
+    return [
+        {
+            "seed": c.seed,
+            "KL (nats/token)": c.kl,
+            "achieved block sparsity": c.achieved_block_sparsity,
+            "scoring s": c.score_seconds,
+            "batch hash": c.calibration["hash"],
+            "chosen": c.seed == selection.chosen_seed,
+        }
+        for c in selection.candidates
+    ]
+
+
+def ratios(dense: dict, pruned: dict, dense_shape: ModelShape, pruned_shape: ModelShape) -> dict:
+    """The CLI's `compare` ratios from the two models' results (facts, and `ppl`, `speed`, `tasks`
+    where both have them): sizes, perplexity ratios, speed rows, accuracy differences."""
+    out = size_ratios(dense, pruned)
+    if "ppl" in dense and "ppl" in pruned:
+        out["ppl"] = perplexity_ratios(dense["ppl"], pruned["ppl"])
+    if "speed" in dense and "speed" in pruned:
+        out["speed"] = speed_rows(dense["speed"], pruned["speed"], dense_shape, pruned_shape)
+        out["speed_method"] = SPEED_METHOD
+    if "tasks" in dense and "tasks" in pruned:
+        out["tasks"] = accuracy_deltas(dense["tasks"], pruned["tasks"])
+        out["tasks_note"] = ACCURACY_NOTE
+    return out
+
+
+def _percent(value: float | None) -> float | None:
+    return None if value is None else round(100 * value, 1)
