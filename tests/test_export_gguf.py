@@ -17,14 +17,16 @@ from nirvana.errors import InvalidInput, UnsupportedArchitecture
 from nirvana.export.gguf import unpermute, write_gguf
 from nirvana.models.shapes import model_shape
 from nirvana.models.tiny import tiny_model
-from nirvana.pruning.allocation import allocate
+from nirvana.pruning.allocation import Allocation, allocate
 from nirvana.pruning.slicing import apply_plan
 from nirvana.scoring.criteria import compute_scores
 
 
 def pruned_folder(tmp_path, tokenizer, family="llama", base_model="smollm2-135m"):
     model = tiny_model(family, attn_implementation="sdpa", vocab_size=len(tokenizer))
-    plan = allocate(compute_scores(model, "nirvana", random_batch(vocab=100), use_cache=False), model_shape(model), 0.5)
+    plan = allocate(
+        compute_scores(model, "nirvana", random_batch(vocab=100), use_cache=False), model_shape(model), Allocation(0.5)
+    )
     pruned = apply_plan(model, plan)
     return save_pruned(pruned, tokenizer, plan, tmp_path / family, base_model=base_model), pruned, plan
 

@@ -15,6 +15,7 @@ from nirvana.cli.common import (
 )
 from nirvana.measure.kl import DenseReference
 from nirvana.models.shapes import model_shape
+from nirvana.pruning.allocation import Allocation
 from nirvana.scoring.criteria import DATA_CRITERIA, compute_scores, get_criterion
 from nirvana.search.calibration import AnchorSpec, anchor_batch, candidate_batch, select_calibration
 from nirvana.search.gamma import gamma_grid, gamma_search
@@ -63,8 +64,7 @@ def run_selection(args, lm, *, candidates: int, pool: str, anchor, seeds=None):
     return select_calibration(
         lm.model,
         lm.tokenizer,
-        sparsity=args.sparsity,
-        gamma=args.gamma,
+        Allocation(args.sparsity, args.gamma, args.align, args.allocation),
         criterion=args.criterion,
         candidates=candidates,
         seeds=seeds,
@@ -72,8 +72,6 @@ def run_selection(args, lm, *, candidates: int, pool: str, anchor, seeds=None):
         samples=args.samples,
         seq_len=args.seq_len,
         anchor=anchor,
-        align=args.align,
-        allocation=args.allocation,
         micro_batch=args.micro_batch,
         use_cache=not args.no_cache,
         progress=stderr_progress,
