@@ -5,7 +5,7 @@ The pipeline is four separate steps, each a plain function:
     lm = load_model("smollm2-135m")                              # registry name, hub id or folder
     batch = calibration_batch(lm.tokenizer, "wikitext2-valid")   # [N, T] token ids
     scores = compute_scores(lm.model, "nirvana", batch)          # attn [L, Hkv], mlp [L, I]
-    plan = allocate(scores, model_shape(lm.model), sparsity=0.5) # JSON-able PruningPlan
+    plan = allocate(scores, model_shape(lm.model), Allocation(0.5))  # JSON-able PruningPlan
     pruned = apply_plan(lm.model, plan)                          # physically smaller copy
     save_pruned(pruned, lm.tokenizer, plan, "out/model")
 
@@ -30,7 +30,7 @@ from nirvana.errors import (
     UnsupportedArchitecture,
 )
 from nirvana.models.shapes import ModelShape, count_block_parameters, count_parameters, model_shape
-from nirvana.pruning.allocation import allocate, default_gamma
+from nirvana.pruning.allocation import Allocation, allocate, default_gamma
 from nirvana.pruning.plan import PruningPlan
 from nirvana.pruning.slicing import apply_plan
 from nirvana.scoring.criteria import CRITERIA, compute_scores
@@ -41,6 +41,7 @@ __version__ = "0.1.0"
 __all__ = [
     "CRITERIA",
     "DEFAULT_MODEL",
+    "Allocation",
     "CalibrationBatch",
     "CorruptCheckpoint",
     "DatasetNotFound",

@@ -38,7 +38,7 @@ from nirvana.errors import InvalidInput, PlanMismatch
 from nirvana.models.fingerprint import model_fingerprint
 from nirvana.models.shapes import ModelShape, count_block_parameters, count_parameters, model_shape
 from nirvana.progress import Progress
-from nirvana.pruning.allocation import allocate, default_gamma, validate_settings
+from nirvana.pruning.allocation import Allocation, allocate
 from nirvana.pruning.plan import PruningPlan
 from nirvana.pruning.slicing import apply_plan, plan_signature, planned_shape, prune_and_measure, slice_at
 from nirvana.scoring.criteria import CRITERIA, compute_scores
@@ -54,8 +54,8 @@ class PruneSettings:
 
     `gamma=None` is the analytic gamma* of the model; `select_calib=K > 0` chooses the
     calibration batch among K candidates (seeds 0..K-1 of `calib`) by KL to dense (cached).
-    Shape-dependent checks (align against the MLP width, gamma against the model) run in
-    `prune`, before any scoring, with allocate's own messages.
+    The flat fields are the CLI's flags; `allocation_settings` is sparsity, gamma, align and
+    allocation as one `Allocation`, which `prune` resolves for the model once, before any scoring.
     """
 
     sparsity: float
@@ -83,6 +83,11 @@ class PruneSettings:
             raise InvalidInput("select_calib needs at least 2 candidate batches to choose from (or 0 for off).")
 
     @property
+    def allocation_settings(self) -> Allocation:
+        """Sparsity, gamma, align and allocation kind as one value (checked when built; resolved in `prune`)."""
+        return Allocation(self.sparsity, self.gamma, self.align, self.allocation)
+
+    @property
     def needs_data(self) -> bool:
         return CRITERIA[self.criterion].needs_data
 
@@ -98,24 +103,26 @@ class PruneResult:
     selection: dict | None = None  # KL-guided calibration: chosen seed, KL per candidate
 
 
-def calibration_for(lm: LoadedModel, settings: PruneSettings, progress: Progress = None):
-    """(batch or None, selection summary or None): the calibration data `settings` asks for."""
+def calibration_for(
+    lm: LoadedModel, settings: PruneSettings, progress: Progress = None, allocation: Allocation | None = None
+):
+    """(batch or None, selection summary or None): the calibration data `settings` asks for.
+
+    `allocation` (KL-guided selection only): `settings.allocation_settings` already resolved by the caller.
+    """
     if not settings.needs_data:
         return None, None
     if settings.select_calib:
         selection = select_calibration(
             lm.model,
             lm.tokenizer,
-            sparsity=settings.sparsity,
-            gamma=settings.gamma,
+            allocation or settings.allocation_settings,
             criterion=settings.criterion,
             candidates=settings.select_calib,
             pool=settings.calib,
             samples=settings.samples,
             seq_len=settings.seq_len,
             anchor=AnchorSpec(source=settings.calib),
-            align=settings.align,
-            allocation=settings.allocation,
             micro_batch=settings.micro_batch,
             use_cache=settings.use_cache,
             progress=progress,
@@ -140,16 +147,22 @@ def calibration_for(lm: LoadedModel, settings: PruneSettings, progress: Progress
 
 
 def score(
-    lm: LoadedModel, settings: PruneSettings, progress: Progress = None, *, batch: CalibrationBatch | None = None
+    lm: LoadedModel,
+    settings: PruneSettings,
+    progress: Progress = None,
+    *,
+    batch: CalibrationBatch | None = None,
+    allocation: Allocation | None = None,
 ) -> tuple[Scores, dict | None]:
     """The unit scores of `settings.criterion` on its calibration data (disk cache), and the selection.
 
     `batch`: score on this batch rather than the one `settings` draws (the app's cached or KL-chosen
     batch, the gamma search's candidate); a data-free criterion ignores it. The cache key is the
     same either way: model, criterion, batch content, seed, micro-batch.
+    `allocation`: the resolved `settings.allocation_settings`, when the caller has it (see `calibration_for`).
     """
     if batch is None:
-        batch, selection = calibration_for(lm, settings, progress)
+        batch, selection = calibration_for(lm, settings, progress, allocation)
     else:
         batch, selection = (batch if settings.needs_data else None), None
     scores = compute_scores(
@@ -199,15 +212,14 @@ def prune(
     selection = None
     t = time.perf_counter()
     if plan is None:
-        gamma = default_gamma(shape) if settings.gamma is None and shape.is_uniform else settings.gamma
-        validate_settings(shape, settings.sparsity, gamma, settings.align, settings.allocation)
+        allocation = settings.allocation_settings.resolve(shape)  # bad settings fail here, before scoring
         if scores is None:
-            scores, selection = score(lm, settings, progress)
+            scores, selection = score(lm, settings, progress, allocation=allocation)
         else:
             check_scores_match(scores, lm.model)
         timings["score"] = time.perf_counter() - t
         t = time.perf_counter()
-        plan = allocate(scores, shape, settings.sparsity, settings.gamma, settings.align, settings.allocation)
+        plan = allocate(scores, shape, allocation)
     else:
         timings["score"] = 0.0
     timings["plan"] = time.perf_counter() - t

@@ -7,14 +7,14 @@ from ui import routing
 routing.require()  # first, before the heavy imports: see ui/routing.py
 
 import math
-from pathlib import Path
+from dataclasses import replace
 
 import streamlit as st
 
 from nirvana import charts
 from nirvana.measure.flops import DEFAULT_CONTEXT, flops_per_token
 from nirvana.models.shapes import ModelShape
-from nirvana.pruning.allocation import default_gamma
+from nirvana.pruning.allocation import Allocation, default_gamma
 from nirvana.pruning.plan import MAX_SPARSITY
 from nirvana.pruning.slicing import planned_shape
 from ui import frame, resources, state
@@ -81,18 +81,18 @@ def _sliders(shape: ModelShape, criterion: str) -> tuple[float, float, int]:
 
 
 def _measured_gamma(model: str) -> dict | None:
-    """The committed gamma benchmark of `model`, read from disk once per file version (slider moves reuse it)."""
+    """`committed_gamma(model)`, read from disk once per file version (slider moves reuse it)."""
     from nirvana.bench.gamma import gamma_path
 
     path = gamma_path(model)
-    return _read_gamma(str(path), path.stat().st_mtime) if path.exists() else None
+    return _committed_gamma(model, path.stat().st_mtime) if path.exists() else None
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
-def _read_gamma(path: str, mtime: float) -> dict:
-    import json
+def _committed_gamma(model: str, mtime: float) -> dict | None:
+    from nirvana.bench.gamma import committed_gamma
 
-    return json.loads(Path(path).read_text())
+    return committed_gamma(model)
 
 
 def _gamma_hint(where, criterion: str, sparsity: float, gamma_star: float, gamma_max: float) -> None:
@@ -159,8 +159,9 @@ def _interactive(scores_key: str, scores, shape: ModelShape) -> None:
     """Sliders and everything they drive. A fragment: a slider move reruns only this part of the page."""
     sparsity, gamma, align = _sliders(shape, scores.criterion)
     with guard("allocating the pruning budget") as g:
-        plan = resources.plan_for(scores, scores_key, shape.to_dict(), sparsity, gamma, align, "global")
-        uniform = resources.plan_for(scores, scores_key, shape.to_dict(), sparsity, gamma, align, "uniform")
+        allocation = Allocation(sparsity, gamma, align).resolve(shape)
+        plan = resources.plan_for(scores, scores_key, shape.to_dict(), allocation)
+        uniform = resources.plan_for(scores, scores_key, shape.to_dict(), replace(allocation, kind="uniform"))
     if g.failed:
         return
     state.put("plan", plan)
@@ -170,7 +171,7 @@ def _interactive(scores_key: str, scores, shape: ModelShape) -> None:
     if second is not None and second[1].criterion != scores.criterion:
         key2, scores2 = second
         with guard("allocating for the second criterion"):
-            other = resources.plan_for(scores2, key2, shape.to_dict(), sparsity, gamma, align, "global")
+            other = resources.plan_for(scores2, key2, shape.to_dict(), allocation)
             compare = (scores2.criterion, other.kept_kv_groups, other.kept_neurons)
     left, right = st.columns([1, 1])
     left.plotly_chart(

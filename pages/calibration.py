@@ -12,7 +12,6 @@ import streamlit as st
 from nirvana import charts
 from nirvana.measure.compare import kl_rows
 from nirvana.models.shapes import ModelShape
-from nirvana.pruning.allocation import default_gamma
 from nirvana.scoring.criteria import DATA_CRITERIA, criteria_help
 from ui import frame, resources, state
 from ui.errors import guard
@@ -37,7 +36,7 @@ over the anchor set, so K candidates take about K times the Saliency step.
 """
 
 
-def _controls(shape: ModelShape) -> dict:
+def _controls(shape: ModelShape) -> dict | None:
     on_cpu = state.on_cpu()
     defaults = state.default_calibration()
     st.session_state.setdefault("kl_candidates", 4 if on_cpu else 8)
@@ -53,13 +52,14 @@ def _controls(shape: ModelShape) -> dict:
     seq_len = c[3].number_input("T tokens", 8, 2048, step=8, key="kl_seq_len")
     anchor = c[4].number_input("Anchor sequences (×64 tokens)", 1, 512, step=1, key="kl_anchor")
     criterion = c[5].selectbox("Criterion", list(DATA_CRITERIA), key="kl_criterion", help=criteria_help(DATA_CRITERIA))
-    sparsity = float(st.session_state.get("sparsity", 0.2))
-    gamma = float(st.session_state.get("gamma", default_gamma(shape)))
-    align = int(st.session_state.get("align", 8))
+    allocation = state.allocation(shape)
+    if allocation is None:
+        return None
     st.caption(
-        f"Pruning each candidate at the Allocation page's settings: sparsity {sparsity:.2f}, γ {gamma:.2f}, "
-        f"align {align}. The anchor set is drawn with seed 42 from the same pool, from documents no candidate "
-        f"uses{' (the paper uses 128 × 64 tokens; fewer here to keep CPU time short)' if on_cpu else ''}."
+        f"Pruning each candidate at the Allocation page's settings: sparsity {allocation.sparsity:.2f}, "
+        f"γ {allocation.gamma:.2f}, align {allocation.align}. The anchor set is drawn with seed 42 from the same "
+        f"pool, from documents no candidate uses"
+        f"{' (the paper uses 128 × 64 tokens; fewer here to keep CPU time short)' if on_cpu else ''}."
     )
     return {
         "pool": pool,
@@ -68,9 +68,7 @@ def _controls(shape: ModelShape) -> dict:
         "seq_len": int(seq_len),
         "anchor": int(anchor),
         "criterion": criterion,
-        "sparsity": sparsity,
-        "gamma": gamma,
-        "align": align,
+        "allocation": allocation,
     }
 
 
@@ -85,15 +83,13 @@ def _run(lm, choice: dict) -> None:
         selection = select_calibration(
             lm.model,
             lm.tokenizer,
-            sparsity=choice["sparsity"],
-            gamma=choice["gamma"],
+            choice["allocation"],
             criterion=choice["criterion"],
             candidates=choice["k"],
             pool=choice["pool"],
             samples=choice["samples"],
             seq_len=choice["seq_len"],
             anchor=AnchorSpec(choice["pool"], choice["anchor"], 64, 42),
-            align=choice["align"],
             micro_batch=max(1, choice["samples"] // 4),
             progress=progress,
         )
@@ -159,6 +155,8 @@ def main() -> None:
         st.info("This model is already pruned; load the dense model to select calibration data.")
         return
     choice = _controls(shape)
+    if choice is None:
+        return
     if st.button("Run KL selection", type="primary", key="run_kl"):
         _run(lm, choice)
     selection = state.get("kl_selection")

@@ -11,7 +11,6 @@ import streamlit as st
 
 from nirvana import charts
 from nirvana.models.shapes import ModelShape
-from nirvana.pruning.allocation import default_gamma
 from nirvana.search.sweep import QUALITY, SweepSettings, run_sweep, sweep_points
 from ui import frame, resources, state
 from ui.errors import guard
@@ -44,9 +43,10 @@ def _floats(text: str) -> tuple[float, ...]:
 
 
 def _controls(shape: ModelShape) -> SweepSettings | None:
-    gamma_star = default_gamma(shape)
-    sparsity = float(st.session_state.get("sparsity", 0.2))
-    gamma = float(st.session_state.get("gamma", round(gamma_star, 2)))
+    centre = state.allocation(shape)
+    if centre is None:
+        return None
+    sparsity, gamma, gamma_star = centre.sparsity, centre.gamma, centre.gamma_default
     st.session_state.setdefault("sweep_metric", "perplexity")
     st.session_state.setdefault("sweep_sparsities", "0.1, 0.2, 0.3, 0.5")
     st.session_state.setdefault("sweep_gammas", f"0.5, 1, {gamma_star:.2f}, 4")
@@ -74,9 +74,7 @@ def _controls(shape: ModelShape) -> SweepSettings | None:
     return SweepSettings(
         sparsities=s_values,
         gammas=g_values,
-        sparsity=sparsity,
-        gamma=gamma,
-        align=int(st.session_state.get("align", 8)),
+        allocation=centre,
         metric=metric,
         tokens=int(tokens),
         window=min(512, int(tokens)),
@@ -85,18 +83,19 @@ def _controls(shape: ModelShape) -> SweepSettings | None:
     )
 
 
-def _charts(rows: list[dict], settings: dict, gamma_star: float) -> None:
+def _charts(rows: list[dict], settings: dict) -> None:
     frame_ = pd.DataFrame(rows)
+    centre = settings["allocation"]
     quality = QUALITY[settings["metric"]]
     has_speed = frame_["decode_tokens_per_s"].notna().all()
     axes = (
-        ("sparsity", ["dense", "sparsity"], "target sparsity", f"Against sparsity (γ = {settings['gamma']:.2f})", {}),
+        ("sparsity", ["dense", "sparsity"], "target sparsity", f"Against sparsity (γ = {centre.gamma:.2f})", {}),
         (
             "gamma",
             ["gamma"],
             "γ",
-            f"Against γ (sparsity {settings['sparsity']:.2f})",
-            {"marker_x": gamma_star, "marker_label": "γ*"},
+            f"Against γ (sparsity {centre.sparsity:.2f})",
+            {"marker_x": centre.gamma_default, "marker_label": "γ*"},
         ),
     )
     for col, axis_names, x_title, title, marker in axes:
@@ -177,7 +176,7 @@ def main() -> None:
     result = state.get("sweep")
     if result is not None:
         with guard("drawing the sweep"):
-            _charts(result[0], result[1], default_gamma(shape))
+            _charts(result[0], result[1])
 
 
 main()

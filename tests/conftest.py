@@ -97,13 +97,13 @@ def pruned_tiny_dir(tiny_with_tokenizer_dir, tmp_path_factory) -> Path:
 
     from nirvana.checkpoints.pruned import save_pruned
     from nirvana.models.shapes import model_shape
-    from nirvana.pruning.allocation import allocate
+    from nirvana.pruning.allocation import Allocation, allocate
     from nirvana.pruning.slicing import apply_plan
     from nirvana.scoring.criteria import compute_scores
 
     model = AutoModelForCausalLM.from_pretrained(tiny_with_tokenizer_dir).eval()
     tok = AutoTokenizer.from_pretrained(tiny_with_tokenizer_dir)
-    plan = allocate(compute_scores(model, "random", use_cache=False), model_shape(model), 0.5, align=1)
+    plan = allocate(compute_scores(model, "random", use_cache=False), model_shape(model), Allocation(0.5, align=1))
     out = tmp_path_factory.mktemp("pruned-tiny")
     save_pruned(apply_plan(model, plan), tok, plan, out / "model")
     plan.save(out / "plan.json")

@@ -9,7 +9,7 @@ import torch
 
 from nirvana.errors import InvalidInput
 from nirvana.models.shapes import ModelShape
-from nirvana.pruning.allocation import allocate, budget_fractions, default_gamma
+from nirvana.pruning.allocation import Allocation, allocate, budget_fractions, default_gamma
 from nirvana.pruning.plan import PruningPlan
 from nirvana.scoring.scores import Scores
 
@@ -48,7 +48,7 @@ def test_budget_formula_and_counts():
     pa_expected = s * (4 * ca + 256 * cm) / (4 * ca + gamma * 256 * cm)
     pa, pm, notes = budget_fractions(shape, s, gamma)
     assert pa == pytest.approx(pa_expected) and pm == pytest.approx(gamma * pa_expected) and not notes
-    plan = allocate(make_scores(shape), shape, s, gamma, align=1)
+    plan = allocate(make_scores(shape), shape, Allocation(s, gamma, align=1))
     assert plan.stats["ranked_attn_pruned"] == math.floor(pa_expected * 4 * 4)
     assert plan.stats["ranked_mlp_pruned"] == math.floor(gamma * pa_expected * 4 * 256)
     # With align=1 and no layer emptied, exactly the ranked counts go.
@@ -60,7 +60,7 @@ def test_global_ranking_prunes_the_lowest_scores_across_layers():
     attn = torch.tensor([[0.1, 0.2, 5.0, 6.0], [0.05, 7.0, 8.0, 9.0]])
     mlp = torch.arange(16, dtype=torch.float32).reshape(2, 8)  # layer 0 holds the 8 lowest neurons
     scores = Scores(attn, mlp, "x", "fp", None)
-    plan = allocate(scores, shape, sparsity=0.4, gamma=1.0, align=1)
+    plan = allocate(scores, shape, Allocation(0.4, gamma=1.0, align=1))
     n_attn, n_mlp = plan.stats["ranked_attn_pruned"], plan.stats["ranked_mlp_pruned"]
     assert n_attn == 3 and n_mlp == 6  # gamma = 1: pa = pm = s; floor(0.4 * 8), floor(0.4 * 16)
     assert plan.layers[0].kept_kv_groups == [2, 3] and plan.layers[1].kept_kv_groups == [1, 2, 3]
@@ -70,7 +70,7 @@ def test_global_ranking_prunes_the_lowest_scores_across_layers():
 def test_ties_prune_exactly_n_in_index_order():
     shape = make_shape(L=2, hkv=4, inter=8, d=4, D=16)
     scores = Scores(torch.ones(2, 4), torch.ones(2, 8), "x", "fp", None)
-    plan = allocate(scores, shape, sparsity=0.4, gamma=1.0, align=1)
+    plan = allocate(scores, shape, Allocation(0.4, gamma=1.0, align=1))
     assert plan.stats["kv_groups_pruned"] == plan.stats["ranked_attn_pruned"]
     assert plan.layers[0].kept_kv_groups == [3]  # the first n in (layer, index) order go
 
@@ -79,7 +79,7 @@ def test_every_layer_keeps_its_best_kv_group_and_aligned_neurons():
     shape = make_shape(L=3, hkv=4, inter=64)
     attn = torch.tensor([[0.0, 0.01, 0.02, 0.03], [5.0, 6.0, 7.0, 8.0], [4.0, 4.5, 4.7, 4.9]])
     scores = Scores(attn, torch.rand(3, 64, generator=torch.Generator().manual_seed(0)), "x", "fp", None)
-    plan = allocate(scores, shape, sparsity=0.5, gamma=0.3, align=8)
+    plan = allocate(scores, shape, Allocation(0.5, gamma=0.3, align=8))
     assert plan.layers[0].kept_kv_groups == [3]  # all four ranked out; the best-scoring one stays
     for layer in plan.layers:
         assert len(layer.kept_neurons) % 8 == 0 and len(layer.kept_neurons) >= 8
@@ -89,8 +89,8 @@ def test_alignment_spares_the_best_pruned_neurons():
     shape = make_shape(L=1, hkv=4, inter=16, d=4, D=16)
     mlp = torch.arange(16, dtype=torch.float32)[None]
     scores = Scores(torch.ones(1, 4), mlp, "x", "fp", None)
-    plan1 = allocate(scores, shape, sparsity=0.3, gamma=1.0, align=1)
-    plan8 = allocate(scores, shape, sparsity=0.3, gamma=1.0, align=8)
+    plan1 = allocate(scores, shape, Allocation(0.3, gamma=1.0, align=1))
+    plan8 = allocate(scores, shape, Allocation(0.3, gamma=1.0, align=8))
     kept1, kept8 = plan1.layers[0].kept_neurons, plan8.layers[0].kept_neurons
     assert len(kept8) == 8 * math.ceil(len(kept1) / 8)
     assert set(kept1) <= set(kept8) and kept8 == list(range(16 - len(kept8), 16))  # the best pruned came back
@@ -99,7 +99,10 @@ def test_alignment_spares_the_best_pruned_neurons():
 def test_gamma_moves_pruning_between_attention_and_mlp():
     shape = make_shape()
     scores = make_scores(shape)
-    low, high = allocate(scores, shape, 0.3, gamma=0.5, align=1), allocate(scores, shape, 0.3, gamma=4.0, align=1)
+    low, high = (
+        allocate(scores, shape, Allocation(0.3, gamma=0.5, align=1)),
+        allocate(scores, shape, Allocation(0.3, gamma=4.0, align=1)),
+    )
     assert high.stats["kv_groups_pruned"] < low.stats["kv_groups_pruned"]
     assert high.stats["neurons_pruned"] > low.stats["neurons_pruned"]
     pa, pm, _ = budget_fractions(shape, 0.3, 4.0)
@@ -108,13 +111,13 @@ def test_gamma_moves_pruning_between_attention_and_mlp():
 
 def test_clamping_is_reported():
     shape = make_shape()
-    plan = allocate(make_scores(shape), shape, 0.9, gamma=10.0, align=1)
+    plan = allocate(make_scores(shape), shape, Allocation(0.9, gamma=10.0, align=1))
     assert any("clamped" in note for note in plan.stats["notes"])
 
 
 def test_sparsity_zero_keeps_everything():
     shape = make_shape()
-    plan = allocate(make_scores(shape), shape, 0.0)
+    plan = allocate(make_scores(shape), shape, Allocation(0.0))
     assert plan.stats["achieved_block_sparsity"] == 0
     assert all(len(x.kept_neurons) == 256 and len(x.kept_kv_groups) == 4 for x in plan.layers)
 
@@ -122,21 +125,21 @@ def test_sparsity_zero_keeps_everything():
 @pytest.mark.parametrize("target", [0.2, 0.5])
 def test_smollm2_geometry_hits_the_target_within_one_point(target):
     scores = make_scores(SMOLLM2, seed=3)
-    plan = allocate(scores, SMOLLM2, target)
+    plan = allocate(scores, SMOLLM2, Allocation(target))
     assert abs(plan.stats["achieved_block_sparsity"] - target) <= 0.01
     assert all(n % 8 == 0 for n in plan.kept_neurons) and all(k >= 1 for k in plan.kept_kv_groups)
 
 
 def test_uniform_allocation_is_the_same_in_every_layer():
     scores = make_scores(SMOLLM2, seed=1)
-    plan = allocate(scores, SMOLLM2, 0.5, allocation="uniform")
+    plan = allocate(scores, SMOLLM2, Allocation(0.5, kind="uniform"))
     assert len(set(plan.kept_kv_groups)) == 1 and len(set(plan.kept_neurons)) == 1
     assert abs(plan.stats["achieved_block_sparsity"] - 0.5) <= 0.01
 
 
 def test_plan_json_round_trips():
     shape = make_shape()
-    plan = allocate(make_scores(shape), shape, 0.4)
+    plan = allocate(make_scores(shape), shape, Allocation(0.4))
     again = PruningPlan.from_json(plan.to_json())
     assert again == plan
     assert again.to_json() == plan.to_json()
@@ -150,10 +153,10 @@ def test_plan_json_round_trips():
         ({"sparsity": 0.3, "gamma": 0.0}, "gamma must be"),
         ({"sparsity": 0.3, "align": 3}, "power of two"),
         ({"sparsity": 0.3, "align": 512}, "power of two"),
-        ({"sparsity": 0.3, "allocation": "layerwise"}, "allocation must be"),
+        ({"sparsity": 0.3, "kind": "layerwise"}, "allocation must be"),
     ],
 )
 def test_bad_settings_are_rejected(kwargs, match):
     shape = make_shape()
     with pytest.raises(InvalidInput, match=match):
-        allocate(make_scores(shape), shape, **kwargs)
+        allocate(make_scores(shape), shape, Allocation(**kwargs))

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nirvana.models.shapes import ModelShape
-from nirvana.pruning.allocation import allocate
+from nirvana.pruning.allocation import Allocation, allocate
 from nirvana.pruning.plan import MAX_SPARSITY
 from nirvana.scoring.scores import Scores
 
@@ -117,7 +117,7 @@ def check_plan(plan, shape, scores, sparsity, gamma, align):
 def test_allocation_invariants(cfg):
     L, hkv, g, d, inter, align, sparsity, gamma, ties, seed = cfg
     shape, scores = make(L, hkv, g, d, inter, ties, seed)
-    plan = allocate(scores, shape, sparsity, gamma, align)
+    plan = allocate(scores, shape, Allocation(sparsity, gamma, align))
     check_plan(plan, shape, scores, sparsity, gamma, align)
 
 
@@ -128,7 +128,7 @@ def test_monotone_in_sparsity_and_gamma(cfg, other_sparsity, other_gamma):
     L, hkv, g, d, inter, align, sparsity, gamma, ties, seed = cfg
     shape, scores = make(L, hkv, g, d, inter, ties, seed)
     lo, hi = sorted((sparsity, other_sparsity))
-    a, b = allocate(scores, shape, lo, gamma, align), allocate(scores, shape, hi, gamma, align)
+    a, b = allocate(scores, shape, Allocation(lo, gamma, align)), allocate(scores, shape, Allocation(hi, gamma, align))
     assert a.stats["ranked_attn_pruned"] <= b.stats["ranked_attn_pruned"]
     assert a.stats["ranked_mlp_pruned"] <= b.stats["ranked_mlp_pruned"]
     assert all(x >= y for x, y in zip(a.kept_kv_groups, b.kept_kv_groups))
@@ -136,7 +136,10 @@ def test_monotone_in_sparsity_and_gamma(cfg, other_sparsity, other_gamma):
     assert a.stats["achieved_block_sparsity"] <= b.stats["achieved_block_sparsity"] + 1e-12
 
     g_lo, g_hi = sorted((gamma, other_gamma))
-    p, q = allocate(scores, shape, sparsity, g_lo, align), allocate(scores, shape, sparsity, g_hi, align)
+    p, q = (
+        allocate(scores, shape, Allocation(sparsity, g_lo, align)),
+        allocate(scores, shape, Allocation(sparsity, g_hi, align)),
+    )
     assert q.stats["ranked_attn_pruned"] <= p.stats["ranked_attn_pruned"]
     assert q.stats["ranked_mlp_pruned"] >= p.stats["ranked_mlp_pruned"]
     assert q.stats["kv_groups_pruned"] <= p.stats["kv_groups_pruned"]
@@ -148,7 +151,7 @@ def test_uniform_allocation_keeps_the_same_invariants_of_validity():
     for seed, (L, hkv, g, d, inter) in enumerate([(3, 3, 3, 8, 48), (2, 1, 2, 4, 17), (4, 4, 1, 2, 64)]):
         shape, scores = make(L, hkv, g, d, inter, False, seed)
         for sparsity in (0.0, 0.3, 0.6, 0.95):
-            plan = allocate(scores, shape, sparsity, 2.0, 8 if inter >= 8 else 1, "uniform")
+            plan = allocate(scores, shape, Allocation(sparsity, 2.0, 8 if inter >= 8 else 1, "uniform"))
             for layer in plan.layers:
                 assert 1 <= len(layer.kept_kv_groups) <= hkv
                 assert layer.kept_neurons == sorted(set(layer.kept_neurons))

@@ -161,7 +161,7 @@ def test_saliency_compares_two_criteria_and_views(at, tiny):
 
 def test_allocation_follows_the_sliders_from_cached_scores(at, tiny):
     from nirvana.models.shapes import model_shape
-    from nirvana.pruning.allocation import allocate, default_gamma
+    from nirvana.pruning.allocation import Allocation, allocate, default_gamma
     from nirvana.scoring.criteria import compute_scores
 
     compute(at, criterion="magnitude")
@@ -174,8 +174,8 @@ def test_allocation_follows_the_sliders_from_cached_scores(at, tiny):
         at.slider(key="sparsity").set_value(sparsity).run()
         at.slider(key="gamma").set_value(gamma).run()
         no_errors(at)
-        plan = allocate(scores, shape, sparsity, gamma, align=8)
-        uniform = allocate(scores, shape, sparsity, gamma, align=8, allocation="uniform")
+        plan = allocate(scores, shape, Allocation(sparsity, gamma, align=8))
+        uniform = allocate(scores, shape, Allocation(sparsity, gamma, align=8, kind="uniform"))
         bars = chart(at, "Kept units per layer")["data"]
         assert [decode(t["y"]).tolist() for t in bars] == [
             plan.kept_kv_groups,
@@ -194,14 +194,14 @@ def test_allocation_follows_the_sliders_from_cached_scores(at, tiny):
 
 def test_allocation_overlays_the_second_criterion(at, tiny):
     from nirvana.models.shapes import model_shape
-    from nirvana.pruning.allocation import allocate
+    from nirvana.pruning.allocation import Allocation, allocate
 
     compute(at, criterion="magnitude", criterion2="random")
     at.switch_page("pages/allocation.py").run()
     at.slider(key="sparsity").set_value(0.5).run()
     no_errors(at)
     gamma = at.slider(key="gamma").value
-    other = allocate(at.session_state["scores2"][1], model_shape(tiny.model), 0.5, gamma, align=8)
+    other = allocate(at.session_state["scores2"][1], model_shape(tiny.model), Allocation(0.5, gamma, align=8))
     traces = [t for t in chart(at, "Kept units per layer")["data"] if t["name"] == "random (global)"]
     assert [decode(t["y"]).tolist() for t in traces] == [other.kept_kv_groups, other.kept_neurons]
     assert any("Diamonds: random" in c.value for c in at.caption)

@@ -111,13 +111,13 @@ def build_inputs(d: Path, tiny_dir: Path) -> Inputs:
     from nirvana.checkpoints.loading import load_model
     from nirvana.checkpoints.pruned import save_pruned
     from nirvana.models.shapes import model_shape
-    from nirvana.pruning.allocation import allocate
+    from nirvana.pruning.allocation import Allocation, allocate
     from nirvana.pruning.slicing import apply_plan
     from nirvana.scoring.criteria import compute_scores
 
     _write_bad_texts(d)
     lm = load_model(str(tiny_dir))
-    plan = allocate(compute_scores(lm.model, "magnitude", use_cache=False), model_shape(lm.model), 0.5)
+    plan = allocate(compute_scores(lm.model, "magnitude", use_cache=False), model_shape(lm.model), Allocation(0.5))
     pruned = d / "pruned"
     save_pruned(apply_plan(lm.model, plan), lm.tokenizer, plan, pruned / "model")
     plan.save(pruned / "plan.json")
@@ -158,10 +158,10 @@ def _scores(tiny, **overrides):
 
 def _allocate(**kwargs):
     def run(inputs, tiny):
-        from nirvana.pruning.allocation import allocate
+        from nirvana.pruning.allocation import Allocation, allocate
 
         scores, shape = _scores(tiny)
-        return allocate(scores, shape, **{"sparsity": 0.5, **kwargs})
+        return allocate(scores, shape, Allocation(**{"sparsity": 0.5, **kwargs}))
 
     return run
 
@@ -221,15 +221,16 @@ def _apply_other_plan(inputs, tiny):
 
 
 def _scores_of_another_shape(inputs, tiny):
-    from nirvana.pruning.allocation import allocate
+    from nirvana.pruning.allocation import Allocation, allocate
 
     scores, shape = _scores(tiny, mlp=torch.rand(2, 40))
-    return allocate(scores, shape, 0.5)
+    return allocate(scores, shape, Allocation(0.5))
 
 
 ACCEPTS_SPARSITY = "sparsity must be a number in [0, 0.95]"
 ACCEPTS_GAMMA = "gamma must be a positive number"
-ACCEPTS_ALIGN = "align must be a power of two between 1 and the MLP width (48)"
+ACCEPTS_ALIGN = "align must be a power of two between 1 and the MLP width"  # the width once the model is known
+ALIGN_BOUND = f"{ACCEPTS_ALIGN} (48)"
 ACCEPTS_N = "samples N must be an integer in [1, 4096]"
 ACCEPTS_T = "seq_len T must be an integer in [1, 8192]"
 
@@ -246,9 +247,9 @@ LIBRARY_CASES = {
     "gamma-inf": (_allocate(gamma=math.inf), InvalidInput, [ACCEPTS_GAMMA, "got inf"]),
     "align-not-power-of-two": (_allocate(align=3), InvalidInput, [ACCEPTS_ALIGN, "got 3", "1 (off), 8, 16"]),
     "align-zero": (_allocate(align=0), InvalidInput, [ACCEPTS_ALIGN, "got 0"]),
-    "align-larger-than-layer": (_allocate(align=64), InvalidInput, [ACCEPTS_ALIGN, "got 64"]),
+    "align-larger-than-layer": (_allocate(align=64), InvalidInput, [ALIGN_BOUND, "got 64"]),
     "align-float": (_allocate(align=8.0), InvalidInput, [ACCEPTS_ALIGN, "got 8.0"]),
-    "allocation-unknown": (_allocate(allocation="local"), InvalidInput, ["global, uniform", "got 'local'"]),
+    "allocation-unknown": (_allocate(kind="local"), InvalidInput, ["global, uniform", "got 'local'"]),
     "scores-of-another-model": (_scores_of_another_shape, InvalidInput, ["computed for another model"]),
     "N-zero": (_calibrate(samples=0), InvalidInput, [ACCEPTS_N, "got 0"]),
     "N-too-large": (_calibrate(samples=5000), InvalidInput, [ACCEPTS_N, "got 5000"]),
@@ -408,7 +409,7 @@ CLI_CASES = {
     "align-larger-than-layer": (
         _prune("--sparsity", "0.5", "--align", "64"),
         "InvalidInput",
-        [ACCEPTS_ALIGN, "got 64"],
+        [ALIGN_BOUND, "got 64"],
     ),
     "N-zero": (_prune("--sparsity", "0.5", "--samples", "0"), "InvalidInput", [ACCEPTS_N, "got 0"]),
     "T-too-large": (_prune("--sparsity", "0.5", "--seq-len", "9000"), "InvalidInput", [ACCEPTS_T, "got 9000"]),

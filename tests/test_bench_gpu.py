@@ -78,7 +78,7 @@ def test_full_size_allocation_on_meta_weights():
     import torch
 
     from nirvana.models.shapes import model_shape
-    from nirvana.pruning.allocation import allocate
+    from nirvana.pruning.allocation import Allocation, allocate
     from nirvana.scoring.criteria import compute_scores
 
     model = gpu.build_model(gpu.LLAMA_31_8B, torch.bfloat16, "meta")
@@ -86,7 +86,7 @@ def test_full_size_allocation_on_meta_weights():
     assert shape.total_params == 8_030_261_248
     scores = compute_scores(model, "random", seed=0, use_cache=False)
     for sparsity in gpu.SPARSITIES:
-        stats = allocate(scores, shape, sparsity, align=8).stats
+        stats = allocate(scores, shape, Allocation(sparsity, align=8)).stats
         # exactly n units go and alignment only spares neurons: never above the target, barely below
         assert sparsity - 0.005 < stats["achieved_block_sparsity"] <= sparsity
 

@@ -15,7 +15,7 @@ from nirvana.errors import InvalidInput
 from nirvana.measure.kl import DenseReference, kl_to_dense
 from nirvana.models.fingerprint import model_fingerprint
 from nirvana.models.shapes import model_shape
-from nirvana.pruning.allocation import allocate
+from nirvana.pruning.allocation import Allocation, allocate
 from nirvana.pruning.slicing import apply_plan
 from nirvana.scoring.criteria import compute_scores
 from tests.tiny import tiny_model
@@ -32,7 +32,7 @@ class CharTokenizer:
 
 TOK = CharTokenizer()
 ANCHOR = cs.AnchorSpec(source="pydoc", samples=8, seq_len=16, seed=42)
-SMALL = dict(pool="pydoc", samples=4, seq_len=32, anchor=ANCHOR, align=1)
+SMALL = dict(pool="pydoc", samples=4, seq_len=32, anchor=ANCHOR)
 
 
 def _windows(batch) -> set[tuple[int, ...]]:
@@ -66,7 +66,7 @@ def _independent_kl(model, seed, sparsity, gamma):
     anchor = cs.anchor_batch(TOK, ANCHOR)
     batch = cs.candidate_batch(TOK, anchor, source="pydoc", samples=4, seq_len=32, seed=seed)
     scores = compute_scores(model, "nirvana", batch, use_cache=False)
-    plan = allocate(scores, model_shape(model), sparsity, gamma, 1)
+    plan = allocate(scores, model_shape(model), Allocation(sparsity, gamma, 1))
     return kl_to_dense(apply_plan(model, plan), DenseReference(model, anchor.input_ids))
 
 
@@ -75,7 +75,7 @@ def test_selection_picks_the_argmin_and_matches_independent_kl():
     before = model_fingerprint(model)
     seen = []
     sel = cs.select_calibration(
-        model, TOK, sparsity=0.4, gamma=1.5, candidates=3, progress=lambda f, m: seen.append((f, m)), **SMALL
+        model, TOK, Allocation(0.4, 1.5, align=1), candidates=3, progress=lambda f, m: seen.append((f, m)), **SMALL
     )
     assert model_fingerprint(model) == before  # the dense model is never sliced in place
     assert [c.seed for c in sel.candidates] == [0, 1, 2]
@@ -91,29 +91,29 @@ def test_selection_picks_the_argmin_and_matches_independent_kl():
 
 def test_selection_is_cached_on_disk_and_keyed_by_settings(monkeypatch):
     model = tiny_model("llama")
-    first = cs.select_calibration(model, TOK, sparsity=0.3, candidates=2, **SMALL)
+    first = cs.select_calibration(model, TOK, Allocation(0.3, align=1), candidates=2, **SMALL)
     assert not first.from_cache
 
     def fail(*a, **k):
         raise AssertionError("a cached selection must not rescore")
 
     monkeypatch.setattr(cs, "compute_scores", fail)
-    again = cs.select_calibration(model, TOK, sparsity=0.3, candidates=2, **SMALL)
+    again = cs.select_calibration(model, TOK, Allocation(0.3, align=1), candidates=2, **SMALL)
     assert again.from_cache and again.key == first.key
     assert [c.kl for c in again.candidates] == [c.kl for c in first.candidates]
     assert cs.selection_path(first.key).exists()
     with pytest.raises(AssertionError, match="must not rescore"):  # another sparsity is another key
-        cs.select_calibration(model, TOK, sparsity=0.35, candidates=2, **SMALL)
+        cs.select_calibration(model, TOK, Allocation(0.35, align=1), candidates=2, **SMALL)
 
 
 def test_selection_rejects_data_free_criteria_and_bad_seeds():
     model = tiny_model("llama")
     with pytest.raises(InvalidInput, match="data-driven"):
-        cs.select_calibration(model, TOK, sparsity=0.3, criterion="magnitude", **SMALL)
+        cs.select_calibration(model, TOK, Allocation(0.3, align=1), criterion="magnitude", **SMALL)
     with pytest.raises(InvalidInput, match="distinct"):
-        cs.select_calibration(model, TOK, sparsity=0.3, seeds=[1, 1], **SMALL)
+        cs.select_calibration(model, TOK, Allocation(0.3, align=1), seeds=[1, 1], **SMALL)
     with pytest.raises(InvalidInput, match="text pool"):
-        cs.select_calibration(model, TOK, sparsity=0.3, **{**SMALL, "pool": "ids.npy"})
+        cs.select_calibration(model, TOK, Allocation(0.3, align=1), **{**SMALL, "pool": "ids.npy"})
 
 
 def test_select_calib_and_prune_cli(tiny_with_tokenizer_dir, tmp_path, capsys, monkeypatch):

@@ -11,7 +11,7 @@ from conftest import decode
 
 from nirvana import charts
 from nirvana.models.shapes import model_shape
-from nirvana.pruning.allocation import allocate
+from nirvana.pruning.allocation import Allocation, allocate
 from nirvana.scoring.scores import Scores
 
 
@@ -102,8 +102,8 @@ def test_kept_bars_and_masks_match_a_real_plan(tiny_llama):
     shape = model_shape(tiny_llama)
     gen = torch.Generator().manual_seed(1)
     scores = Scores(torch.rand((2, 2), generator=gen), torch.rand((2, 48), generator=gen), "random", "fp")
-    plan = allocate(scores, shape, 0.5, 1.0, align=8)
-    uniform = allocate(scores, shape, 0.5, 1.0, align=8, allocation="uniform")
+    plan = allocate(scores, shape, Allocation(0.5, 1.0, align=8))
+    uniform = allocate(scores, shape, Allocation(0.5, 1.0, align=8, kind="uniform"))
     spec = as_json(
         charts.kept_units_bars(
             plan.kept_kv_groups, plan.kept_neurons, 2, 48, uniform.kept_kv_groups, uniform.kept_neurons

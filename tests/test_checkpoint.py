@@ -11,7 +11,7 @@ from conftest import random_batch
 from nirvana.checkpoints.pruned import load_pruned, save_pruned
 from nirvana.errors import CorruptCheckpoint
 from nirvana.models.shapes import model_shape
-from nirvana.pruning.allocation import allocate
+from nirvana.pruning.allocation import Allocation, allocate
 from nirvana.pruning.slicing import apply_plan
 from nirvana.scoring.criteria import compute_scores
 from tests.tiny import tiny_model
@@ -20,7 +20,7 @@ from tests.tiny import tiny_model
 def pruned_tiny(family="qwen2", sparsity=0.5, attn_implementation="eager", **overrides):
     model = tiny_model(family, attn_implementation=attn_implementation, **overrides)
     scores = compute_scores(model, "nirvana", random_batch(vocab=model.config.vocab_size), use_cache=False)
-    plan = allocate(scores, model_shape(model), sparsity)
+    plan = allocate(scores, model_shape(model), Allocation(sparsity))
     return apply_plan(model, plan), plan
 
 

@@ -19,7 +19,7 @@ import torch
 from nirvana.checkpoints.loading import resolve_device, resolve_dtype
 from nirvana.models.fingerprint import model_fingerprint
 from nirvana.models.shapes import model_shape
-from nirvana.pruning.allocation import allocate
+from nirvana.pruning.allocation import Allocation, allocate
 from nirvana.pruning.slicing import apply_plan
 from nirvana.scoring.criteria import compute_scores, gradient_saliency, nirvana_objective
 from nirvana.scoring.hooks import hook_saliency, resolve_method
@@ -76,7 +76,7 @@ def test_offloaded_model_scores_with_hooks_like_autograd(offloaded):
 def test_offloaded_model_slices_like_the_plain_one(offloaded):
     plain, model = offloaded
     scores = compute_scores(plain, "random", seed=1, use_cache=False)
-    plan = allocate(scores, model_shape(plain), 0.4)
+    plan = allocate(scores, model_shape(plain), Allocation(0.4))
     ids = random_batch(n=2, t=12).input_ids
     with torch.no_grad():
         want = apply_plan(plain, plan)(ids).logits
@@ -97,7 +97,7 @@ def test_device_map_cpu_load_scores_and_slices(tmp_path):
     torch.testing.assert_close(scores.attn, reference.attn)
     torch.testing.assert_close(scores.mlp, reference.mlp)
     assert scores.attn.device.type == "cpu"  # scores are gathered to CPU
-    pruned = apply_plan(model, allocate(scores, model_shape(model), 0.3))
+    pruned = apply_plan(model, allocate(scores, model_shape(model), Allocation(0.3)))
     assert {p.device.type for p in pruned.parameters()} == {"cpu"}  # sliced weights stay on their device
     with torch.no_grad():
         assert pruned(batch.input_ids).logits.shape[-1] == 64
@@ -159,7 +159,7 @@ def test_cuda_hooks_equal_autograd_and_scores_come_back_to_cpu():
     assert hooks.attn.device.type == "cpu"
     torch.testing.assert_close(hooks.attn, auto.attn, rtol=1e-4, atol=1e-6)
     torch.testing.assert_close(hooks.mlp, auto.mlp, rtol=1e-4, atol=1e-6)
-    pruned = apply_plan(model, allocate(hooks, model_shape(model), 0.3))
+    pruned = apply_plan(model, allocate(hooks, model_shape(model), Allocation(0.3)))
     assert {p.device.type for p in pruned.parameters()} == {"cuda"}
 
 

@@ -24,7 +24,7 @@ from nirvana.checkpoints.pruned import save_pruned
 from nirvana.export.card import CARD_FILE, write_model_card
 from nirvana.export.modeling import CLASS_FOR_MODEL_TYPE, MODELING_FILE, MODELING_SOURCE, is_stock_loadable
 from nirvana.models.shapes import model_shape
-from nirvana.pruning.allocation import allocate
+from nirvana.pruning.allocation import Allocation, allocate
 from nirvana.pruning.plan import PruningPlan
 from nirvana.pruning.slicing import apply_plan
 from nirvana.scoring.criteria import compute_scores
@@ -119,7 +119,7 @@ def pruned_tiny(family: str, vocab: int, sparsity: float = 0.5, **overrides):
     attn = "eager" if family == "gemma2" else "sdpa"
     model = tiny_model(family, attn_implementation=attn, vocab_size=vocab, **overrides)
     scores = compute_scores(model, "nirvana", random_batch(vocab=100), use_cache=False)
-    plan = allocate(scores, model_shape(model), sparsity)
+    plan = allocate(scores, model_shape(model), Allocation(sparsity))
     return apply_plan(model, plan), plan
 
 
@@ -177,7 +177,7 @@ def test_gemma3_multimodal_and_the_reference_format_load_stock(tmp_path, smollm2
     torch.manual_seed(0)
     gemma3 = tf.AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
     scores = compute_scores(gemma3, "nirvana", random_batch(vocab=100), use_cache=False)
-    plan = allocate(scores, model_shape(gemma3), 0.5)
+    plan = allocate(scores, model_shape(gemma3), Allocation(0.5))
     pruned = apply_plan(gemma3, plan)
     save_pruned(pruned, smollm2.tokenizer, plan, tmp_path / "gemma3")
     # nirvana's own loader too: the folder holds transformers' legacy key names for this family
@@ -209,7 +209,7 @@ def test_uniform_widths_become_an_ordinary_checkpoint_that_loads_without_remote_
     for family in families:
         model = tiny_model(family, attn_implementation="sdpa", vocab_size=vocab)
         scores = compute_scores(model, "nirvana", random_batch(vocab=100), use_cache=False)
-        plan = allocate(scores, model_shape(model), 0.5, allocation="uniform")
+        plan = allocate(scores, model_shape(model), Allocation(0.5, kind="uniform"))
         folder = save_pruned(apply_plan(model, plan), smollm2.tokenizer, plan, tmp_path / family)
         cfg = json.loads((folder / "config.json").read_text())
         assert cfg["num_key_value_heads"] == plan.kept_kv_groups[0] < model.config.num_key_value_heads
@@ -375,7 +375,7 @@ def test_smollm2_pruned_at_half_loads_stock_with_the_same_logits_and_tokens(tmp_
 
     batch = calibration_batch(smollm2.tokenizer, "wikitext2-valid", samples=4, seq_len=64, seed=0, fallback=True)
     scores = compute_scores(smollm2.model, "nirvana", batch, use_cache=False)
-    plan = allocate(scores, model_shape(smollm2.model), 0.5)
+    plan = allocate(scores, model_shape(smollm2.model), Allocation(0.5))
     pruned = apply_plan(smollm2.model, plan)
     folder = save_pruned(pruned, smollm2.tokenizer, plan, tmp_path / "smollm2-p50", base_model="smollm2-135m")
     loaded = load_model(str(folder), dtype="float32", device="cpu")

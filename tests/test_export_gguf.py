@@ -16,7 +16,7 @@ from nirvana.checkpoints.pruned import save_pruned
 from nirvana.errors import InvalidInput, UnsupportedArchitecture
 from nirvana.export.gguf import unpermute, write_gguf
 from nirvana.models.shapes import model_shape
-from nirvana.pruning.allocation import allocate
+from nirvana.pruning.allocation import Allocation, allocate
 from nirvana.pruning.slicing import apply_plan
 from nirvana.scoring.criteria import compute_scores
 from tests.tiny import tiny_model
@@ -24,7 +24,9 @@ from tests.tiny import tiny_model
 
 def pruned_folder(tmp_path, tokenizer, family="llama", base_model="smollm2-135m"):
     model = tiny_model(family, attn_implementation="sdpa", vocab_size=len(tokenizer))
-    plan = allocate(compute_scores(model, "nirvana", random_batch(vocab=100), use_cache=False), model_shape(model), 0.5)
+    plan = allocate(
+        compute_scores(model, "nirvana", random_batch(vocab=100), use_cache=False), model_shape(model), Allocation(0.5)
+    )
     pruned = apply_plan(model, plan)
     return save_pruned(pruned, tokenizer, plan, tmp_path / family, base_model=base_model), pruned, plan
 

@@ -12,7 +12,7 @@ from nirvana.cli import main
 from nirvana.errors import InvalidInput
 from nirvana.measure.kl import DenseReference, kl_to_dense
 from nirvana.models.shapes import model_shape
-from nirvana.pruning.allocation import allocate, default_gamma
+from nirvana.pruning.allocation import Allocation, allocate, default_gamma
 from nirvana.pruning.slicing import apply_plan
 from nirvana.scoring.criteria import compute_scores
 from tests.conftest import random_batch
@@ -31,7 +31,7 @@ def test_each_point_matches_a_direct_measurement_and_best_is_argmin():
     result = gs.gamma_search(model, scores, ref, gammas=[0.5, 4.0], sparsities=[0.3, 0.5], align=1)
     assert len(result.points) == 4 and result.sparsities == [0.3, 0.5]
     for p in result.points:
-        plan = allocate(scores, model_shape(model), p.sparsity, p.gamma, 1)
+        plan = allocate(scores, model_shape(model), Allocation(p.sparsity, p.gamma, 1))
         assert p.kl == pytest.approx(kl_to_dense(apply_plan(model, plan), ref), rel=1e-6)
     for s in (0.3, 0.5):
         pts = [p for p in result.points if p.sparsity == s]

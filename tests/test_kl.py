@@ -10,7 +10,7 @@ import torch
 from nirvana.measure.kl import DenseReference, kl_to_dense, log_probs, token_kl
 from nirvana.models.fingerprint import model_fingerprint
 from nirvana.models.shapes import model_shape
-from nirvana.pruning.allocation import allocate
+from nirvana.pruning.allocation import Allocation, allocate
 from nirvana.pruning.slicing import apply_plan
 from nirvana.scoring.criteria import compute_scores
 from tests.tiny import tiny_model
@@ -39,7 +39,7 @@ def test_kl_of_dense_model_to_itself_is_zero():
 
 def _pruned(model, sparsity=0.4):
     scores = compute_scores(model, "magnitude")
-    return apply_plan(model, allocate(scores, model_shape(model), sparsity, align=1))
+    return apply_plan(model, allocate(scores, model_shape(model), Allocation(sparsity, align=1)))
 
 
 def test_kl_matches_direct_mean_over_tokens_and_is_positive():

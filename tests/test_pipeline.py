@@ -10,7 +10,7 @@ from nirvana.checkpoints.loaded import LoadedModel
 from nirvana.errors import InvalidInput, PlanMismatch
 from nirvana.models.shapes import count_parameters, model_shape
 from nirvana.pipeline import PruneSettings, check_scores_match, prune, prune_and_measure
-from nirvana.pruning.allocation import allocate
+from nirvana.pruning.allocation import Allocation, allocate
 from nirvana.pruning.slicing import apply_plan, plan_signature, planned_shape
 from nirvana.scoring.criteria import compute_scores
 from tests.tiny import tiny_model
@@ -28,7 +28,7 @@ def test_prune_equals_the_separate_steps_and_leaves_the_dense_model_alone(criter
     before = {k: v.clone() for k, v in lm.model.state_dict().items()}
     result = prune(lm, PruneSettings(sparsity=0.4, criterion=criterion, align=1))
     scores = compute_scores(lm.model, criterion)
-    plan = allocate(scores, model_shape(lm.model), 0.4, align=1)
+    plan = allocate(scores, model_shape(lm.model), Allocation(0.4, align=1))
     assert result.plan.to_dict() == plan.to_dict()
     ids = torch.randint(0, 64, (2, 12))
     expected = apply_plan(lm.model, plan)(ids).logits
@@ -67,7 +67,7 @@ def test_given_scores_must_belong_to_the_model():
 
 def test_an_existing_plan_is_applied_as_it_is():
     lm = _lm()
-    plan = allocate(compute_scores(lm.model, "random"), model_shape(lm.model), 0.5)
+    plan = allocate(compute_scores(lm.model, "random"), model_shape(lm.model), Allocation(0.5))
     result = prune(lm, plan=plan)
     assert result.plan is plan and result.report["timings"]["score"] == 0.0
     assert model_shape(result.model).intermediate == tuple(plan.kept_neurons)
@@ -82,10 +82,10 @@ def test_prune_and_measure_memo_measures_identical_plans_once():
         calls.append(count_parameters(model))
         return calls[-1]
 
-    plan_a, value_a = prune_and_measure(lm.model, scores, measure, sparsity=0.3, gamma=2.0, memo=memo)
-    plan_b, value_b = prune_and_measure(lm.model, scores, measure, sparsity=0.3, gamma=2.0, memo=memo)
+    plan_a, value_a = prune_and_measure(lm.model, scores, measure, Allocation(0.3, 2.0), memo=memo)
+    plan_b, value_b = prune_and_measure(lm.model, scores, measure, Allocation(0.3, 2.0), memo=memo)
     assert plan_signature(plan_a) == plan_signature(plan_b) and value_a == value_b and len(calls) == 1
-    prune_and_measure(lm.model, scores, measure, sparsity=0.6, memo=memo)
+    prune_and_measure(lm.model, scores, measure, Allocation(0.6), memo=memo)
     assert len(calls) == 2
 
 
@@ -93,7 +93,7 @@ def test_prune_and_measure_memo_measures_identical_plans_once():
 def test_planned_shape_is_the_shape_of_the_sliced_model(family):
     model = tiny_model(family)
     shape = model_shape(model)
-    plan = allocate(compute_scores(model, "random"), shape, 0.5, align=1)
+    plan = allocate(compute_scores(model, "random"), shape, Allocation(0.5, align=1))
     assert planned_shape(shape, plan) == model_shape(apply_plan(model, plan))
 
 

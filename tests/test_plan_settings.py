@@ -10,7 +10,7 @@ from test_allocation import make_scores, make_shape
 
 from nirvana.checkpoints.loaded import LoadedModel
 from nirvana.errors import InvalidInput, PlanMismatch
-from nirvana.pruning.allocation import allocate, default_gamma, validate_settings
+from nirvana.pruning.allocation import Allocation, allocate, default_gamma
 from nirvana.pruning.plan import PlanSettings, PruningPlan
 
 # Written by the version before PlanSettings (settings were a plain dict): it must load, and save
@@ -46,7 +46,7 @@ def test_an_old_plan_file_loads_typed_and_saves_back_identically(tmp_path):
 def test_allocate_builds_typed_settings_that_round_trip():
     shape = make_shape()
     scores = make_scores(shape)
-    plan = allocate(scores, shape, 0.3, gamma=1.5, align=4, allocation="uniform")
+    plan = allocate(scores, shape, Allocation(0.3, gamma=1.5, align=4, kind="uniform"))
     assert plan.settings == PlanSettings(0.3, 1.5, default_gamma(shape), 4, "uniform", "random", None)
     data = json.loads(plan.to_json())["settings"]
     assert list(data) == ["sparsity", "gamma", "gamma_default", "align", "allocation", "criterion", "calibration"]
@@ -81,13 +81,12 @@ def test_bad_settings_raise_invalid_input_when_built(change, message):
 
 def test_the_align_bound_needs_the_shape():
     shape = make_shape(inter=256)
-    assert validate_settings(shape, 0.3, 2.0, 256, "global").align == 256
-    for align in (512, 3):
-        with pytest.raises(InvalidInput, match=rf"between 1 and the MLP width \(256\), got {align}"):
-            validate_settings(shape, 0.3, 2.0, align, "global")
-    with pytest.raises(InvalidInput, match=r"MLP width \(64\), got 128"):
-        PlanSettings(**{**GOOD, "align": 128}, mlp_width=64)
-    assert "mlp_width" not in PlanSettings(**GOOD, mlp_width=64).to_dict()  # a bound to check, not a setting
+    assert Allocation(0.3, 2.0, 256).resolve(shape).align == 256
+    with pytest.raises(InvalidInput, match=r"between 1 and the MLP width \(256\), got 512"):
+        Allocation(0.3, 2.0, 512).resolve(shape)  # a power of two: only the shape refuses it
+    with pytest.raises(InvalidInput, match=r"between 1 and the MLP width, got 3"):
+        Allocation(0.3, 2.0, 3)  # refused when built, before any shape is known
+    assert PlanSettings(**{**GOOD, "align": 512}).align == 512  # a plan file alone has no width to check against
 
 
 @pytest.mark.parametrize(

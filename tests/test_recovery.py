@@ -14,7 +14,7 @@ from conftest import random_batch
 from nirvana.checkpoints.pruned import load_pruned
 from nirvana.errors import InvalidInput
 from nirvana.models.shapes import model_shape
-from nirvana.pruning.allocation import allocate
+from nirvana.pruning.allocation import Allocation, allocate
 from nirvana.pruning.slicing import apply_plan
 from nirvana.recovery.config import RecoveryConfig
 from nirvana.recovery.data import RecoveryData
@@ -40,7 +40,7 @@ def pruned_tiny(family="llama", sparsity=0.5, **overrides):
     # sdpa, as load_pruned rebuilds, so save -> load compares like with like (gemma2 has no sdpa).
     model = tiny_model(family, attn_implementation="eager" if family == "gemma2" else "sdpa", **overrides)
     scores = compute_scores(model, "nirvana", random_batch(vocab=model.config.vocab_size), use_cache=False)
-    plan = allocate(scores, model_shape(model), sparsity, align=1)
+    plan = allocate(scores, model_shape(model), Allocation(sparsity, align=1))
     return apply_plan(model, plan), plan
 
 

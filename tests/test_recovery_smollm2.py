@@ -8,7 +8,7 @@ import torch
 from nirvana.data.calibration import calibration_batch
 from nirvana.measure.perplexity import perplexity
 from nirvana.models.shapes import model_shape
-from nirvana.pruning.allocation import allocate
+from nirvana.pruning.allocation import Allocation, allocate
 from nirvana.pruning.slicing import apply_plan
 from nirvana.recovery.config import RecoveryConfig
 from nirvana.recovery.train import recover
@@ -21,7 +21,7 @@ def test_short_recovery_of_a_50_percent_model_lowers_wikitext2_perplexity(smollm
     tok = smollm2.tokenizer
     batch = calibration_batch(tok, "wikitext2-valid", samples=4, seq_len=64, seed=0)
     scores = compute_scores(smollm2.model, "nirvana", batch, use_cache=False)
-    pruned = apply_plan(smollm2.model, allocate(scores, model_shape(smollm2.model), 0.5))
+    pruned = apply_plan(smollm2.model, allocate(scores, model_shape(smollm2.model), Allocation(0.5)))
     # 4 steps x 4 x 128 = 2,048 tokens (about 30 s on a quiet 2-core CPU); lr 1e-3 so so few steps show.
     config = RecoveryConfig(steps=4, batch_size=4, micro_batch_size=4, lr=1e-3, eval_every=0, eval_sequences=2)
     data = recovery_data(tok, "calibration", seq_len=128, train_sequences=4 * 4, heldout_sequences=2, seed=0)

@@ -34,13 +34,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _plan():
     from nirvana.models.shapes import ModelShape
-    from nirvana.pruning.allocation import allocate
+    from nirvana.pruning.allocation import Allocation, allocate
     from nirvana.scoring.scores import Scores
 
     shape = ModelShape("llama", 2, 32, 8, 2, (2, 2), (48, 48), 64, False, 10_000)
     gen = torch.Generator().manual_seed(0)
     scores = Scores(torch.rand((2, 2), generator=gen), torch.rand((2, 48), generator=gen), "random", "fp")
-    return allocate(scores, shape, 0.5)
+    return allocate(scores, shape, Allocation(0.5))
 
 
 def test_a_completed_run_is_listed_and_reopened_with_everything_it_wrote():

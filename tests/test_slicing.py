@@ -11,7 +11,7 @@ from conftest import random_batch
 from nirvana.errors import PlanMismatch
 from nirvana.models.architectures import layer_projections
 from nirvana.models.shapes import count_block_parameters, count_parameters, model_shape
-from nirvana.pruning.allocation import allocate
+from nirvana.pruning.allocation import Allocation, allocate
 from nirvana.pruning.slicing import apply_plan
 from nirvana.scoring.criteria import compute_scores
 from tests.tiny import TINY_FAMILIES, tiny_model
@@ -46,7 +46,7 @@ def masked_copy(model, plan):
 
 def plan_for(model, sparsity, criterion="nirvana", align=8):
     scores = compute_scores(model, criterion, random_batch(), use_cache=False)
-    return allocate(scores, model_shape(model), sparsity, align=align)
+    return allocate(scores, model_shape(model), Allocation(sparsity, align=align))
 
 
 # Gemma-2 has no sdpa implementation in transformers.

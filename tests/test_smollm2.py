@@ -63,13 +63,13 @@ def test_prune_cli_end_to_end(tmp_path, capsys, smollm2, smollm2_dir):
 def test_pruned_model_reload_gives_identical_logits(tmp_path, smollm2):
     from nirvana.checkpoints.pruned import save_pruned
     from nirvana.data.calibration import calibration_batch
-    from nirvana.pruning.allocation import allocate
+    from nirvana.pruning.allocation import Allocation, allocate
     from nirvana.pruning.slicing import apply_plan
     from nirvana.scoring.criteria import compute_scores
 
     batch = calibration_batch(smollm2.tokenizer, "wikitext2-valid", samples=4, seq_len=64, seed=0)
     scores = compute_scores(smollm2.model, "nirvana", batch)
-    plan = allocate(scores, model_shape(smollm2.model), 0.2)
+    plan = allocate(scores, model_shape(smollm2.model), Allocation(0.2))
     assert abs(plan.stats["achieved_block_sparsity"] - 0.2) <= 0.01
     pruned = apply_plan(smollm2.model, plan)
     save_pruned(pruned, smollm2.tokenizer, plan, tmp_path / "m")

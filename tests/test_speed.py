@@ -97,11 +97,13 @@ def test_flops_per_token_by_hand(tiny_llama):
 
 
 def test_ideal_speedup_of_a_pruned_model(tiny_llama):
-    from nirvana.pruning.allocation import allocate
+    from nirvana.pruning.allocation import Allocation, allocate
     from nirvana.pruning.slicing import apply_plan
     from nirvana.scoring.criteria import compute_scores
 
-    plan = allocate(compute_scores(tiny_llama, "random", use_cache=False), model_shape(tiny_llama), 0.5, align=1)
+    plan = allocate(
+        compute_scores(tiny_llama, "random", use_cache=False), model_shape(tiny_llama), Allocation(0.5, align=1)
+    )
     pruned = model_shape(apply_plan(tiny_llama, plan))
     dense = model_shape(tiny_llama)
     assert ideal_speedup(dense, dense) == 1.0

@@ -27,7 +27,7 @@ from nirvana.guard.locks import heavy_work
 from nirvana.models.shapes import ModelShape, model_shape
 from nirvana.models.weights import input_device
 from nirvana.pipeline import PruneSettings, score
-from nirvana.pruning.allocation import allocate
+from nirvana.pruning.allocation import Allocation, allocate
 from nirvana.store.keys import content_key
 
 
@@ -144,10 +144,10 @@ def scores_for(lm: LoadedModel, spec: ModelSpec, criterion: str, batch, seed: in
 
 
 @st.cache_data(max_entries=512, show_spinner=False)
-def plan_for(_scores, scores_key: str, shape: dict, sparsity: float, gamma: float, align: int, allocation: str):
-    """`allocate` (pure tensor work, ~10 ms) cached by scores and settings; returns a fresh copy."""
+def plan_for(_scores, scores_key: str, shape: dict, allocation: Allocation):
+    """`allocate` (pure tensor work, ~10 ms) cached by scores and the allocation; returns a fresh copy."""
 
-    return allocate(_scores, ModelShape.from_dict(shape), sparsity, gamma, align, allocation)
+    return allocate(_scores, ModelShape.from_dict(shape), allocation)
 
 
 @st.cache_data(max_entries=16, show_spinner=False)

@@ -16,6 +16,7 @@ import streamlit as st
 import torch
 
 from nirvana.checkpoints.loading import DEFAULT_MODEL
+from nirvana.pruning.allocation import Allocation
 from ui.errors import guard
 from ui.resources import ModelSpec, is_loaded, load, mark_loaded
 
@@ -45,6 +46,21 @@ def on_cpu() -> bool:
 def default_calibration() -> dict:
     """Defaults that keep CPU work short: N=8, T=128 (one forward+backward ~10 s for SmolLM2 here)."""
     return {"samples": 8 if on_cpu() else 32, "seq_len": 128, "seed": 0}
+
+
+def allocation(shape) -> Allocation | None:
+    """The Allocation page's sliders (sparsity, gamma, align) as an `Allocation` resolved for `shape`.
+
+    Before that page has been opened, gamma is None and resolves to the model's gamma*. None (with
+    an error box) when the settings do not fit the model.
+    """
+    with guard("reading the Allocation page's settings") as g:
+        resolved = Allocation(
+            float(st.session_state.get("sparsity", 0.2)),
+            st.session_state.get("gamma"),
+            int(st.session_state.get("align", 8)),
+        ).resolve(shape)
+    return None if g.failed else resolved
 
 
 def keep_widget_state() -> None:

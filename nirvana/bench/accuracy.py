@@ -38,7 +38,7 @@ from nirvana.bench.rows import read_rows
 from nirvana.checkpoints.loading import load_model
 from nirvana.errors import NirvanaError, OutOfMemory
 from nirvana.models.shapes import count_parameters, model_shape
-from nirvana.pruning.allocation import default_gamma
+from nirvana.pruning.allocation import Allocation
 from nirvana.pruning.slicing import slice_at
 from nirvana.scoring.criteria import CRITERIA, compute_scores
 from nirvana.search.calibration import AnchorSpec, anchor_batch, candidate_batch
@@ -262,11 +262,11 @@ class AccuracyWorker:
         if self._current is not None and self._current[0] == variant:
             return self._current[1], self._current[2]
         self._current = None
-        gamma = default_gamma(self.shape) if variant.gamma is None else variant.gamma
+        allocation = Allocation(variant.sparsity, variant.gamma, 8, variant.allocation).resolve(self.shape)
         scores = self.scores(variant.criterion)
-        plan, pruned = slice_at(self.lm.model, scores, variant.sparsity, gamma, 8, variant.allocation, self.shape)
+        plan, pruned = slice_at(self.lm.model, scores, allocation, self.shape)
         facts = {
-            "gamma": round(gamma, 4),
+            "gamma": round(allocation.gamma, 4),
             "params_after": count_parameters(pruned),
             "achieved_block_sparsity": round(plan.stats["achieved_block_sparsity"], 4),
         }

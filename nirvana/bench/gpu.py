@@ -41,6 +41,7 @@ from nirvana.measure.speed import device_info, measure_speeds
 from nirvana.models.shapes import count_block_parameters, count_parameters
 from nirvana.models.weights import input_device
 from nirvana.progress import sub_progress
+from nirvana.pruning.allocation import Allocation
 from nirvana.pruning.slicing import slice_at
 from nirvana.reference import paper_reference
 from nirvana.scoring.criteria import compute_scores
@@ -175,7 +176,7 @@ def weight_bytes(model) -> int:
 def prune(model, sparsity: float, align: int = 8, seed: int = 0):
     """Random scores -> real allocation (global, default gamma, `align`) -> physically sliced copy."""
     scores = compute_scores(model, "random", seed=seed, use_cache=False)
-    plan, pruned = slice_at(model, scores, sparsity, align=align)
+    plan, pruned = slice_at(model, scores, Allocation(sparsity, align=align))
     return pruned, plan
 
 

@@ -39,7 +39,7 @@ from nirvana.data.text import load_text
 from nirvana.measure.kl import DenseReference, kl_to_dense
 from nirvana.measure.perplexity import perplexity
 from nirvana.models.shapes import count_parameters, model_shape
-from nirvana.pruning.allocation import default_gamma
+from nirvana.pruning.allocation import Allocation
 from nirvana.pruning.slicing import prune_and_measure
 from nirvana.scoring.criteria import CRITERIA, compute_scores
 from nirvana.search.calibration import anchor_batch, candidate_batch
@@ -186,19 +186,18 @@ class QualityWorker:
             )
         else:
             scores = self.scores(job.criterion, job.calib_seed)
-            gamma = default_gamma(self.shape) if c.gamma is None else c.gamma
+            allocation = Allocation(job.sparsity, c.gamma, c.align, job.allocation).resolve(self.shape)
 
             def measure(pruned):
                 quality = {"kl": kl_to_dense(pruned, self.reference), **self.perplexities(pruned)}
                 return quality, count_parameters(pruned)
 
             plan, (measured, params_after) = prune_and_measure(
-                self.lm.model, scores, measure, sparsity=job.sparsity, gamma=gamma, align=c.align,
-                allocation=job.allocation, shape=self.shape,
-            )  # fmt: skip
+                self.lm.model, scores, measure, allocation, shape=self.shape
+            )
             row.update(measured)
             row.update(
-                gamma=round(gamma, 4),
+                gamma=round(allocation.gamma, 4),
                 achieved_block_sparsity=round(plan.stats["achieved_block_sparsity"], 4),
                 total_param_reduction=round(1 - params_after / self.shape.total_params, 4),
                 params_after=params_after,

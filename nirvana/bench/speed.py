@@ -29,6 +29,7 @@ from nirvana.measure.flops import flops_per_token
 from nirvana.measure.speed import measure_speeds, speedup_rows
 from nirvana.models.shapes import model_shape
 from nirvana.pipeline import PruneSettings, score
+from nirvana.pruning.allocation import Allocation
 from nirvana.pruning.slicing import slice_at
 from nirvana.store.paths import benchmarks_dir
 
@@ -130,7 +131,7 @@ def pruned_models(lm, sparsities, settings: SpeedBenchConfig = SpeedBenchConfig(
         scores, _ = score(lm, calibration, progress)
         shape = model_shape(lm.model)
         for s in (s for s in sparsities if s > 0):
-            plan, model = slice_at(lm.model, scores, s, shape=shape)
+            plan, model = slice_at(lm.model, scores, Allocation(s), shape)
             models[s] = (model, plan)
     return {s: models[s] for s in sparsities}
 

@@ -17,6 +17,7 @@ from nirvana.measure.compare import kl_rows
 from nirvana.measure.kl import DenseReference
 from nirvana.models.shapes import model_shape
 from nirvana.pipeline import PruneSettings, score
+from nirvana.pruning.allocation import Allocation
 from nirvana.scoring.criteria import DATA_CRITERIA, get_criterion
 from nirvana.search.calibration import AnchorSpec, anchor_batch, candidate_batch, select_calibration
 from nirvana.search.gamma import gamma_grid, gamma_search
@@ -65,8 +66,7 @@ def run_selection(args, lm, *, candidates: int, pool: str, anchor, seeds=None):
     return select_calibration(
         lm.model,
         lm.tokenizer,
-        sparsity=args.sparsity,
-        gamma=args.gamma,
+        Allocation(args.sparsity, args.gamma, args.align, args.allocation),
         criterion=args.criterion,
         candidates=candidates,
         seeds=seeds,
@@ -74,8 +74,6 @@ def run_selection(args, lm, *, candidates: int, pool: str, anchor, seeds=None):
         samples=args.samples,
         seq_len=args.seq_len,
         anchor=anchor,
-        align=args.align,
-        allocation=args.allocation,
         micro_batch=args.micro_batch,
         use_cache=not args.no_cache,
         progress=stderr_progress,

@@ -19,12 +19,13 @@ dominated (100+ ms) when other work was keeping the CPU busy.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from nirvana.errors import InvalidInput
 from nirvana.models.shapes import ModelShape
-from nirvana.pruning.plan import LayerPlan, PlanSettings, PruningPlan
+from nirvana.pruning.plan import LayerPlan, PlanSettings, PruningPlan, check_align, check_allocation, check_gamma
 from nirvana.scoring.scores import Scores
 
 _EPS = 1e-9  # floor(0.3 * 10) must be 3, not 2
@@ -39,26 +40,59 @@ def default_gamma(shape: ModelShape) -> float:
     return 3 * inter * g / (2 * d * hkv * (g + 1) ** 2)
 
 
-def validate_settings(
-    shape: ModelShape,
-    sparsity,
-    gamma,
-    align,
-    allocation: str,
-    criterion: str = "nirvana",
-    calibration: dict | None = None,
-) -> PlanSettings:
-    """The plan's settings for this model, or `InvalidInput` saying which one is wrong and what is accepted."""
-    return PlanSettings(
-        sparsity,
-        gamma,
-        default_gamma(shape),
-        align,
-        allocation,
-        criterion,
-        calibration,
-        mlp_width=min(shape.intermediate),
-    )
+@dataclass(frozen=True)
+class Allocation:
+    """How the pruning budget is spent: one typed value for sparsity, gamma, align and the allocation kind.
+
+    `sparsity`: target fraction of decoder-block weights removed, in [0, MAX_SPARSITY].
+    `gamma`: MLP fraction pruned / KV-group fraction pruned (> 0); None = the model's analytic gamma*.
+    `align`: kept neurons per layer rounded up to a multiple of this power of two (1 = off).
+    `kind`: "global" (one ranking over all layers) or "uniform" (the same sparsity in every layer);
+    a plan file and the `--allocation` flag call it `allocation`.
+    `gamma_default`: gamma* of the model, filled by `resolve` (leave it unset).
+
+    Built, it is checked for everything that does not need the model (PlanSettings' checks and
+    messages); `resolve(shape)` fills gamma* and checks what does (align against the MLP width).
+    Example:
+        >>> allocation = Allocation(0.5).resolve(model_shape(model))   # gamma = gamma*, 2.25 for SmolLM2
+        >>> plan = allocate(scores, model_shape(model), allocation)
+    """
+
+    sparsity: float
+    gamma: float | None = None
+    align: int = 8
+    kind: str = "global"
+    gamma_default: float | None = None
+
+    def __post_init__(self) -> None:
+        check_allocation(self.sparsity, self.gamma, self.align, self.kind, self.gamma_default, resolved=False)
+
+    @property
+    def resolved(self) -> bool:
+        return self.gamma is not None and self.gamma_default is not None
+
+    def resolve(self, shape: ModelShape) -> Allocation:
+        """This allocation for a model of `shape`: gamma* filled (gamma=None becomes gamma*), align checked.
+
+        Resolving a resolved value returns it unchanged: a resolved value belongs to the shape it was
+        resolved for. gamma* is only defined for a uniform (dense) model: on an already pruned one,
+        gamma must be given.
+        """
+        if self.resolved:
+            return self
+        gamma_star = default_gamma(shape)
+        gamma = gamma_star if self.gamma is None and shape.is_uniform else self.gamma
+        check_gamma(gamma, gamma_star)
+        check_align(self.align, min(shape.intermediate))
+        return replace(self, gamma=gamma, gamma_default=gamma_star)
+
+    def plan_settings(self, criterion: str = "nirvana", calibration: dict | None = None) -> PlanSettings:
+        """The settings a plan records: this resolved allocation and where the scores came from."""
+        if not self.resolved:
+            raise InvalidInput("an allocation must be resolved for the model (Allocation.resolve(shape)) first.")
+        return PlanSettings(
+            self.sparsity, self.gamma, self.gamma_default, self.align, self.kind, criterion, calibration
+        )
 
 
 def budget_fractions(shape: ModelShape, sparsity: float, gamma: float) -> tuple[float, float, list[str]]:
@@ -105,23 +139,19 @@ def _apply_minimums(attn_pruned, mlp_pruned, attn_scores, mlp_scores, align: int
         _spare_best(mlp_pruned[layer], mlp_scores[layer], target - kept)
 
 
-def allocate(
-    scores: Scores,
-    shape: ModelShape,
-    sparsity: float,
-    gamma: float | None = None,
-    align: int = 8,
-    allocation: str = "global",
-) -> PruningPlan:
-    """Turn scores into a plan. `gamma=None` uses the analytic default.
+def allocate(scores: Scores, shape: ModelShape, allocation: Allocation) -> PruningPlan:
+    """Turn scores into a plan at `allocation` (resolved here for `shape` unless it already is).
 
     Example:
-        >>> plan = allocate(scores, model_shape(model), sparsity=0.5)
+        >>> plan = allocate(scores, model_shape(model), Allocation(0.5))
         >>> plan.stats["achieved_block_sparsity"]
         0.499...
     """
-    gamma = default_gamma(shape) if gamma is None else gamma
-    settings = validate_settings(shape, sparsity, gamma, align, allocation, scores.criterion, scores.calibration)
+    if not isinstance(allocation, Allocation):
+        raise InvalidInput(f"allocate needs an Allocation (sparsity, gamma, align, kind), got {allocation!r}.")
+    allocation = allocation.resolve(shape)
+    settings = allocation.plan_settings(scores.criterion, scores.calibration)
+    sparsity, gamma, align = allocation.sparsity, allocation.gamma, allocation.align
     L, hkv, inter = shape.num_layers, shape.num_kv_heads[0], shape.intermediate[0]
     if tuple(scores.attn.shape) != (L, hkv) or tuple(scores.mlp.shape) != (L, inter):
         raise InvalidInput(
@@ -133,7 +163,7 @@ def allocate(
     if not (np.isfinite(attn_scores).all() and np.isfinite(mlp_scores).all()):
         raise InvalidInput("scores contain NaN or inf (the forward pass overflowed?); recompute them in float32.")
     pa, pm, notes = budget_fractions(shape, sparsity, gamma)
-    if allocation == "global":
+    if allocation.kind == "global":
         n_attn, n_mlp = math.floor(pa * L * hkv + _EPS), math.floor(pm * L * inter + _EPS)
         attn_pruned = _lowest(attn_scores.reshape(-1), n_attn).reshape(L, hkv)
         mlp_pruned = _lowest(mlp_scores.reshape(-1), n_mlp).reshape(L, inter)

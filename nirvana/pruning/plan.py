@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import InitVar, asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from nirvana.errors import InvalidInput, PlanMismatch
@@ -23,13 +23,13 @@ ALLOCATIONS = ("global", "uniform")
 
 @dataclass(frozen=True)
 class PlanSettings:
-    """How a plan was made; validated when built (from allocate's arguments or a plan file).
+    """How a plan was made; validated when built (from a resolved `Allocation` or a plan file).
 
     `sparsity`: target fraction of decoder-block weights removed, in [0, MAX_SPARSITY].
     `gamma`: MLP fraction pruned / KV-group fraction pruned (> 0); `gamma_default` the analytic gamma*.
     `align`: kept neurons per layer rounded up to a multiple of this power of two (1 = off).
     `criterion` and `calibration`: where the scores came from (`Scores.criterion`, `.calibration`).
-    `mlp_width` (not stored): the model's smallest MLP width, the upper bound on `align` when known.
+    The bound of `align` by the model's MLP width is checked where the shape is known (`Allocation.resolve`).
     """
 
     sparsity: float
@@ -39,33 +39,9 @@ class PlanSettings:
     allocation: str = "global"
     criterion: str = "nirvana"
     calibration: dict | None = None
-    mlp_width: InitVar[int | None] = None
 
-    def __post_init__(self, mlp_width: int | None) -> None:
-        if not finite(self.sparsity) or not 0 <= self.sparsity <= MAX_SPARSITY:
-            raise InvalidInput(
-                f"sparsity must be a number in [0, {MAX_SPARSITY}] (fraction of decoder-block weights "
-                f"to remove), got {self.sparsity!r}."
-            )
-        if not finite(self.gamma_default) or self.gamma_default <= 0:
-            raise InvalidInput(
-                f"gamma_default must be a positive number (the analytic gamma*), got {self.gamma_default!r}."
-            )
-        if not finite(self.gamma) or self.gamma <= 0:
-            raise InvalidInput(
-                f"gamma must be a positive number (MLP fraction pruned / KV-group fraction pruned), "
-                f"got {self.gamma!r}; the analytic default for this model is {self.gamma_default:.3g}."
-            )
-        align = self.align
-        bad = not isinstance(align, int) or isinstance(align, bool) or align < 1 or align & (align - 1)
-        if bad or (mlp_width is not None and align > mlp_width):
-            width = "the MLP width" if mlp_width is None else f"the MLP width ({mlp_width})"
-            raise InvalidInput(
-                f"align must be a power of two between 1 and {width}, got {align!r}; "
-                "common choices: 1 (off), 8, 16, 64, 128."
-            )
-        if self.allocation not in ALLOCATIONS:
-            raise InvalidInput(f"allocation must be one of {', '.join(ALLOCATIONS)}, got {self.allocation!r}.")
+    def __post_init__(self) -> None:
+        check_allocation(self.sparsity, self.gamma, self.align, self.allocation, self.gamma_default)
         if not isinstance(self.criterion, str) or not self.criterion:
             raise InvalidInput(f"criterion must be a criterion name (see nirvana.CRITERIA), got {self.criterion!r}.")
         if self.calibration is not None and not isinstance(self.calibration, dict):
@@ -220,6 +196,50 @@ class PruningPlan:
     def summary(self) -> dict:
         merged = {**self.settings.to_dict(), **self.stats}
         return {k: v for k, v in merged.items() if not isinstance(v, (list, dict)) or k == "notes"}
+
+
+def check_allocation(sparsity, gamma, align, allocation, gamma_default=None, *, resolved: bool = True) -> None:
+    """The allocation's checks that need no model, written once: `PlanSettings` runs them all (`resolved`:
+    gamma and gamma_default are numbers); `Allocation` before `resolve` lets both be None (not filled yet).
+
+    `InvalidInput` says which value is wrong and what is accepted.
+    """
+    if not finite(sparsity) or not 0 <= sparsity <= MAX_SPARSITY:
+        raise InvalidInput(
+            f"sparsity must be a number in [0, {MAX_SPARSITY}] (fraction of decoder-block weights "
+            f"to remove), got {sparsity!r}."
+        )
+    if (resolved or gamma_default is not None) and (not finite(gamma_default) or gamma_default <= 0):
+        raise InvalidInput(f"gamma_default must be a positive number (the analytic gamma*), got {gamma_default!r}.")
+    if resolved or gamma is not None:
+        check_gamma(gamma, gamma_default)
+    check_align(align)
+    if allocation not in ALLOCATIONS:
+        raise InvalidInput(f"allocation must be one of {', '.join(ALLOCATIONS)}, got {allocation!r}.")
+
+
+def check_gamma(gamma, gamma_default: float | None) -> None:
+    """gamma is a positive number; the message names the model's gamma* when it is known."""
+    if not finite(gamma) or gamma <= 0:
+        hint = (
+            "leave it unset (None) for the model's analytic default gamma*"
+            if gamma_default is None
+            else f"the analytic default for this model is {gamma_default:.3g}"
+        )
+        raise InvalidInput(
+            f"gamma must be a positive number (MLP fraction pruned / KV-group fraction pruned), got {gamma!r}; {hint}."
+        )
+
+
+def check_align(align, mlp_width: int | None = None) -> None:
+    """align is a power of two, at most the model's smallest MLP width when that is known."""
+    bad = not isinstance(align, int) or isinstance(align, bool) or align < 1 or align & (align - 1)
+    if bad or (mlp_width is not None and align > mlp_width):
+        width = "the MLP width" if mlp_width is None else f"the MLP width ({mlp_width})"
+        raise InvalidInput(
+            f"align must be a power of two between 1 and {width}, got {align!r}; "
+            "common choices: 1 (off), 8, 16, 64, 128."
+        )
 
 
 def finite(value: float) -> bool:

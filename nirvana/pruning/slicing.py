@@ -20,7 +20,7 @@ from nirvana.models.architectures import get_architecture, layer_projections
 from nirvana.models.fingerprint import model_fingerprint
 from nirvana.models.shapes import ModelShape, model_shape
 from nirvana.models.weights import real_parameter
-from nirvana.pruning.allocation import allocate
+from nirvana.pruning.allocation import Allocation, allocate
 from nirvana.pruning.plan import PruningPlan
 from nirvana.scoring.scores import Scores
 
@@ -78,7 +78,7 @@ def apply_plan(
 
     The caller's model is left untouched unless `inplace=True` (the app's cached model must never
     be pruned in place). Example:
-        >>> pruned = apply_plan(model, allocate(scores, model_shape(model), 0.5))
+        >>> pruned = apply_plan(model, allocate(scores, model_shape(model), Allocation(0.5)))
     """
     if check_fingerprint:
         plan.check_model(model_fingerprint(model))
@@ -134,16 +134,10 @@ def update_config(model: nn.Module) -> None:
 
 
 def slice_at(
-    model: nn.Module,
-    scores: Scores,
-    sparsity: float,
-    gamma: float | None = None,
-    align: int = 8,
-    allocation: str = "global",
-    shape: ModelShape | None = None,
+    model: nn.Module, scores: Scores, allocation: Allocation, shape: ModelShape | None = None
 ) -> tuple[PruningPlan, nn.Module]:
-    """(plan, sliced copy) at one setting, from already-computed scores: no gradients."""
-    plan = allocate(scores, shape or model_shape(model), sparsity, gamma, align, allocation)
+    """(plan, sliced copy) at one allocation, from already-computed scores: no gradients."""
+    plan = allocate(scores, shape or model_shape(model), allocation)
     return plan, apply_plan(model, plan)
 
 
@@ -151,11 +145,8 @@ def prune_and_measure(
     model: nn.Module,
     scores: Scores,
     measure: Callable[[nn.Module], T],
+    allocation: Allocation,
     *,
-    sparsity: float,
-    gamma: float | None = None,
-    align: int = 8,
-    allocation: str = "global",
     shape: ModelShape | None = None,
     memo: dict | None = None,
 ) -> tuple[PruningPlan, T]:
@@ -165,7 +156,7 @@ def prune_and_measure(
     point whose plan keeps exactly the units of an earlier one (two gammas that round to the
     same counts) is not sliced or measured again.
     """
-    plan = allocate(scores, shape or model_shape(model), sparsity, gamma, align, allocation)
+    plan = allocate(scores, shape or model_shape(model), allocation)
     key = plan_signature(plan) if memo is not None else None
     if memo is not None and key in memo:
         return plan, memo[key]

@@ -23,7 +23,7 @@ from nirvana.measure.kl import DenseReference, kl_to_dense
 from nirvana.models.fingerprint import model_fingerprint
 from nirvana.models.shapes import model_shape
 from nirvana.progress import Progress, sub_progress
-from nirvana.pruning.allocation import default_gamma
+from nirvana.pruning.allocation import Allocation
 from nirvana.pruning.slicing import prune_and_measure
 from nirvana.scoring.criteria import DATA_CRITERIA, compute_scores
 from nirvana.store.atomic import atomic_write_text
@@ -119,9 +119,8 @@ def selection_path(key: str):
 def select_calibration(
     model,
     tokenizer,
+    allocation: Allocation,
     *,
-    sparsity: float,
-    gamma: float | None = None,
     criterion: str = "nirvana",
     candidates: int = DEFAULT_CANDIDATES,
     seeds: list[int] | None = None,
@@ -129,8 +128,6 @@ def select_calibration(
     samples: int = 32,
     seq_len: int = 128,
     anchor: AnchorSpec | None = None,
-    align: int = 8,
-    allocation: str = "global",
     micro_batch: int = 0,
     use_cache: bool = True,
     reference: DenseReference | None = None,
@@ -138,9 +135,10 @@ def select_calibration(
 ) -> Selection:
     """Score K calibration candidates and keep the one whose pruned model is closest to dense (KL).
 
-    `gamma=None` means the analytic default. `reference` lets a caller share dense anchor log-probs
-    across calls (it must be built on this anchor). Example:
-        >>> sel = select_calibration(model, tok, sparsity=0.2, candidates=4)
+    Every candidate is pruned at `allocation` (resolved for the model here; gamma=None is gamma*).
+    `reference` lets a caller share dense anchor log-probs across calls (it must be built on this
+    anchor). Example:
+        >>> sel = select_calibration(model, tok, Allocation(0.2), candidates=4)
         >>> sel.chosen_seed, [round(c.kl, 4) for c in sel.candidates]
     """
     if criterion not in DATA_CRITERIA:
@@ -159,15 +157,15 @@ def select_calibration(
     anchor = anchor or AnchorSpec(source=pool)
     start_time = time.perf_counter()
     shape = model_shape(model)
-    gamma = float(default_gamma(shape) if gamma is None else gamma)
+    allocation = allocation.resolve(shape)
     fingerprint = model_fingerprint(model)
     anchor_ids = anchor_batch(tokenizer, anchor)
     settings = {
         "criterion": criterion,
-        "sparsity": sparsity,
-        "gamma": gamma,
-        "align": align,
-        "allocation": allocation,
+        "sparsity": allocation.sparsity,
+        "gamma": float(allocation.gamma),
+        "align": allocation.align,
+        "allocation": allocation.kind,
         "pool": pool,
         "samples": samples,
         "seq_len": seq_len,
@@ -210,10 +208,7 @@ def select_calibration(
             lambda pruned: kl_to_dense(
                 pruned, reference, sub_progress(progress, lo + (hi - lo) * 0.6, hi, f"candidate {i + 1}/{k} ")
             ),
-            sparsity=sparsity,
-            gamma=gamma,
-            align=align,
-            allocation=allocation,
+            allocation,
             shape=shape,
         )
         results.append(

@@ -16,7 +16,7 @@ from nirvana.errors import InvalidInput
 from nirvana.measure.kl import DenseReference, kl_to_dense
 from nirvana.models.shapes import model_shape
 from nirvana.progress import Progress
-from nirvana.pruning.allocation import default_gamma
+from nirvana.pruning.allocation import Allocation, default_gamma
 from nirvana.pruning.slicing import prune_and_measure
 from nirvana.scoring.scores import Scores
 
@@ -93,10 +93,7 @@ def gamma_search(
                 model,
                 scores,
                 lambda pruned: kl_to_dense(pruned, reference),
-                sparsity=sparsity,
-                gamma=gamma,
-                align=align,
-                allocation=allocation,
+                Allocation(sparsity, gamma, align, allocation),
                 shape=shape,
                 memo=measured,
             )

@@ -7,7 +7,7 @@ serves every point. The dense model is measured once as the reference point (spa
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from nirvana.accuracy.harness import run_accuracy
 from nirvana.measure.flops import ideal_speedup
@@ -16,6 +16,7 @@ from nirvana.measure.perplexity import perplexity
 from nirvana.measure.speed import measure_speed
 from nirvana.models.shapes import ModelShape, model_shape
 from nirvana.progress import sub_progress
+from nirvana.pruning.allocation import Allocation
 from nirvana.pruning.slicing import planned_shape, prune_and_measure
 from nirvana.search.calibration import AnchorSpec, anchor_batch
 
@@ -28,11 +29,9 @@ QUALITY = {
 
 @dataclass(frozen=True)
 class SweepSettings:
-    sparsities: tuple[float, ...]  # swept at `gamma`
-    gammas: tuple[float, ...]  # swept at `sparsity`
-    sparsity: float
-    gamma: float
-    align: int
+    sparsities: tuple[float, ...]  # swept at `allocation.gamma`
+    gammas: tuple[float, ...]  # swept at `allocation.sparsity`
+    allocation: Allocation  # the centre point: its sparsity, gamma, align and kind
     metric: str  # "perplexity", "kl" or "zeroshot7"
     dataset: str = "wikitext2"
     tokens: int = 1024  # perplexity token budget (windows of `window`)
@@ -44,24 +43,25 @@ class SweepSettings:
     acc_limit: int = 20  # zeroshot7: the first N examples of each of the seven tasks
 
 
-def sweep_points(settings: SweepSettings) -> list[tuple[str, float, float]]:
-    """(axis, sparsity, gamma) of every point: the dense reference, the sparsity sweep, the gamma sweep."""
-    points = [("dense", 0.0, settings.gamma)]
-    points += [("sparsity", s, settings.gamma) for s in settings.sparsities if s > 0]
-    points += [("gamma", settings.sparsity, g) for g in settings.gammas]
+def sweep_points(settings: SweepSettings) -> list[tuple[str, Allocation]]:
+    """(axis, allocation) of every point: the dense reference, the sparsity sweep, the gamma sweep."""
+    centre = settings.allocation
+    points = [("dense", replace(centre, sparsity=0.0))]
+    points += [("sparsity", replace(centre, sparsity=s)) for s in settings.sparsities if s > 0]
+    points += [("gamma", replace(centre, gamma=g)) for g in settings.gammas]
     return points
 
 
 def run_sweep(lm, scores, settings: SweepSettings, progress=None) -> list[dict]:
     """Measure every point of `sweep_points(settings)`; returns one row (a dict) per point."""
     shape: ModelShape = model_shape(lm.model)
-    points = sweep_points(settings)
+    points = sweep_points(replace(settings, allocation=settings.allocation.resolve(shape)))
     reference = None
     if settings.metric == "kl":
         anchor = anchor_batch(lm.tokenizer, AnchorSpec(samples=settings.anchor_samples, seq_len=settings.anchor_len))
         reference = DenseReference(lm.model, anchor.input_ids)
     rows, measured = [], {}  # plan signature -> (quality, decode speed): identical plans are measured once
-    for i, (axis, sparsity, gamma) in enumerate(points):
+    for i, (axis, allocation) in enumerate(points):
         step = sub_progress(progress, i / len(points), (i + 1) / len(points), f"point {i + 1}/{len(points)}: ")
 
         def measure(model, step=step):
@@ -72,14 +72,13 @@ def run_sweep(lm, scores, settings: SweepSettings, progress=None) -> list[dict]:
             plan, (quality, decode) = None, measure(lm.model)
         else:
             plan, (quality, decode) = prune_and_measure(
-                lm.model, scores, measure, sparsity=sparsity, gamma=gamma, align=settings.align, shape=shape,
-                memo=measured,
-            )  # fmt: skip
+                lm.model, scores, measure, allocation, shape=shape, memo=measured
+            )
         rows.append(
             {
                 "axis": axis,
-                "sparsity": sparsity,
-                "gamma": gamma,
+                "sparsity": allocation.sparsity,
+                "gamma": allocation.gamma,
                 "achieved_block_sparsity": 0.0 if plan is None else plan.stats["achieved_block_sparsity"],
                 "params": shape.total_params if plan is None else plan.stats["params_after"],
                 "quality": quality,
