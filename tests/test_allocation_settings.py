@@ -12,7 +12,6 @@ import dataclasses
 
 import pytest
 import torch
-from nirvana.models.tiny import tiny_model
 
 from nirvana.checkpoints.loaded import LoadedModel
 from nirvana.errors import InvalidInput
@@ -23,6 +22,7 @@ from nirvana.pruning.allocation import Allocation, allocate, default_gamma
 from nirvana.pruning.plan import PlanSettings, PruningPlan
 from nirvana.scoring.scores import Scores
 from nirvana.store.paths import cache_dir
+from tests.tiny import tiny_model
 
 SHAPE = ModelShape("llama", 2, 32, 8, 2, (2, 2), (16, 16), 1000, False, total_params=10**6)  # gamma* = 1/3
 PRUNED = dataclasses.replace(SHAPE, num_kv_heads=(2, 1), intermediate=(16, 8))  # layers differ: not uniform
