@@ -222,6 +222,7 @@ def _rss_mb() -> float:
 def test_a_gigabyte_of_output_keeps_the_parent_small():
     program = (
         "import os\nchunk = b'x' * (1 << 20)\nfor _ in range(512):\n    os.write(1, chunk)\n    os.write(2, chunk)\n"
+        "print('done')\n"
     )
     base, peak, stop = _rss_mb(), [0.0], threading.Event()
 
@@ -238,6 +239,7 @@ def test_a_gigabyte_of_output_keeps_the_parent_small():
         stop.set()
         watcher.join()
     assert peak[0] - base < 64, f"parent RSS grew {peak[0] - base:.0f} MB"
+    assert out.passed and out.stderr_tail.endswith("done")  # all of it was read (and dropped), to its end
     assert len(out.stderr_tail) <= 4000 and out.seconds < 30 + 3
 
 

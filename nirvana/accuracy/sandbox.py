@@ -117,6 +117,15 @@ def _interpreter() -> tuple[str, str]:
     return exe, os.path.realpath(sys.base_prefix)
 
 
+@functools.lru_cache(maxsize=4)
+def _bwrap_help(bwrap: str) -> str:
+    """bwrap's option list (older releases lack --size and --disable-userns)."""
+    try:
+        return subprocess.run([bwrap, "--help"], capture_output=True, text=True, timeout=10, env={}).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+
+
 def bwrap_command(limits: Limits, info_fd: int | None = None) -> list[str]:
     """The `env -i bwrap ...` prefix that runs one sandboxed interpreter (without its arguments);
     bwrap writes the pid of the sandbox's pid 1 to `info_fd` as JSON."""
@@ -124,7 +133,8 @@ def bwrap_command(limits: Limits, info_fd: int | None = None) -> list[str]:
     if bwrap is None:
         raise FileNotFoundError("bwrap")
     exe, prefix = _interpreter()
-    cmd = ["/usr/bin/env", "-i", bwrap, "--unshare-all", "--unshare-user", "--disable-userns"]
+    cmd = [shutil.which("env") or "/usr/bin/env", "-i", bwrap, "--unshare-all", "--unshare-user"]
+    cmd += ["--disable-userns"] if "--disable-userns" in _bwrap_help(bwrap) else []  # bwrap >= 0.8; seccomp too
     cmd += ["--die-with-parent", "--new-session", "--uid", "65534", "--gid", "65534", "--hostname", "sandbox"]
     cmd += ["--ro-bind", "/usr", "/usr"]
     for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64"):
@@ -134,7 +144,9 @@ def bwrap_command(limits: Limits, info_fd: int | None = None) -> list[str]:
             cmd += ["--ro-bind", top, top]
     if not prefix.startswith("/usr/"):
         cmd += ["--ro-bind", prefix, prefix]
-    cmd += ["--proc", "/proc", "--dev", "/dev", "--size", str(limits.tmpfs_mb << 20), "--tmpfs", "/tmp"]
+    cmd += ["--proc", "/proc", "--dev", "/dev"]
+    cmd += ["--size", str(limits.tmpfs_mb << 20)] if "--size" in _bwrap_help(bwrap) else []  # bwrap >= 0.7
+    cmd += ["--tmpfs", "/tmp"]
     cmd += ["--chdir", "/tmp", "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/tmp"]
     cmd += ["--setenv", "TMPDIR", "/tmp", "--setenv", "LANG", "C.UTF-8", "--setenv", "PYTHONHASHSEED", "0"]
     cmd += [] if info_fd is None else ["--info-fd", str(info_fd)]
