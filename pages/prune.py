@@ -365,6 +365,9 @@ def _accuracy(lm, pruned) -> None:
             f"lm-evaluation-harness {after['harness_version']}, the first {after['limit']} examples of each task; "
             "± one standard error. " + after["metrics_note"]
         )
+        for task, row in after["tasks"].items():
+            if row.get("sandbox"):  # generated code: the isolation it actually ran under
+                st.caption(f"{task}: {row['sandbox']['line']}")
 
 
 def _save(lm, plan, pruned) -> None:

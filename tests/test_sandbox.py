@@ -183,3 +183,11 @@ def test_the_seccomp_filter_denies_processes_and_sockets_and_allows_threads():
         assert _run_bpf(prog, nr) == seccomp.RET_ALLOW
     assert _run_bpf(prog, 0, arch=0x40000003) == seccomp.RET_KILL_PROCESS  # i386 ABI
     assert _run_bpf(prog, 0x40000000 + 57) == seccomp.RET_KILL_PROCESS  # x32 ABI
+
+
+def test_unsandboxed_programs_still_get_their_own_directory(monkeypatch, tmp_path):
+    _no_bwrap(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    program = "import os\nopen('mine.txt', 'w').write('x')\nassert os.getcwd().startswith(os.environ['TMPDIR'])\n"
+    out = run_tests(program, "", FAST, allow_unsandboxed=True)
+    assert out.passed and out.isolation == UNSAFE and not (tmp_path / "mine.txt").exists()

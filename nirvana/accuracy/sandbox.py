@@ -51,6 +51,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 
@@ -275,19 +276,29 @@ class _Pipes:
             left = deadline - time.perf_counter()
             if left <= 0:
                 return False
-            rs = [fd for fd in self.reads if fd not in self.done]
-            ready_r, ready_w, _ = select.select(rs, list(self.writes), [], min(left, 1.0))
-            for fd in ready_r:
-                self.read(fd)
-            for fd in ready_w:
-                self.write(fd)
+            poller = select.poll()  # not select(): descriptors above 1024 are common in a long-lived app
+            for fd in self.reads:
+                if fd not in self.done:
+                    poller.register(fd, select.POLLIN)
+            for fd in self.writes:
+                poller.register(fd, select.POLLOUT)
+            for fd, _ in poller.poll(min(left, 1.0) * 1000):
+                if fd in self.writes:
+                    self.write(fd)
+                else:
+                    self.read(fd)
         return True
+
+    def readable(self, fd: int, timeout_s: float) -> bool:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        return bool(poller.poll(timeout_s * 1000))
 
     def drain_and_close(self) -> None:
         """Take what is already in the pipes, without waiting for more, and close them."""
         for fd in self.reads:
             for _ in range(64):
-                if fd in self.done or not select.select([fd], [], [], 0)[0]:
+                if fd in self.done or not self.readable(fd, 0):
                     break
                 self.read(fd)
         for fd in (*self.writes, *self.reads):
@@ -295,8 +306,10 @@ class _Pipes:
                 os.close(fd)
 
 
-def _spawn(cmd: list[str], stdin: int, out: int, keep: tuple[int, ...], env: dict) -> subprocess.Popen:
-    return subprocess.Popen(cmd, stdin=stdin, stdout=out, stderr=out, pass_fds=keep, env=env, start_new_session=True)
+def _spawn(cmd: list[str], stdin: int, out: int, keep: tuple[int, ...], env: dict, cwd: str | None):
+    return subprocess.Popen(
+        cmd, stdin=stdin, stdout=out, stderr=out, pass_fds=keep, env=env, cwd=cwd, start_new_session=True
+    )
 
 
 def _kill(proc: subprocess.Popen, info: bytes) -> int | None:
@@ -332,7 +345,10 @@ def run_tests(completion: str, tests: str, limits: Limits | None = None, *, allo
         {**common, "source": completion},
         {**common, "token": token, "tests": tests, "message_cap": lim.message_mb << 20},
     )
-    env = {} if mode == ISOLATED else {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0"}
+    env, work = {}, None
+    if mode != ISOLATED:  # plain processes: at least their own temporary directory as cwd, HOME and TMPDIR
+        work = tempfile.mkdtemp(prefix="nirvana-unsandboxed-")
+        env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0", "HOME": work, "TMPDIR": work}
     req_r, req_w = os.pipe()  # judge -> candidate
     rep_r, rep_w = os.pipe()  # candidate -> judge
     verdict_r, verdict_w = os.pipe()  # judge -> this process, nobody else
@@ -353,12 +369,14 @@ def run_tests(completion: str, tests: str, limits: Limits | None = None, *, allo
             infos.append(info_r)
             prefix = bwrap_command(lim, info_w) if mode == ISOLATED else [_interpreter()[0]]
             argv = [*prefix, "-I", "-c", script, f"{MARKER}-{name}", *map(str, keep)]
-            procs.append(_spawn(argv, in_r, out_w, (*keep, info_w) if mode == ISOLATED else keep, env))
+            procs.append(_spawn(argv, in_r, out_w, (*keep, info_w) if mode == ISOLATED else keep, env, work))
     except BaseException:
         for p in procs:
             _kill(p, b"")
         for fd in (*child_ends, *ours):
             os.close(fd)
+        if work:
+            shutil.rmtree(work, ignore_errors=True)
         raise
     for fd in child_ends:
         os.close(fd)
@@ -373,13 +391,15 @@ def run_tests(completion: str, tests: str, limits: Limits | None = None, *, allo
         with contextlib.suppress(subprocess.TimeoutExpired):
             cand.wait(timeout=0.2)
     for fd in infos:  # bwrap writes its info at start-up, before the program runs: it is there, or never
-        if not io.reads[fd] and fd not in io.done and select.select([fd], [], [], 0.5)[0]:
+        if not io.reads[fd] and fd not in io.done and io.readable(fd, 0.5):
             io.read(fd)
     code, _ = (_kill(p, bytes(io.reads[fd])) for p, fd in zip(procs, infos))
     io.drain_and_close()
+    if work:
+        shutil.rmtree(work, ignore_errors=True)
     seconds = time.perf_counter() - start
     verdict = bytes(io.reads[verdict_r]).strip()
-    if code is not None and code >= 128:
+    if mode == ISOLATED and code is not None and code >= 128:
         code = -(code - 128)  # bwrap reports a child killed by signal N as 128 + N
     if timed_out or code in (-signal.SIGXCPU, -signal.SIGKILL):
         status = "timeout"  # the CPU-seconds rlimit stopped it: a time limit too
