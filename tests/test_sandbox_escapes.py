@@ -304,3 +304,36 @@ def test_inside_the_sandbox_it_is_nobody_with_no_capabilities_and_seccomp():
     assert "uid 65534 65534" in out.stderr_tail
     assert "'CapEff:\\t0000000000000000'" in out.stderr_tail and "'Seccomp:\\t2'" in out.stderr_tail
     assert "'etc'" not in out.stderr_tail and "'home'" not in out.stderr_tail and "'work'" not in out.stderr_tail
+
+
+def test_killing_the_namespace_takes_every_process_in_it_down():
+    """Without seccomp (the launcher alone, no bootstrap), a program that forks is still killed whole."""
+    import subprocess
+
+    from nirvana.accuracy import sandbox
+
+    info_r, info_w = os.pipe()
+    program = "import os, time\nfor _ in range(3):\n    os.fork()\ntime.sleep(100)\n"
+    cmd = [*sandbox.bwrap_command(QUICK, info_w), "-c", program, f"{MARKER}-forker"]
+    proc = subprocess.Popen(cmd, pass_fds=(info_w,), env={}, start_new_session=True)
+    os.close(info_w)
+    try:
+        info = os.read(info_r, 4096)
+        deadline = time.time() + 10
+        while len(sandboxed_pids()) < 8 and time.time() < deadline:  # 2**3 forked pythons
+            time.sleep(0.05)
+        assert len(sandboxed_pids()) >= 8
+        sandbox._kill(proc, info)
+    finally:
+        os.close(info_r)
+    assert sandboxed_pids() == []  # all gone when _kill returns
+
+
+def test_runs_in_parallel_threads_do_not_mix():
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(n: int) -> bool:
+        return run_tests(f"def f():\n    return {n}\n", f"assert f() == {n}\n", QUICK).passed
+
+    with ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(one, range(8)))
