@@ -45,6 +45,7 @@ import contextlib
 import functools
 import json
 import os
+import re
 import secrets
 import select
 import shutil
@@ -318,11 +319,12 @@ def _kill(proc: subprocess.Popen, info: bytes) -> int | None:
     Under bubblewrap, `info` (from --info-fd) names the namespace's pid 1: killing it makes the kernel
     kill every process of the pid namespace, and the outer bwrap exits once pid 1 is reaped."""
     code = proc.poll()
-    with contextlib.suppress(ValueError, KeyError, TypeError):
+    pid1 = re.search(rb'"child-pid":\s*(\d+)', info)  # bwrap writes this first; the rest may not be there yet
+    if pid1:
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(int(json.loads(info or b"{}")["child-pid"]), signal.SIGKILL)
+            os.kill(int(pid1.group(1)), signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=2)
+            proc.wait(timeout=5)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
