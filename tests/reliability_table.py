@@ -316,7 +316,8 @@ SANDBOX_LAYERS = (
         "hold",
         "a forged pass: writing a token to every descriptor and exiting 0, exiting 0 before the tests, an"
         " answer whose `__eq__` always says True (it arrives as a handle, equal only to itself), an `int`"
-        ' subclass doing the same (it arrives as a plain int), a fake "ready" message, redefining a '
+        ' subclass doing the same (it arrives as a plain int), a fake "ready" message, a StopIteration '
+        "that would end the tests' own `map()` early, redefining a "
         "builtin type, a compare helper (`abs`, `round`, `sorted`, `len`, ...) or a standard module the "
         "tests use",
         "a program that hard-codes the expected answers; redefining a helper its own program defines and "

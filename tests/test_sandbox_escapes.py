@@ -253,7 +253,7 @@ def test_a_fork_storm_starts_nothing():
 
 
 def test_forged_passes_are_failures():
-    tests = "assert add(2, 3) == 5\nassert add(1, 1) == 2\n"
+    tests = "assert add(2, 3) == 5\nassert add(1, 1) == 2\nassert all(map(lambda p: add(*p) == sum(p), [(1, 2)]))\n"
     wrong = "def add(a, b):\n    return a * b\n"
     forgeries = {
         "write 'passed' to every descriptor, then exit 0": wrong
@@ -264,6 +264,7 @@ def test_forged_passes_are_failures():
         "    __hash__ = object.__hash__\ndef add(a, b):\n    return Any()\n",
         "an int subclass equal to everything": "class Any(int):\n    def __eq__(self, other):\n        return True\n"
         "    __hash__ = int.__hash__\ndef add(a, b):\n    return Any(0)\n",
+        "StopIteration ending the tests' map() early": "def add(a, b):\n    raise StopIteration\n",
         "a fake ready message with a constant": wrong
         + "import os, json, struct, sys\nm = json.dumps({'ready': True, 'names': {'add': ['i', 5]}}).encode()\n"
         "os.write(int(sys.argv[3]), struct.pack('>Q', len(m)) + m)\nos._exit(0)\n",
@@ -272,6 +273,8 @@ def test_forged_passes_are_failures():
         out = run_tests(completion, tests, QUICK)
         assert not out.passed, name
     assert run_tests("def add(a, b):\n    return a + b\n", tests, QUICK).passed  # the honest one passes
+    only_map = "assert all(map(lambda p: add(*p) == sum(p), [(1, 2), (3, 4)]))\n"  # StopIteration would end it
+    assert not run_tests(forgeries["StopIteration ending the tests' map() early"], only_map, QUICK).passed
 
 
 def test_shadowing_a_builtin_the_tests_compare_with_is_no_pass():

@@ -196,7 +196,9 @@ def _main():
             name, message = reply["err"]
             kind = getattr(builtins, str(name), None)
             if isinstance(kind, type) and issubclass(kind, Exception) and kind.__module__ == "builtins":
-                raise kind(message)
+                # StopIteration only ends an iteration: from a call it would end the tests' map() early
+                if not issubclass(kind, (StopIteration, StopAsyncIteration)) or op == "next":
+                    raise kind(message)
             raise RemoteError("%s: %s" % (name, message))
         def __call__(self, *args, **kwargs):
             return self._ask("call", a=enc(list(args)), k={str(k): enc(v) for k, v in kwargs.items()})
