@@ -19,6 +19,15 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     NIRVANA_DATA_DIR=/data/datasets \
     STREAMLIT_BROWSER_GATHER_USAGE_STATS=false
 
+# bubblewrap: the sandbox MBPP/HumanEval's generated code runs in (nirvana/accuracy/sandbox.py). It needs
+# user namespaces inside the container; Docker's default seccomp and AppArmor profiles refuse them, so run
+# with --security-opt seccomp=unconfined --security-opt apparmor=unconfined (or a profile that allows
+# clone/unshare with CLONE_NEWUSER) to score code; without it the app refuses to run generated code.
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends bubblewrap \
+    && rm -rf /var/lib/apt/lists/*
+
 RUN useradd --create-home --uid 1000 --shell /usr/sbin/nologin nirvana \
     && mkdir -p /data/cache /data/datasets \
     && chown -R nirvana:nirvana /data

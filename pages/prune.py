@@ -296,10 +296,17 @@ def _accuracy(lm, pruned) -> None:
         "Tasks (lm-eval's own definitions)", accuracy.CHOICES, default=["arc_easy", "piqa"], key="acc_tasks"
     )
     limit = c[1].number_input("Examples per task", 1, 20000, value=50, step=50, key="acc_limit")
-    allow = True
+    allow, unsafe = True, False
     if "mbpp" in tasks:
-        st.info(accuracy.code_notice())
-        allow = st.checkbox("Run MBPP's generated code in that sandbox", key="acc_allow_code")
+        if accuracy.sandbox_available():
+            st.info(accuracy.code_notice())
+            allow = st.checkbox("Run MBPP's generated code in that sandbox", key="acc_allow_code")
+        else:
+            unsafe = st.checkbox(
+                "Run without a sandbox (UNSAFE: the model's code runs as this server's user)", key="acc_unsafe_exec"
+            )
+            st.warning(accuracy.code_notice(unsafe))
+            allow = unsafe and st.checkbox("Run MBPP's generated code anyway", key="acc_allow_code")
     if not tasks:
         return
     eta = accuracy.estimate_eval_seconds(tasks, int(limit), accuracy.measured_rates())
@@ -311,7 +318,14 @@ def _accuracy(lm, pruned) -> None:
         spec = state.spec()
         with guard("measuring accuracy") as g, progress_status("Accuracy, dense then pruned") as progress:
             dense = accuracy.run(
-                lm.model, lm.tokenizer, spec.key, tasks, int(limit), allow, lambda f, m: progress(f / 2, f"dense: {m}")
+                lm.model,
+                lm.tokenizer,
+                spec.key,
+                tasks,
+                int(limit),
+                allow,
+                lambda f, m: progress(f / 2, f"dense: {m}"),
+                unsafe,
             )
             after = accuracy.run(
                 pruned["model"],
@@ -321,6 +335,7 @@ def _accuracy(lm, pruned) -> None:
                 int(limit),
                 allow,
                 lambda f, m: progress(0.5 + f / 2, f"pruned: {m}"),
+                unsafe,
             )
         if not g.failed:
             _evals()["accuracy"] = (dense, after)
@@ -333,6 +348,9 @@ def _accuracy(lm, pruned) -> None:
             f"lm-evaluation-harness {after['harness_version']}, the first {after['limit']} examples of each task; "
             "± one standard error. " + after["metrics_note"]
         )
+        for task, row in after["tasks"].items():
+            if row.get("sandbox"):  # generated code: the isolation it actually ran under
+                st.caption(f"{task}: {row['sandbox']['line']}")
 
 
 def _save(lm, plan, pruned) -> None:

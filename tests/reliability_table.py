@@ -115,6 +115,9 @@ def extra_cases(i, tiny, tmp: Path) -> dict:
     }
 
 
+NO_BWRAP = "bubblewrap (bwrap) is not installed"  # what the sandbox's probe says on a host without it
+
+
 def later_cli_cases(i, tmp: Path) -> dict:
     """Recovery and sharing inputs, and a missing evaluation package: case -> (argv, context manager
     it runs under). The other accuracy inputs are CLI_CASES of test_bad_input.py."""
@@ -123,6 +126,7 @@ def later_cli_cases(i, tmp: Path) -> dict:
     from unittest import mock
 
     import nirvana.accuracy.data as accuracy_data
+    from nirvana.accuracy import sandbox
 
     corpus = tmp / "corpus.txt"
     corpus.write_text("\n".join(f"Line {n}: a short sentence about pruning language models." for n in range(80)))
@@ -134,11 +138,13 @@ def later_cli_cases(i, tmp: Path) -> dict:
         lambda name, *a: None if name == "olmo_eval" else real_find_spec(name, *a),
     )
     none = contextlib.nullcontext()
+    no_bwrap = mock.patch.object(sandbox, "probe", lambda: sandbox.Isolation(False, sandbox.UNSAFE, NO_BWRAP, True))
     ev = ["eval", "--model", str(i.tiny)]
     rec = ["recover", "--model", str(i.pruned), "--seq-len", "16", "--batch-size", "2", "--micro-batch", "1"]
     rec_out = ["--out", str(tmp / "rec")]
     return {
         "eval-data-package-missing": ([*ev, "--tasks", "piqa", "--limit", "2", "--source", "local"], no_package),
+        "mbpp-without-os-isolation": ([*ev, "--tasks", "mbpp", "--allow-code-execution"], no_bwrap),
         "recover-steps-zero": ([*rec, "--data", str(corpus), "--steps", "0", *rec_out], none),
         "recover-lr-zero": ([*rec, "--data", str(corpus), "--steps", "2", "--lr", "0", *rec_out], none),
         "recover-lr-absurd": ([*rec, "--data", str(corpus), "--steps", "2", "--lr", "3", *rec_out], none),
@@ -198,6 +204,7 @@ def main() -> None:
             name, message = outcome(call)
             out.append(f"| {case} | {name} | {cell(message, ts)} |")
         out.append(FOOTER)
+        out.append(sandbox_section())
         print("\n".join(out))
 
 
@@ -207,8 +214,8 @@ Every row below was run, and its message captured, by `tests/reliability_table.p
 (`NIRVANA_DATA_DIR=../shared/data .venv/bin/python tests/reliability_table.py > docs/RELIABILITY.md`).
 The same inputs are asserted one row per case in `tests/test_bad_input.py` (library and CLI),
 `tests/test_safety.py`, `tests/test_runs.py` and `tests/test_locks.py`; the recovery, sharing and
-evaluation-data rows in `tests/test_cli_eval.py`, `tests/test_accuracy.py`, `tests/test_recovery_cli.py`
-and `tests/test_export.py`. `<tmp>` stands for the
+evaluation-data rows in `tests/test_cli_eval.py`, `tests/test_accuracy.py`, `tests/test_recovery_cli.py`,
+`tests/test_sandbox.py` and `tests/test_export.py`. `<tmp>` stands for the
 temporary folder the inputs were written to. The model is a tiny random Llama (2 layers, 2 KV
 groups, 48 MLP neurons) with SmolLM2's tokenizer; the CLI runs in-process through
 `nirvana.cli.main` (two cases also run as real subprocesses in the tests: exit code 2, no traceback).
@@ -241,6 +248,106 @@ FOOTER = """
   `trust_remote_code` False unless passed explicitly; a source scan in `tests/test_safety.py`
   forbids pickle, `torch.load` without `weights_only=True`, `shell=True`, `os.system`, `eval`/`exec`.
 """
+
+
+# What each layer of the code sandbox stops, and what it does not (rendered as a table after FOOTER).
+SANDBOX_LAYERS = (
+    (
+        "opt-in (`--allow-code-execution`, `HF_ALLOW_CODE_EVAL=1`, the app's box)",
+        "generated code running because a task was picked",
+        "anything, once opted in",
+    ),
+    (
+        "no isolation, no execution (`SandboxUnavailable` before the model loads)",
+        "running without an OS boundary unnoticed: where bubblewrap is missing or cannot create "
+        "namespaces, it refuses and says what to install",
+        '`--unsafe-exec-without-sandbox` / the app\'s "run without a sandbox" box: then the programs are '
+        "plain processes of your user with only the seccomp filter and rlimits: they can read and write "
+        "whatever your user can (home, keys, the parent's `/proc/<pid>/environ`)",
+    ),
+    (
+        "bubblewrap, started with `env -i`: user, pid, network, ipc, uts and cgroup namespaces; uid/gid "
+        "65534 inside, no capabilities, no nested user namespaces; `--new-session`, `--die-with-parent`",
+        "reading `/etc/shadow`, `/etc`, home folders, the checkout, the host's `/proc` (the evaluating "
+        "process's environment; `/proc/1/environ` is bwrap's, empty); any write, delete, link, chmod, "
+        "chown, setxattr or fifo outside, by path or relative to a directory descriptor (only `/usr` and "
+        "the interpreter's prefix are there, read-only); seeing or signalling host processes; connecting "
+        "to a listener on the host's 127.0.0.1 or to a host unix socket (its loopback is its own, host "
+        "paths are absent); terminal injection",
+        "reading what is bound: `/usr` and the interpreter's prefix (world-readable system files and "
+        "installed packages); kernel bugs (the namespaces share the host kernel); a host uid 0 behind uid"
+        " 65534 where bwrap runs as root (the binds are read-only, and the kernel never enforces "
+        "RLIMIT_NPROC for it)",
+    ),
+    (
+        "private `/tmp` (tmpfs, 64 MB) as cwd and HOME",
+        "filling the host's disk; files left behind (it vanishes with the namespace)",
+        "writing up to 64 MB of memory-backed files",
+    ),
+    (
+        "seccomp filter (`nirvana/accuracy/seccomp.py`, x86_64), installed by the bootstrap before the generated code",
+        "any new process (`fork`, `vfork`, `clone` without CLONE_THREAD, `clone3`, `execve`: "
+        "`subprocess`, `_posixsubprocess.fork_exec`, `os.posix_spawn`, multiprocessing's spawn and fork, "
+        "`os.system`), so also fork storms; sockets of every family; `ptrace`, `process_vm_*`; `mount`, "
+        "`unshare`, `setns`, `chroot`; `mknod`/`mkfifo`; `bpf`, `perf_event_open`, `userfaultfd`, "
+        "keyrings, `io_uring`, module loading; the x32 and i386 ABIs (killed)",
+        "threads (allowed: bounded by the address-space limit); other architectures get no filter (the "
+        "isolation line says so)",
+    ),
+    (
+        "rlimits inside (CPU 10 s, address space 1 GB, file size 16 MB, 256 open files, no core files; "
+        "RLIMIT_NPROC set too)",
+        "a busy loop past its CPU time, a memory bomb (MemoryError), a huge file",
+        "a process count for a uid that maps to host root (seccomp bounds processes instead)",
+    ),
+    (
+        "the parent: a bounded tail (64 KB) of each output pipe kept, the rest read and discarded; "
+        "wall-clock limit by SIGKILL to the namespace's pid 1 (the kernel kills everything in it) and to "
+        "bwrap; no blocking read after the kill",
+        "1 GB of output growing the parent (the test bounds its RSS growth to 64 MB); a program holding "
+        "the pipes (even after `setsid`) or sleeping in a test call blocking past the limit; a process "
+        "outliving the run (the test looks for any left)",
+        "the parent's own CPU time reading the output until the limit",
+    ),
+    (
+        "judge and candidate in separate sandboxes: the tests run in the judge, which calls the generated"
+        " code over pipes with plain data (None, bool, numbers, str, bytes, list, tuple, set, dict) or "
+        'opaque handles; the verdict is "<random token> passed" on a pipe only the judge and the parent '
+        "hold",
+        "a forged pass: writing a token to every descriptor and exiting 0, exiting 0 before the tests, an"
+        " answer whose `__eq__` always says True (it arrives as a handle, equal only to itself), an `int`"
+        ' subclass doing the same (it arrives as a plain int), a fake "ready" message, a StopIteration '
+        "that would end the tests' own `map()` early, redefining a "
+        "builtin type, a compare helper (`abs`, `round`, `sorted`, `len`, ...) or a standard module the "
+        "tests use",
+        "a program that hard-codes the expected answers; redefining a helper its own program defines and "
+        "the tests call (HumanEval's prompt helpers); tests that inspect an argument the function mutated"
+        " in place (the tests see the return value). Scored this way, every reference solution has the "
+        "same outcome as under the launcher before: HumanEval 164 of 164 and MBPP 499 of 500 pass (MBPP "
+        "367 fails under both: its tests need setup code the task does not run; "
+        "`benchmarks/sandbox/references.csv`)",
+    ),
+    (
+        "the audit hook of the launcher before",
+        "(removed) it could be switched off from inside and missed whole classes of calls; seccomp and "
+        "the namespaces do its job",
+        "it was never a boundary: the Python docs say an audit hook is not a sandbox",
+    ),
+)
+
+
+def sandbox_section() -> str:
+    """The generated-code section of docs/RELIABILITY.md, one row per layer of SANDBOX_LAYERS."""
+    head = [
+        "## Generated code (MBPP/HumanEval): what each layer stops, and what it does not",
+        "",
+        "`nirvana/accuracy/sandbox.py`; every class of escape below is a real payload in",
+        "`tests/test_sandbox_escapes.py`, which asserts the side effect did not happen on the host.",
+        "",
+        "| layer | stops | does not stop |",
+        "|---|---|---|",
+    ]
+    return "\n".join([*head, *(f"| {a} | {b} | {c} |" for a, b, c in SANDBOX_LAYERS)]) + "\n"
 
 
 if __name__ == "__main__":

@@ -47,4 +47,5 @@ def test_mbpp_runs_generated_code_only_in_the_sandbox(smollm2):
     )
     row = out["tasks"]["mbpp"]
     assert row["n"] == 1 and row["pass@1"] in (0.0, 1.0) and row["num_fewshot"] == 3
-    assert sum(row["sandbox"]["outcomes"].values()) == 1 and "python -I" in row["sandbox"]["process"]
+    assert sum(row["sandbox"]["outcomes"].values()) == 1 and "bubblewrap" in row["sandbox"]["process"]
+    assert row["sandbox"]["ran_under"] == ["bubblewrap"] and row["sandbox"]["line"].startswith("isolation: bubblewrap")

@@ -31,8 +31,24 @@ def test_accuracy_tab_measures_dense_and_pruned_with_error_bars(at, tiny, monkey
     spec = json.loads(at.get("plotly_chart")[0].proto.spec)
     assert [t["name"] for t in spec["data"]] == ["dense", "pruned"] and "error_y" in spec["data"][0]
     at.multiselect(key="acc_tasks").set_value(["mbpp"]).run()
-    assert any("sandbox" in i.value or "separate" in i.value for i in at.info)  # says what will run
+    assert any("bubblewrap" in i.value and "isolation: bubblewrap" in i.value for i in at.info)  # what will run
     assert at.button(key="measure_acc").disabled  # until the opt-in is ticked
+    at.checkbox(key="acc_allow_code").check().run()
+    assert not at.button(key="measure_acc").disabled
+
+
+def test_without_os_isolation_mbpp_needs_the_labelled_risk_box(at, tiny, monkeypatch):  # noqa: F811
+    from nirvana.accuracy import sandbox
+
+    missing = sandbox.Isolation(False, sandbox.UNSAFE, "bubblewrap (bwrap) is not installed", True)
+    monkeypatch.setattr(sandbox, "probe", lambda: missing)
+    apply_a_plan(at, 0.5)
+    at.multiselect(key="acc_tasks").set_value(["mbpp"]).run()
+    no_errors(at)
+    assert any("No OS isolation" in w.value and "bwrap" in w.value for w in at.warning)
+    assert at.button(key="measure_acc").disabled
+    at.checkbox(key="acc_unsafe_exec").check().run()
+    assert any("isolation: NONE" in w.value for w in at.warning)  # the active isolation, named
     at.checkbox(key="acc_allow_code").check().run()
     assert not at.button(key="measure_acc").disabled
 

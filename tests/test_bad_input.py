@@ -392,7 +392,7 @@ CLI_CASES = {
     "accuracy-mbpp-without-opt-in": (
         _eval_tasks("--tasks", "mbpp"),
         "InvalidInput",
-        ["--allow-code-execution", "HF_ALLOW_CODE_EVAL=1", "sandboxed"],
+        ["--allow-code-execution", "HF_ALLOW_CODE_EVAL=1", "bubblewrap sandbox"],
     ),
     "accuracy-source-unknown": (
         _eval_tasks("--tasks", "piqa", "--source", "usb"),

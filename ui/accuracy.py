@@ -15,8 +15,9 @@ from pathlib import Path
 
 import plotly.graph_objects as go
 
+from nirvana.accuracy import sandbox
 from nirvana.accuracy.harness import run_accuracy
-from nirvana.accuracy.sandbox import isolation
+from nirvana.accuracy.sandbox import ISOLATED, isolation
 from nirvana.accuracy.tasks import PAPER_METRIC, TASKS, ZEROSHOT7, resolve_tasks
 from nirvana.bench.accuracy_report import summarize
 from nirvana.measure.compare import paper_value
@@ -55,27 +56,53 @@ def estimate_eval_seconds(tasks: list[str], limit: int, rates: dict[str, float],
     return total * models
 
 
-def code_notice() -> str:
-    """What MBPP will execute, and how (shown next to the opt-in)."""
-    iso = isolation()
+def code_notice(allow_unsandboxed: bool = False) -> str:
+    """What MBPP will execute, and how (shown next to the opt-in): the isolation that is active."""
+    iso = isolation(allow_unsandboxed)
     lim = iso["limits"]
+    how = (
+        "Each program runs in two bubblewrap sandboxes (the generated code in one, the tests in the other): "
+        "own user, pid and network namespaces, read-only system files, a private size-capped /tmp, no new "
+        "processes or sockets"
+        if iso["isolation"] == ISOLATED
+        else f"**No OS isolation is available here** ({iso['reason']}): generated code does not run unless you "
+        "tick 'run without a sandbox' below, and then it runs as plain processes of the app's user"
+    )
     return (
         "MBPP scores the model's generated Python by running it against each problem's three `assert` tests. "
-        f"Each program runs in a {iso['process']}; network: {iso['network']}; user: {iso['user']}; limits: "
-        f"{lim['timeout_s']:g} s wall clock, {lim['cpu_s']} s CPU, {lim['memory_mb']} MB memory, "
-        f"{lim['file_mb']} MB files; writes outside its directory, subprocesses and sockets are refused. "
-        "Nothing runs inside the app process."
+        f"{how}; limits: {lim['timeout_s']:g} s wall clock, {lim['cpu_s']} s CPU, {lim['memory_mb']} MB memory, "
+        f"{lim['file_mb']} MB files. Nothing runs inside the app process. `{iso['line']}`"
     )
 
 
-def run(model, tokenizer, model_key: str, tasks: list[str], limit: int, allow_code: bool, progress=None) -> dict:
+def sandbox_available() -> bool:
+    """Whether generated code gets OS isolation here (else the app asks for an explicit, labelled risk)."""
+    return sandbox.probe().active
+
+
+def run(
+    model,
+    tokenizer,
+    model_key: str,
+    tasks: list[str],
+    limit: int,
+    allow_code: bool,
+    progress=None,
+    allow_unsandboxed: bool = False,
+) -> dict:
     """`run_accuracy` memoised by model key and settings (the library also caches on disk)."""
-    key = content_key("accuracy", model_key, sorted(tasks), limit, allow_code)
+    key = content_key("accuracy", model_key, sorted(tasks), limit, allow_code, allow_unsandboxed)
 
     def compute():
         with heavy(model, progress):
             return run_accuracy(
-                model, tokenizer, tasks, limit=limit, allow_code_execution=allow_code, progress=progress
+                model,
+                tokenizer,
+                tasks,
+                limit=limit,
+                allow_code_execution=allow_code,
+                allow_unsandboxed=allow_unsandboxed,
+                progress=progress,
             )
 
     return memo("accuracy").get_or_compute(key, compute)

@@ -253,8 +253,11 @@ def average_zeroshot7(task_rows: dict) -> dict | None:
     }
 
 
-def check_request(tasks, limit, batch_size, source, allow_code_execution) -> tuple[list[str], int | None]:
-    """Validate everything that needs no model: (task names, limit), or InvalidInput."""
+def check_request(
+    tasks, limit, batch_size, source, allow_code_execution, allow_unsandboxed: bool = False
+) -> tuple[list[str], int | None]:
+    """Validate everything that needs no model: (task names, limit), or InvalidInput (SandboxUnavailable
+    when a code task would run without OS isolation and `allow_unsandboxed` is False)."""
     names = resolve_tasks(tasks)
     limit = check_limit(limit)
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -264,6 +267,7 @@ def check_request(tasks, limit, batch_size, source, allow_code_execution) -> tup
     for n in names:
         if TASKS[n].kind == "code":
             sandbox.require_opt_in(allow_code_execution, n)
+            sandbox.require_isolation(allow_unsandboxed)
     return names, limit
 
 
@@ -281,16 +285,18 @@ def run_accuracy(
     should_stop: Callable[[], bool] | None = None,
     sandbox_limits: sandbox.Limits | None = None,
     max_gen_toks: int | None = None,
+    allow_unsandboxed: bool = False,
 ) -> dict:
     """Accuracy of `model` on lm-eval tasks: {"tasks": {name: {...}}, "average": {...} | None, ...}.
 
     `tasks`: names, groups (`zeroshot7`) or aliases (`lambada`), as a list or comma string.
     `limit`: the first N examples of each task (None: all). `max_gen_toks` caps generated tokens of
-    code tasks (None: the harness's 256). Example:
+    code tasks (None: the harness's 256). Generated code runs only in OS isolation (bubblewrap) unless
+    `allow_unsandboxed` (CLI --unsafe-exec-without-sandbox); each code task's row records which. Example:
         >>> r = run_accuracy(lm.model, lm.tokenizer, "zeroshot7", limit=200, source="local")
         >>> r["tasks"]["piqa"]["acc"], r["average"]["value"]
     """
-    names, limit = check_request(tasks, limit, batch_size, source, allow_code_execution)
+    names, limit = check_request(tasks, limit, batch_size, source, allow_code_execution, allow_unsandboxed)
     version = harness_version()
     where = resolve_source(source)
     if where == "local":
@@ -315,7 +321,10 @@ def run_accuracy(
     done_weight = 0.0
     for name in names:
         spec = TASKS[name]
-        extra = {"sandbox": limits.__dict__, "max_gen_toks": max_gen_toks} if spec.kind == "code" else None
+        extra = None
+        if spec.kind == "code":  # a result is reused only under the same limits and the same isolation
+            iso = sandbox.isolation(allow_unsandboxed)["isolation"]
+            extra = {"sandbox": limits.__dict__, "max_gen_toks": max_gen_toks, "isolation": iso}
         path = _cache_path(fingerprint, name, limit, spec.default_fewshot, version, where, extra)
         cached = load_cached(path) if use_cache else None
         if cached is not None:
@@ -331,7 +340,7 @@ def run_accuracy(
             meter.begin(done_weight / weight, total_rows[name] / weight, total_rows[name], name)
             if progress:
                 progress(done_weight / weight, f"lm-eval {version}: {name} ({where} data)")
-            metric = SandboxedPassAt1(limits) if spec.kind == "code" else None
+            metric = SandboxedPassAt1(limits, allow_unsandboxed=allow_unsandboxed) if spec.kind == "code" else None
             was_training = model.training
             model.eval()
             try:
@@ -341,7 +350,11 @@ def run_accuracy(
                 lm.meter = None
             row = _row(name, out, seconds, where, version, spec.default_fewshot, limit)
             if metric is not None:
-                row["sandbox"] = {"outcomes": dict(metric.statuses), **sandbox.isolation()}
+                row["sandbox"] = {
+                    "outcomes": dict(metric.statuses),
+                    "ran_under": sorted(metric.isolation),
+                    **sandbox.isolation(allow_unsandboxed),
+                }
             if use_cache:
                 save_cached(path, row)
             rows[name] = {**row, "cache_hit": False}

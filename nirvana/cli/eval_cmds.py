@@ -53,7 +53,13 @@ def add_eval_args(p) -> None:
     g.add_argument(
         "--allow-code-execution",
         action="store_true",
-        help="let mbpp/humaneval run the model's generated code (in a sandboxed subprocess)",
+        help="let mbpp/humaneval run the model's generated code (in a bubblewrap sandbox)",
+    )
+    g.add_argument(
+        "--unsafe-exec-without-sandbox",
+        action="store_true",
+        help="where bubblewrap cannot isolate, run generated code anyway as plain processes of your user "
+        "(rlimits and seccomp only): only on a machine you would let the model's code damage",
     )
     g = p.add_argument_group("generations")
     g.add_argument("--generate", action="store_true", help="continue the prompt set")
@@ -96,7 +102,14 @@ def _check(args) -> None:
             f"--batch-sizes must be comma-separated integers such as 1,8,32, got {args.batch_sizes!r}."
         ) from exc
     if args.tasks:  # before the model loads: a typo should not cost a 20 s load
-        check_request(args.tasks, args.limit, args.task_batch_size, args.source, args.allow_code_execution)
+        check_request(
+            args.tasks,
+            args.limit,
+            args.task_batch_size,
+            args.source,
+            args.allow_code_execution,
+            args.unsafe_exec_without_sandbox,
+        )
     if not any((args.ppl, args.speed, args.tasks, args.generate)):
         args.ppl = "wikitext2"  # the field's main number, when nothing else was asked for
 
@@ -150,6 +163,7 @@ def run_tasks_for(model, tokenizer, args) -> dict:
         batch_size=args.task_batch_size,
         source=args.source,
         allow_code_execution=args.allow_code_execution,
+        allow_unsandboxed=args.unsafe_exec_without_sandbox,
         use_cache=not args.no_cache,
         progress=task_progress,
     )
@@ -282,6 +296,8 @@ def print_summary(r: dict, title: str | None = None) -> None:
             )
     for name, t in r.get("tasks", {}).get("tasks", {}).items():
         w(f"task {name}: {task_line(t)}\n")
+        if t.get("sandbox"):
+            w(f"  {t['sandbox']['line']} (outcomes {t['sandbox']['outcomes']})\n")
     avg = r.get("tasks", {}).get("average")
     if avg:
         w(f"7-task average (paper's metric per task): {avg['value']:.4f} ± {avg['stderr'] or float('nan'):.4f}\n")

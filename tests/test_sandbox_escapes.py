@@ -1,0 +1,342 @@
+"""Red team: generated code tries every escape found against the audit-hook sandbox (issue 19).
+
+Each payload runs through the real sandbox (`run_program`, or `run_tests` for verdicts) and each
+test asserts that the side effect did not happen on the host: the canary file is still there,
+the listeners accepted nothing, no file appeared in the read-only system folders, the parent's
+memory stayed bounded, the call returned within its limit plus a margin, nothing outlived the run,
+and a forged pass is a fail. Payloads print ESCAPED when an action they try succeeds.
+
+These tests need bubblewrap to create namespaces; they skip only where it cannot (with the reason).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from nirvana.accuracy.mbpp import SandboxedPassAt1
+from nirvana.accuracy.sandbox import MARKER, Limits, probe, run_program, run_tests
+
+ISO = probe()
+pytestmark = pytest.mark.skipif(not ISO.active, reason=f"no OS isolation on this host: {ISO.reason}")
+
+QUICK = Limits(timeout_s=4.0, cpu_s=4)
+PREFIX = os.path.realpath(sys.base_prefix)
+
+
+def sandboxed_pids() -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if MARKER.encode() in (entry / "cmdline").read_bytes():
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+    return pids
+
+
+@pytest.fixture(autouse=True)
+def nothing_outlives_the_run():
+    yield
+    assert sandboxed_pids() == [], "a sandboxed process outlived its run"
+
+
+@pytest.fixture
+def canary(tmp_path):
+    path = tmp_path / "canary.txt"
+    path.write_text("still here")
+    return path
+
+
+def try_each(*snippets: str) -> str:
+    """A program that runs each snippet, printing ESCAPED if it did not raise."""
+    body = "".join(
+        f"try:\n{''.join('    ' + line + chr(10) for line in s.splitlines())}    print('ESCAPED', {i})\n"
+        f"except BaseException as e:\n    print('blocked', {i}, type(e).__name__, e)\n"
+        for i, s in enumerate(snippets)
+    )
+    return "import os, sys, stat\n" + body
+
+
+def assert_blocked(out, count: int) -> None:
+    assert "ESCAPED" not in out.stderr_tail, out.stderr_tail
+    assert out.stderr_tail.count("blocked") == count, out.stderr_tail
+
+
+def test_switching_the_audit_hook_off_gains_nothing(tmp_path):
+    made = tmp_path / "made-by-id"
+    program = try_each(
+        "m = sys.modules['__main__']\nfor k in ('BLOCK', 'WRITES', 'workdir'):\n    setattr(m, k, ())",
+        "import gc\n[setattr(f, '__code__', (lambda e, a: None).__code__) for f in gc.get_objects() "
+        "if callable(f) and getattr(f, '__name__', '') == 'hook']\nimport os.path\nos.path.realpath = lambda p: p",
+        f"import subprocess\nprint(subprocess.run(['id'], capture_output=True).stdout)\n"
+        f"subprocess.run(['touch', {str(made)!r}])",
+    )
+    out = run_program(program, QUICK)
+    assert "ESCAPED 2" not in out.stderr_tail and "uid=" not in out.stderr_tail
+    assert "Operation not permitted" in out.stderr_tail  # seccomp: no new process
+    assert not made.exists()
+
+
+def test_no_process_can_be_started_by_any_route(tmp_path):
+    made = tmp_path / "made-by-sh"
+    sh = f"['/bin/sh', '-c', 'touch {made}']"
+    program = try_each(
+        f"import subprocess\nsubprocess._USE_POSIX_SPAWN = False\nsubprocess.Popen({sh}).wait()",
+        "import _posixsubprocess, subprocess\nsubprocess._fork_exec = _posixsubprocess.fork_exec\n"
+        f"subprocess._USE_POSIX_SPAWN = False\nsubprocess.Popen({sh}, close_fds=False).wait()",
+        f"os.posix_spawn('/bin/sh', {sh}, {{}})",
+        "pid = os.fork()\nif pid == 0:\n    os._exit(0)",
+        f"os.execv('/bin/sh', {sh})",
+        "import multiprocessing as mp\np = mp.get_context('spawn').Process(target=print)\np.start()\np.join()",
+        "import multiprocessing as mp\np = mp.get_context('fork').Process(target=print)\np.start()\np.join()",
+        f"assert os.system('touch {made}') == 0",
+    )
+    out = run_program(program, QUICK)
+    assert_blocked(out, 8)
+    assert not made.exists()
+
+
+def test_writes_and_deletes_outside_by_descriptor_never_reach_the_host(canary):
+    folder = str(canary.parent)
+    escape = f"nirvana-escape-{secrets.token_hex(4)}"
+    targets = ["/usr", PREFIX, f"{PREFIX}/lib"]
+    program = try_each(
+        f"d = os.open({folder!r}, os.O_RDONLY)\nos.unlink('canary.txt', dir_fd=d)",
+        f"os.remove({str(canary)!r})",
+        *[
+            f"d = os.open({t!r}, os.O_RDONLY)\nos.close(os.open({escape!r}, os.O_CREAT | os.O_WRONLY, dir_fd=d))"
+            for t in targets
+        ],
+        f"d = os.open('/usr', os.O_RDONLY)\nos.mkdir({escape!r}, dir_fd=d)",
+        f"d = os.open({PREFIX!r}, os.O_RDONLY)\nos.link('bin', {escape!r}, src_dir_fd=d, dst_dir_fd=d)",
+        f"os.symlink('/tmp', {f'{PREFIX}/{escape}'!r})",
+        "fd = os.open(sys.executable, os.O_RDONLY)\nos.fchmod(fd, 0o777)",
+        "fd = os.open(sys.executable, os.O_RDONLY)\nos.fchown(fd, 65534, 65534)",
+        "os.setxattr(sys.executable, 'user.nirvana', b'x')",
+        f"os.mkfifo({f'{PREFIX}/{escape}'!r})",
+        "os.mkfifo('/tmp/fifo')",
+        "os.mknod('/tmp/null', stat.S_IFCHR | 0o666, os.makedev(1, 3))",
+        f"open({f'{PREFIX}/{escape}'!r}, 'w').write('x')",
+    )
+    mode = os.stat(os.path.realpath(sys.executable)).st_mode
+    out = run_program(program, QUICK)
+    assert_blocked(out, 15)
+    assert canary.read_text() == "still here"
+    for t in targets:
+        assert not os.path.lexists(os.path.join(t, escape))
+    assert os.stat(os.path.realpath(sys.executable)).st_mode == mode
+
+
+def test_its_own_tmp_is_writable_but_capped():
+    out = run_program("open('/tmp/a', 'w').write('x')\nassert open('a').read() == 'x'\n", QUICK)
+    assert out.passed
+    big = run_program("open('/tmp/big', 'wb').write(b'x' * (200 << 20))\n", QUICK)  # over 16 MB files, 64 MB tmpfs
+    assert not big.passed
+
+
+def test_secrets_of_the_host_cannot_be_read(monkeypatch):
+    secret = secrets.token_hex(16)
+    monkeypatch.setenv("NIRVANA_SECRET_FOR_TEST", secret)
+    program = try_each(
+        "print(open('/etc/shadow').read())",
+        "print(open('/etc/passwd').read())",
+        f"print(open('/proc/{os.getpid()}/environ', 'rb').read())",
+        "print(os.listdir('/root/.ssh'))",
+    ) + (
+        "for p in os.listdir('/proc'):\n"
+        "    if p.isdigit():\n"
+        "        print('environ', p, open(f'/proc/{p}/environ', 'rb').read())\n"
+        "print('env', dict(os.environ))\n"
+    )
+    out = run_program(program, QUICK)
+    assert_blocked(out, 4)
+    assert secret not in out.stderr_tail and "root:" not in out.stderr_tail
+    assert "environ 1 b''" in out.stderr_tail  # bwrap itself started with an empty environment
+
+
+def test_no_network_to_a_listener_on_the_host(tmp_path):
+    tcp = socket.socket()
+    tcp.bind(("127.0.0.1", 0))
+    tcp.listen()
+    tcp.setblocking(False)
+    port = tcp.getsockname()[1]
+    path = str(tmp_path / "s.sock")
+    unix = socket.socket(socket.AF_UNIX)
+    unix.bind(path)
+    unix.listen()
+    unix.setblocking(False)
+    program = try_each(
+        f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=1).sendall(b'hi')",
+        f"import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect({path!r})\ns.sendall(b'hi')",
+        "import socket\nsocket.socket(socket.AF_NETLINK, socket.SOCK_RAW)",
+        f"import urllib.request\nurllib.request.urlopen('http://127.0.0.1:{port}', timeout=1)",
+    )
+    try:
+        out = run_program(program, QUICK)
+        assert_blocked(out, 4)
+        for listener in (tcp, unix):
+            with pytest.raises(BlockingIOError):
+                listener.accept()
+    finally:
+        tcp.close()
+        unix.close()
+
+
+def test_a_program_holding_the_pipes_is_killed_at_the_limit():
+    program = (
+        "import os, threading, time\n"
+        "try:\n    os.setsid()\nexcept OSError:\n    pass\n"
+        "try:\n    os.fork()\nexcept OSError as e:\n    print('no fork', e)\n"
+        "threading.Thread(target=time.sleep, args=(100,)).start()\n"
+        "os.set_inheritable(1, True)\n"
+        "time.sleep(100)\n"
+    )
+    start = time.perf_counter()
+    out = run_program(program, Limits(timeout_s=2.0, cpu_s=10))
+    took = time.perf_counter() - start
+    assert out.status == "timeout" and took < 2.0 + 3.0
+
+
+def test_a_test_that_hangs_in_the_candidate_is_killed_at_the_limit():
+    start = time.perf_counter()
+    out = run_tests("import time\ndef f():\n    time.sleep(100)\n", "assert f() is None\n", Limits(timeout_s=2.0))
+    assert out.status == "timeout" and time.perf_counter() - start < 2.0 + 3.0
+
+
+def _rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def test_a_gigabyte_of_output_keeps_the_parent_small():
+    program = (
+        "import os\nchunk = b'x' * (1 << 20)\nfor _ in range(512):\n    os.write(1, chunk)\n    os.write(2, chunk)\n"
+        "print('done')\n"
+    )
+    base, peak, stop = _rss_mb(), [0.0], threading.Event()
+
+    def sample():
+        while not stop.is_set():
+            peak[0] = max(peak[0], _rss_mb())
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=sample)
+    watcher.start()
+    try:
+        out = run_program(program, Limits(timeout_s=30.0, cpu_s=30))
+    finally:
+        stop.set()
+        watcher.join()
+    assert peak[0] - base < 64, f"parent RSS grew {peak[0] - base:.0f} MB"
+    assert out.passed and out.stderr_tail.endswith("done")  # all of it was read (and dropped), to its end
+    assert len(out.stderr_tail) <= 4000 and out.seconds < 30 + 3
+
+
+def test_a_fork_storm_starts_nothing():
+    program = (
+        "import os\nn = 0\nfor _ in range(10000):\n    try:\n        os.fork()\n        n += 1\n"
+        "    except OSError:\n        pass\nprint('forked', n)\n"
+    )
+    out = run_program(program, QUICK)
+    assert "forked 0" in out.stderr_tail and out.seconds < QUICK.timeout_s + 3
+
+
+def test_forged_passes_are_failures():
+    tests = "assert add(2, 3) == 5\nassert add(1, 1) == 2\nassert all(map(lambda p: add(*p) == sum(p), [(1, 2)]))\n"
+    wrong = "def add(a, b):\n    return a * b\n"
+    forgeries = {
+        "write 'passed' to every descriptor, then exit 0": wrong
+        + "import os\nfor fd in range(3, 256):\n    try:\n        os.write(fd, b'x' * 32 + b' passed\\n')\n"
+        "    except OSError:\n        pass\nos._exit(0)\n",
+        "exit 0 before the tests": wrong + "import sys\nsys.exit(0)\n",
+        "an answer equal to everything": "class Any:\n    def __eq__(self, other):\n        return True\n"
+        "    __hash__ = object.__hash__\ndef add(a, b):\n    return Any()\n",
+        "an int subclass equal to everything": "class Any(int):\n    def __eq__(self, other):\n        return True\n"
+        "    __hash__ = int.__hash__\ndef add(a, b):\n    return Any(0)\n",
+        "StopIteration ending the tests' map() early": "def add(a, b):\n    raise StopIteration\n",
+        "a fake ready message with a constant": wrong
+        + "import os, json, struct, sys\nm = json.dumps({'ready': True, 'names': {'add': ['i', 5]}}).encode()\n"
+        "os.write(int(sys.argv[3]), struct.pack('>Q', len(m)) + m)\nos._exit(0)\n",
+    }
+    for name, completion in forgeries.items():
+        out = run_tests(completion, tests, QUICK)
+        assert not out.passed, name
+    assert run_tests("def add(a, b):\n    return a + b\n", tests, QUICK).passed  # the honest one passes
+    only_map = "assert all(map(lambda p: add(*p) == sum(p), [(1, 2), (3, 4)]))\n"  # StopIteration would end it
+    assert not run_tests(forgeries["StopIteration ending the tests' map() early"], only_map, QUICK).passed
+
+
+def test_shadowing_a_builtin_the_tests_compare_with_is_no_pass():
+    tests = "assert abs(area(2) - 12.566) < 0.01\nassert set(pair(1)) == {1, 2}\n"
+    cheat = "def abs(x):\n    return 0\ndef set(x):\n    return 0\n"
+    cheat += "def area(r):\n    return 0\ndef pair(x):\n    return []\n"
+    assert not run_tests(cheat, tests, QUICK).passed
+    honest = "import math\ndef area(r):\n    return math.pi * r * r\ndef pair(x):\n    return [x, x + 1]\n"
+    assert run_tests(honest, tests, QUICK).passed
+
+
+def test_the_metric_scores_a_forgery_as_zero():
+    metric = SandboxedPassAt1(QUICK)
+    completion = "def square(x):\n    return x + x\nimport os\n"
+    completion += "for fd in range(256):\n    try:\n        os.write(fd, b'ok')\n    except OSError:\n        pass\n"
+    completion += "os._exit(0)\n"
+    assert metric(references=["assert square(3) == 9"], predictions=[completion]) == 0.0
+    assert metric.isolation == {"bubblewrap"}
+
+
+def test_inside_the_sandbox_it_is_nobody_with_no_capabilities_and_seccomp():
+    program = (
+        "import os\nprint('uid', os.getuid(), os.getgid())\n"
+        "status = open('/proc/self/status').read()\n"
+        "print([l for l in status.splitlines() if l.startswith(('CapEff', 'Seccomp:', 'NoNewPrivs'))])\n"
+        "print('root', sorted(os.listdir('/')))\nprint('pids', [p for p in os.listdir('/proc') if p.isdigit()])\n"
+    )
+    out = run_program(program, QUICK)
+    assert out.passed
+    assert "uid 65534 65534" in out.stderr_tail
+    assert "'CapEff:\\t0000000000000000'" in out.stderr_tail and "'Seccomp:\\t2'" in out.stderr_tail
+    assert "'etc'" not in out.stderr_tail and "'home'" not in out.stderr_tail and "'work'" not in out.stderr_tail
+
+
+def test_killing_the_namespace_takes_every_process_in_it_down():
+    """Without seccomp (the launcher alone, no bootstrap), a program that forks is still killed whole."""
+    import subprocess
+
+    from nirvana.accuracy import sandbox
+
+    info_r, info_w = os.pipe()
+    program = "import os, time\nfor _ in range(3):\n    os.fork()\ntime.sleep(100)\n"
+    cmd = [*sandbox.bwrap_command(QUICK, info_w), "-c", program, f"{MARKER}-forker"]
+    proc = subprocess.Popen(cmd, pass_fds=(info_w,), env={}, start_new_session=True)
+    os.close(info_w)
+    try:
+        info = os.read(info_r, 4096)
+        deadline = time.time() + 10
+        while len(sandboxed_pids()) < 8 and time.time() < deadline:  # 2**3 forked pythons
+            time.sleep(0.05)
+        assert len(sandboxed_pids()) >= 8
+        sandbox._kill(proc, info)
+    finally:
+        os.close(info_r)
+    assert sandboxed_pids() == []  # all gone when _kill returns
+
+
+def test_runs_in_parallel_threads_do_not_mix():
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(n: int) -> bool:
+        return run_tests(f"def f():\n    return {n}\n", f"assert f() == {n}\n", QUICK).passed
+
+    with ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(one, range(8)))
