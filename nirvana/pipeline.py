@@ -12,7 +12,7 @@ Sweeps and searches, which slice many plans from one set of scores, use `prune_a
 one allocation (~10 ms, no gradients), one sliced copy, one measurement, and the copy is freed.
 
 The sweep primitives (`slice_at`, `prune_and_measure`, `plan_signature`, `planned_shape`) live
-with the slicing code, below the searches that use them, and are importable from here too.
+with the slicing code (`nirvana.pruning.slicing`), below the searches that use them.
 
 Scoring goes through `score` everywhere except in two places that call `compute_scores` (the
 layer below) themselves, with the same arguments, so they find the same cached scores file:
@@ -40,7 +40,7 @@ from nirvana.models.shapes import ModelShape, count_block_parameters, count_para
 from nirvana.progress import Progress
 from nirvana.pruning.allocation import Allocation, allocate
 from nirvana.pruning.plan import PruningPlan
-from nirvana.pruning.slicing import apply_plan, plan_signature, planned_shape, prune_and_measure, slice_at
+from nirvana.pruning.slicing import apply_plan
 from nirvana.scoring.criteria import CRITERIA, compute_scores
 from nirvana.scoring.scores import Scores
 from nirvana.search.calibration import AnchorSpec, chosen_batch, select_calibration
@@ -282,11 +282,7 @@ __all__ = [
     "PruneSettings",
     "calibration_for",
     "check_scores_match",
-    "plan_signature",
-    "planned_shape",
     "prune",
-    "prune_and_measure",
     "prune_report",
     "score",
-    "slice_at",
 ]

@@ -78,7 +78,7 @@ def _run(lm, choice: dict) -> None:
     with (
         guard("selecting the calibration batch") as g,
         progress_status("KL calibration selection") as progress,
-        resources.heavy(lm.model, progress),
+        resources.hold_device(lm.model, progress),
     ):
         selection = select_calibration(
             lm.model,

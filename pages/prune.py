@@ -66,7 +66,7 @@ def _apply(lm, plan) -> None:
                     "params": params,
                     "seconds": seconds,
                     "report": result.report,
-                    "run_id": runs.record(
+                    "run_id": runs.record_session_run(
                         "prune", lm, plan, {"params_after": params, "slice_seconds": seconds}, result.report
                     ),
                 },
@@ -124,7 +124,7 @@ def _perplexity(lm, pruned) -> None:
             )
         if not g.failed:
             _evals()["ppl"] = (dense, after)
-            runs.record(
+            runs.record_session_run(
                 "eval",
                 lm,
                 state.get("plan"),

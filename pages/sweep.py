@@ -168,7 +168,11 @@ def main() -> None:
         return
     st.caption(f"{len(sweep_points(settings))} points (the dense model first, as the reference).")
     if st.button("Run sweep", type="primary", key="run_sweep"):
-        with guard("running the sweep") as g, progress_status("Sweep") as progress, resources.heavy(lm.model, progress):
+        with (
+            guard("running the sweep") as g,
+            progress_status("Sweep") as progress,
+            resources.hold_device(lm.model, progress),
+        ):
             rows = run_sweep(lm, scores, settings, progress)
         if not g.failed:
             state.put("sweep", (rows, settings.__dict__.copy()))

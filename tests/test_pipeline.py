@@ -9,9 +9,9 @@ from conftest import random_batch
 from nirvana.checkpoints.loaded import LoadedModel
 from nirvana.errors import InvalidInput, PlanMismatch
 from nirvana.models.shapes import count_parameters, model_shape
-from nirvana.pipeline import PruneSettings, check_scores_match, prune, prune_and_measure
+from nirvana.pipeline import PruneSettings, check_scores_match, prune
 from nirvana.pruning.allocation import Allocation, allocate
-from nirvana.pruning.slicing import apply_plan, plan_signature, planned_shape
+from nirvana.pruning.slicing import apply_plan, plan_signature, planned_shape, prune_and_measure
 from nirvana.scoring.criteria import compute_scores
 from tests.tiny import tiny_model
 

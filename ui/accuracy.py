@@ -23,7 +23,7 @@ from nirvana.bench.accuracy_report import summarize
 from nirvana.measure.compare import paper_value
 from nirvana.store.keys import content_key
 from nirvana.store.paths import benchmarks_dir
-from ui.resources import heavy, memo
+from ui.resources import hold_device, memo
 
 BENCH_DIR = benchmarks_dir("accuracy")  # the committed accuracy benchmark
 FALLBACK_ROWS_PER_S = 1.5  # forward rows per second when no benchmark was measured (2-core CPU, SmolLM2)
@@ -94,7 +94,7 @@ def run(
     key = content_key("accuracy", model_key, sorted(tasks), limit, allow_code, allow_unsandboxed)
 
     def compute():
-        with heavy(model, progress):
+        with hold_device(model, progress):
             return run_accuracy(
                 model,
                 tokenizer,

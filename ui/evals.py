@@ -15,7 +15,7 @@ from nirvana.measure.perplexity import perplexity as ppl
 from nirvana.measure.speed import measure_speed
 from nirvana.models.weights import input_device
 from nirvana.store.keys import content_key
-from ui.resources import heavy, memo
+from ui.resources import hold_device, memo
 
 SPEED_BATCH_SIZES_CPU = (1, 4)
 SPEED_BATCH_SIZES_GPU = (1, 8, 32)
@@ -36,7 +36,7 @@ def perplexity(model, tokenizer, model_key: str, dataset: str, tokens: int, wind
     key = content_key("ppl", model_key, dataset, tokens, window)
 
     def compute():
-        with heavy(model, progress):
+        with hold_device(model, progress):
             return ppl(model, tokenizer, dataset, seq_len=window, max_tokens=tokens, fallback=True, progress=progress)
 
     return memo("ppl").get_or_compute(key, compute).to_dict()
@@ -59,7 +59,7 @@ def speed(
     key = content_key("speed", model_key, batch_sizes, prompt_len, new_tokens, repeats)
 
     def compute():
-        with heavy(model, progress):
+        with hold_device(model, progress):
             return measure_speed(
                 model,
                 batch_sizes=batch_sizes,
@@ -86,7 +86,7 @@ def generate(
     key = content_key("generate", model_key, prompts, max_new_tokens, chat)
 
     def compute():
-        with heavy(model, progress):
+        with hold_device(model, progress):
             return generate_rows(model, tokenizer, prompts, max_new_tokens=max_new_tokens, chat=chat, progress=progress)
 
     return memo("generate").get_or_compute(key, compute)

@@ -211,7 +211,7 @@ def _collect(lm, pruned: dict, job: RecoveryJob) -> None:
         state.put("recovery_rate", 4 * pruned["params"] * result.tokens_per_second)
     key = content_key("recovered", pruned["model_key"], job.config.to_dict(), job.data_source, result.steps_done)
     settings = {"recovery": job.config.to_dict(), "data": job.data_source}
-    run_id = runs.record(
+    run_id = runs.record_session_run(
         "recover", lm, state.get("plan"), brief_summary(result), metrics=result.summary(), settings=settings
     )
     state.put("recovered", {"model": result.model, "key": key, "run_id": run_id})

@@ -73,7 +73,7 @@ def mark_loaded(spec: ModelSpec) -> None:
     _loaded_keys().add(spec.key)
 
 
-def heavy(model, progress=None):
+def hold_device(model, progress=None):
     """One heavy job per device across sessions and processes (`nirvana.guard.locks.heavy_work`).
 
     It also serialises gradient scoring on the shared model, which writes `.grad` on its weights.
@@ -137,7 +137,7 @@ def scores_for(lm: LoadedModel, spec: ModelSpec, criterion: str, batch, seed: in
     key = content_key("scores", spec.key, criterion, batch.hash if settings.needs_data else None, seed)
 
     def compute():
-        with heavy(lm.model, progress):
+        with hold_device(lm.model, progress):
             return score(lm, settings, progress, batch=batch)[0]
 
     return key, memo("scores").get_or_compute(key, compute)

@@ -6,7 +6,9 @@ from nirvana.runs import record_run
 from ui.errors import guard
 
 
-def record(kind: str, lm, plan, summary: dict, metrics: dict | None = None, settings: dict | None = None) -> str | None:
+def record_session_run(
+    kind: str, lm, plan, summary: dict, metrics: dict | None = None, settings: dict | None = None
+) -> str | None:
     """Record a prune, an evaluation or a recovery of `lm` under `plan`; the run id, or None when
     writing failed (the page says so and goes on)."""
     with guard("recording the run") as g:

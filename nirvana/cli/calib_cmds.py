@@ -6,11 +6,11 @@ import time
 
 from nirvana.cli.common import (
     add_model_args,
-    heavy,
+    hold_device,
     load_from_args,
     parse_float_list,
     print_json,
-    record,
+    record_command,
     stderr_progress,
 )
 from nirvana.measure.compare import kl_rows
@@ -87,14 +87,16 @@ def _anchor_spec(args):
 
 def cmd_select_calib(args) -> int:
     t0 = time.perf_counter()
-    with heavy(args, "select-calib"):
+    with hold_device(args, "select-calib"):
         lm = load_from_args(args)
         seeds = [int(x) for x in args.seeds.split(",") if x.strip()] if args.seeds else None
         selection = run_selection(
             args, lm, candidates=args.candidates, pool=args.pool, anchor=_anchor_spec(args), seeds=seeds
         )
     out = {**selection.to_dict(), "wall_seconds": round(time.perf_counter() - t0, 2)}
-    out["run"] = record("select_calib", args, out, {"chosen_seed": selection.chosen_seed, "sparsity": args.sparsity})
+    out["run"] = record_command(
+        "select_calib", args, out, {"chosen_seed": selection.chosen_seed, "sparsity": args.sparsity}
+    )
     if args.json:
         print_json(out)
         return 0
@@ -112,7 +114,7 @@ def cmd_select_calib(args) -> int:
 def cmd_gamma_search(args) -> int:
 
     t0 = time.perf_counter()
-    with heavy(args, "gamma-search"):
+    with hold_device(args, "gamma-search"):
         lm = load_from_args(args)
         anchor = anchor_batch(lm.tokenizer, _anchor_spec(args))
         batch = None
@@ -143,7 +145,7 @@ def cmd_gamma_search(args) -> int:
         "calibration": scores.calibration,
         "wall_seconds": round(time.perf_counter() - t0, 2),
     }
-    out["run"] = record("gamma_search", args, out, {"sparsity": args.sparsity, "criterion": args.criterion})
+    out["run"] = record_command("gamma_search", args, out, {"sparsity": args.sparsity, "criterion": args.criterion})
     if args.json:
         print_json(out)
         return 0

@@ -50,7 +50,7 @@ def load_from_args(args, name: str | None = None):
     )
 
 
-def heavy(args, what: str, model: str | None = None):
+def hold_device(args, what: str, model: str | None = None):
     """Hold the device for this command; while another job holds it, say so on stderr."""
 
     return heavy_work(
@@ -60,7 +60,7 @@ def heavy(args, what: str, model: str | None = None):
     )
 
 
-def record(kind: str, args, metrics: dict, summary: dict) -> str:
+def record_command(kind: str, args, metrics: dict, summary: dict) -> str:
     """Write this command's settings and results under the runs folder; return the run id."""
 
     settings = {k: v for k, v in vars(args).items() if k != "func"}

@@ -9,11 +9,11 @@ import torch
 from nirvana.accuracy.harness import check_request, run_accuracy
 from nirvana.cli.common import (
     add_model_args,
-    heavy,
+    hold_device,
     load_from_args,
     parse_int_list,
     print_json,
-    record,
+    record_command,
     stderr_progress,
 )
 from nirvana.errors import InvalidInput
@@ -216,10 +216,10 @@ def evaluate(lm, args) -> dict:
 
 def cmd_eval(args) -> int:
     _check(args)
-    with heavy(args, "eval"):
+    with hold_device(args, "eval"):
         lm = load_from_args(args)
         result = evaluate(lm, args)
-    result["run"] = record("eval", args, result, _run_summary(result))
+    result["run"] = record_command("eval", args, result, _run_summary(result))
     if args.json:
         print_json(result)
     else:
@@ -261,12 +261,12 @@ def compare(dense, pruned, args) -> dict:
 
 def cmd_compare(args) -> int:
     _check(args)
-    with heavy(args, "compare", f"{args.dense} vs {args.pruned}"):
+    with hold_device(args, "compare", f"{args.dense} vs {args.pruned}"):
         dense = load_from_args(args, args.dense)
         pruned = load_from_args(args, args.pruned)
         result = compare(dense, pruned, args)
     ppl_ratios = {f"ppl_ratio_{k}": v for k, v in result["ratios"].get("ppl", {}).items()}
-    result["run"] = record("compare", args, result, {"dense": args.dense, "pruned": args.pruned, **ppl_ratios})
+    result["run"] = record_command("compare", args, result, {"dense": args.dense, "pruned": args.pruned, **ppl_ratios})
     if args.json:
         print_json(result)
     else:

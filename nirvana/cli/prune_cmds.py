@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 
 from nirvana.checkpoints.pruned import save_prune_output
-from nirvana.cli.common import add_model_args, heavy, load_from_args, print_json, stderr_progress
+from nirvana.cli.common import add_model_args, hold_device, load_from_args, print_json, stderr_progress
 from nirvana.cli.recover_cmds import add_recovery_args, cli_progress, config_from_args
 from nirvana.errors import InvalidInput
 from nirvana.pipeline import PruneResult, PruneSettings, check_scores_match, prune, score
@@ -83,7 +83,7 @@ def settings_from_args(args, sparsity: float = 0.0) -> PruneSettings:
 
 def cmd_score(args) -> int:
     settings = settings_from_args(args)
-    with heavy(args, "score"):
+    with hold_device(args, "score"):
         lm = load_from_args(args)
         scores, _ = score(lm, settings, stderr_progress)
     path = scores.save(args.out)
@@ -101,7 +101,7 @@ def cmd_prune(args) -> int:
             config_from_args(args, args.recover_steps, None, prefix="recover_"),
             load_documents(args.recover_data),
         )
-    with heavy(args, "prune"), new_run("prune", settings=recorded) as run:
+    with hold_device(args, "prune"), new_run("prune", settings=recorded) as run:
         return _prune(args, settings, run, recovery)
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from nirvana.cli.common import add_model_args, heavy, load_from_args, print_json, record, stderr_progress
+from nirvana.cli.common import add_model_args, hold_device, load_from_args, print_json, record_command, stderr_progress
 from nirvana.errors import InvalidInput
 from nirvana.recovery.config import DEFAULT_STEPS, PROJECTIONS, RecoveryConfig
 from nirvana.recovery.data import load_documents
@@ -84,7 +84,7 @@ def cmd_recover(args) -> int:
     if args.threads is not None:
         set_threads(args.threads)
     docs, info = load_documents(args.data)  # a bad data file fails here, before the model loads
-    with heavy(args, "recover"):
+    with hold_device(args, "recover"):
         start = time.perf_counter()
         lm = load_from_args(args)
         load_seconds = time.perf_counter() - start
@@ -102,7 +102,7 @@ def cmd_recover(args) -> int:
         )
     summary["load_seconds"] = round(load_seconds, 2)
     summary["wall_seconds"] = round(time.perf_counter() - start, 2)
-    record("recover", args, metrics=summary, summary={k: summary[k] for k in ("status", "steps_done", "out")})
+    record_command("recover", args, metrics=summary, summary={k: summary[k] for k in ("status", "steps_done", "out")})
     print_json(summary)
     return 0
 
