@@ -160,3 +160,45 @@ def test_model_anatomy_and_the_store_sit_at_the_bottom():
     graph = package_graph()
     assert graph["models"] <= {"errors"}, graph["models"]
     assert graph["store"] <= {"errors"}, graph["store"]
+
+
+# The layers, bottom to top, as the README's Layout section draws them: a unit imports only units before it.
+LAYERS = [
+    "errors",
+    "progress",
+    "reference",
+    "store",
+    "models",
+    "guard",
+    "data",
+    "scoring",
+    "pruning",
+    "export",
+    "checkpoints",
+    "runs",
+    "accuracy",
+    "measure",
+    "recovery",
+    "search",
+    "pipeline",
+    "charts",
+    "bench",
+    "cli",
+    "__main__",
+]
+
+
+def test_every_package_imports_only_the_layers_below_it():
+    graph = package_graph()
+    assert set(graph) - {"nirvana"} == set(LAYERS), "a new package: place it in LAYERS and in the README's Layout"
+    upward = [(a, b) for a, deps in graph.items() if a != "nirvana" for b in deps if LAYERS.index(b) >= LAYERS.index(a)]
+    assert upward == [], f"imports that go up (or sideways) the layers: {upward}"
+
+
+def test_the_readme_draws_the_layers_in_order():
+    readme = (ROOT / "README.md").read_text()
+    layout = readme[readme.index("## Layout") :]
+    positions = [
+        layout.index(f"  {name}/") if f"  {name}/" in layout else layout.index(f"{name}.py") for name in LAYERS[3:-2]
+    ]
+    assert positions == sorted(positions), "the README's Layout lists the packages out of layer order"
