@@ -14,15 +14,13 @@ one allocation (~10 ms, no gradients), one sliced copy, one measurement, and the
 The sweep primitives (`slice_at`, `prune_and_measure`, `plan_signature`, `planned_shape`) live
 with the slicing code (`nirvana.pruning.slicing`), below the searches that use them.
 
-Scoring goes through `score` everywhere except in two places that call `compute_scores` (the
-layer below) themselves, with the same arguments, so they find the same cached scores file:
+Scoring goes through `score` everywhere (the benchmarks with `scoring(criterion)` settings and
+the batch they hold) except in two places that call `compute_scores` (the layer below) themselves:
 - `search/calibration.select_calibration` scores every candidate batch; this module calls it
-  (`calibration_for`), so it cannot call `score` back (a lower layer never imports upward).
-- the benchmarks `bench/accuracy.py`, `bench/gamma.py`, `bench/quality.py` and `bench/gpu.py`
-  score each criterion once and reuse the scores for many plans (`slice_at`); they hold their
-  model and batch already and are being reshaped onto one benchmark base (issue 20's last
-  point), so they keep their direct calls until then. `bench/gpu.py` also scores with
-  `use_cache=False` (it times the scoring itself).
+  (`calibration_for`), so it cannot call `score` back (a lower layer never imports upward). It
+  passes the same arguments, so it finds the same cached scores file.
+- `bench/gpu.py` times scoring itself on a bare model (no tokenizer, no `LoadedModel`), uncached
+  (`use_cache=False`), so a cache hit can never stand in for a measured time.
 """
 
 from __future__ import annotations
@@ -90,6 +88,12 @@ class PruneSettings:
     @property
     def needs_data(self) -> bool:
         return CRITERIA[self.criterion].needs_data
+
+
+def scoring(criterion: str, **settings) -> PruneSettings:
+    """Settings for `score` alone (a benchmark that slices many plans from one set of scores):
+    the sparsity does not enter the scores or their cache key, so it is left at 0."""
+    return PruneSettings(sparsity=0.0, criterion=criterion, **settings)
 
 
 @dataclass
@@ -285,4 +289,5 @@ __all__ = [
     "prune",
     "prune_report",
     "score",
+    "scoring",
 ]

@@ -38,9 +38,10 @@ from nirvana.bench.rows import read_rows
 from nirvana.checkpoints.loading import load_model
 from nirvana.errors import NirvanaError, OutOfMemory
 from nirvana.models.shapes import count_parameters, model_shape
+from nirvana.pipeline import score, scoring
 from nirvana.pruning.allocation import Allocation
 from nirvana.pruning.slicing import slice_at
-from nirvana.scoring.criteria import CRITERIA, compute_scores
+from nirvana.scoring.criteria import CRITERIA
 from nirvana.search.calibration import AnchorSpec, anchor_batch, candidate_batch
 from nirvana.store.paths import benchmarks_dir
 
@@ -247,10 +248,10 @@ class AccuracyWorker:
                 )
             t = time.perf_counter()
             try:
-                self._scores[criterion] = compute_scores(self.lm.model, criterion, batch)
+                self._scores[criterion] = score(self.lm, scoring(criterion), batch=batch)[0]
             except OutOfMemory as exc:  # the machine is shared: micro-batches of 8 need ~1/4 of the memory
                 self.log(f"{criterion} scores: {str(exc)[:80]}...; retrying with micro-batches of 8")
-                self._scores[criterion] = compute_scores(self.lm.model, criterion, batch, micro_batch=8)
+                self._scores[criterion] = score(self.lm, scoring(criterion, micro_batch=8), batch=batch)[0]
             self.log(f"{criterion} scores: {time.perf_counter() - t:.0f} s")
         return self._scores[criterion]
 

@@ -24,8 +24,9 @@ from nirvana.checkpoints.loading import load_model
 from nirvana.errors import InvalidInput
 from nirvana.measure.kl import DenseReference
 from nirvana.models.shapes import model_shape
+from nirvana.pipeline import score, scoring
 from nirvana.pruning.allocation import default_gamma
-from nirvana.scoring.criteria import CRITERIA, compute_scores
+from nirvana.scoring.criteria import CRITERIA
 from nirvana.search.calibration import AnchorSpec, anchor_batch, candidate_batch
 from nirvana.search.gamma import gamma_grid, gamma_search
 from nirvana.store.paths import benchmarks_dir
@@ -106,7 +107,7 @@ class GammaWorker:
                 lm.tokenizer, anchor, source=spec.source, samples=config.samples, seq_len=config.seq_len, seed=0
             )
         t = time.perf_counter()
-        scores = compute_scores(lm.model, criterion, batch)
+        scores = score(lm, scoring(criterion), batch=batch)[0]
         log(f"{criterion} scores: {'cache' if scores.meta.get('cache_hit') else f'{time.perf_counter() - t:.0f} s'}")
         result = gamma_search(
             lm.model,

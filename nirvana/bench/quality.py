@@ -39,9 +39,10 @@ from nirvana.data.text import load_text
 from nirvana.measure.kl import DenseReference, kl_to_dense
 from nirvana.measure.perplexity import perplexity
 from nirvana.models.shapes import count_parameters, model_shape
+from nirvana.pipeline import score, scoring
 from nirvana.pruning.allocation import Allocation
 from nirvana.pruning.slicing import prune_and_measure
-from nirvana.scoring.criteria import CRITERIA, compute_scores
+from nirvana.scoring.criteria import CRITERIA
 from nirvana.search.calibration import anchor_batch, candidate_batch
 
 
@@ -158,7 +159,7 @@ class QualityWorker:
                     self.lm.tokenizer, self.anchor, source=c.pool, samples=c.samples, seq_len=c.seq_len, seed=seed
                 )
             t = time.perf_counter()
-            self._scores[key] = compute_scores(self.lm.model, criterion, batch, seed=seed or 0)
+            self._scores[key] = score(self.lm, scoring(criterion, seed=seed or 0), batch=batch)[0]
             hit = self._scores[key].meta.get("cache_hit")
             self.log(f"{criterion} scores (seed {seed}): {'cache' if hit else f'{time.perf_counter() - t:.0f} s'}")
         return self._scores[key]
