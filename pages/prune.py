@@ -344,8 +344,18 @@ def _accuracy(lm, pruned) -> None:
     result = _evals().get("accuracy")
     if result:
         dense, after = result
-        st.plotly_chart(accuracy.chart(dense, after), key="accuracy_chart")
-        st.dataframe(pd.DataFrame(accuracy.table(dense, after)), hide_index=True, width="stretch")
+        if accuracy.has_accuracy(after):
+            st.plotly_chart(accuracy.chart(dense, after), key="accuracy_chart")
+            st.dataframe(pd.DataFrame(accuracy.table(dense, after)), hide_index=True, width="stretch")
+        if accuracy.has_bpb(after):
+            st.plotly_chart(accuracy.bpb_chart(dense, after), key="accuracy_bpb_chart")
+            st.dataframe(pd.DataFrame(accuracy.bpb_table(dense, after)), hide_index=True, width="stretch")
+            st.caption(
+                "Gold bits per byte: how unlikely the model finds the reference solution after the reference "
+                "suite's (OLMES) few-shot prompt, -log2 P(answer) / its UTF-8 bytes; lower is better. It moves "
+                "smoothly where pass@1 is 0 for every small model. '± paired' is the standard error of the "
+                "per-problem differences (both models scored the same problems)."
+            )
         st.caption(
             f"lm-evaluation-harness {after['harness_version']}, the first {after['limit']} examples of each task; "
             "± one standard error. " + after["metrics_note"]

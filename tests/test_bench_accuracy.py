@@ -4,9 +4,19 @@ from __future__ import annotations
 
 import pytest
 
-from nirvana.accuracy.tasks import PAPER_METRIC, ZEROSHOT7
-from nirvana.bench.accuracy import AccuracyConfig, append_row, kl_best_gammas, pending, plan_jobs
+from nirvana.accuracy.tasks import BPB_TASKS, PAPER_METRIC, ZEROSHOT7
+from nirvana.bench.accuracy import (
+    COLUMNS,
+    AccuracyConfig,
+    append_row,
+    kl_best_gammas,
+    pending,
+    plan_jobs,
+    read_rows,
+    store_per_problem,
+)
 from nirvana.bench.accuracy_report import summarize, write_report
+from nirvana.bench.rows import header
 
 
 def test_kl_best_gammas_come_from_the_committed_gamma_benchmark():
@@ -29,7 +39,13 @@ def test_grid_order_dense_first_tasks_across_models_code_only_when_allowed(tmp_p
     assert [t for _, t, _ in jobs].index("lambada_openai") == 8 * 7 + 7 * 7
     assert not any(t == "mbpp" for _, t, _ in jobs)
     allowed = plan_jobs(AccuracyConfig(out_dir=tmp_path, allow_code_execution=True, best_gamma={0.2: 8.0}))
-    assert [t for _, t, _ in allowed][-1] == "mbpp" and len({v.name for v, _, _ in allowed}) == 1 + 7 + 6
+    assert [t for _, t, _ in allowed if t not in BPB_TASKS][-1] == "mbpp"
+    assert len({v.name for v, _, _ in allowed}) == 1 + 7 + 6
+    gold = [(v.name, t, n) for v, t, n in jobs if t in BPB_TASKS]  # last: dense, NIRVANA, Taylor, MBPP first
+    models = ["dense", "nirvana s=0.2 gamma*", "taylor s=0.2 gamma*", "nirvana s=0.5 gamma*", "taylor s=0.5 gamma*"]
+    assert gold == [(m, "mbpp_bpb", 500) for m in models] + [(m, "gsm8k_bpb", 500) for m in models]
+    assert jobs[-len(gold) :] == [j for j in jobs if j[1] in BPB_TASKS]
+    assert not any(t in BPB_TASKS for _, t, _ in plan_jobs(AccuracyConfig(bpb_limit=0, gsm8k_bpb_limit=0)))
 
 
 def _rows(variant: str, sparsity: float, value: float) -> list[dict]:
@@ -74,3 +90,27 @@ def test_rows_resume_and_the_report_has_the_average_and_winners(tmp_path):
     assert md.exists() and (tmp_path / "accuracy-m.png").exists()
     assert "| dense | 50.0 ± 3.5 |" in text and "| -3.0 |" in text  # taylor: 47 - 50
     assert "- s=0.2, ARC-e: best taylor s=0.2 gamma* 47.0 ± 3.5; NIRVANA (gamma*) 45.0 ± 3.5, #2 of 2" in text
+
+
+def test_bpb_rows_join_an_old_csv_under_the_new_header_and_report_paired_differences(tmp_path):
+    config = AccuracyConfig(model="m", out_dir=tmp_path, lambada_limit=0)
+    old = [c for c in COLUMNS if c not in ("bpb", "bpb_stderr")]  # a CSV written before the columns existed
+    config.csv_path.write_text(",".join(old) + "\r\n" + ",".join("m" if c == "model" else "" for c in old) + "\r\n")
+    values = {"dense": [1.0, 1.2, 0.8, 1.0], "nirvana s=0.2 gamma*": [1.3, 1.4, 1.1, 1.2]}
+    values["taylor s=0.2 gamma*"] = [1.2, 1.5, 1.0, 1.1]
+    for variant, vs in values.items():
+        mean = sum(vs) / 4
+        row = {"model": "m", "variant": variant, "task": "mbpp_bpb", "sparsity": 0.0 if variant == "dense" else 0.2}
+        row.update(bpb=mean, bpb_stderr=0.05, n=4, limit=4, seconds=60, load_avg_1min=2.0, machine="test")
+        store_per_problem(config.per_problem_path, variant, "mbpp_bpb", 4, vs)
+        append_row(config.csv_path, row)
+    assert header(config.csv_path) == list(COLUMNS)
+    rows = read_rows(config.csv_path)
+    assert len(rows) == 4 and rows[0]["model"] == "m" and rows[1]["bpb"] == "1.0"  # the old row is kept
+    _, text = write_report(rows[1:], config)
+    assert "## Gold bits per byte (lower is better)" in text
+    assert "| dense | 1.0000 ± 0.0500 (4) | - |" in text
+    # NIRVANA - dense per problem: 0.3, 0.2, 0.3, 0.2 -> mean 0.25, sd 0.0577, se 0.0289: 8.7 se
+    assert "| nirvana s=0.2 gamma* | 1.2500 ± 0.0500 (4) | +0.2500 ± 0.0289 (8.7 se, resolved) |" in text
+    # NIRVANA - Taylor: 0.1, -0.1, 0.1, 0.1 -> mean 0.05, se 0.05: not resolved
+    assert "- s=0.2, MBPP: +0.0500 ± 0.0500 (1.0 se)" in text

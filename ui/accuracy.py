@@ -1,9 +1,10 @@
-"""The Accuracy tab's logic: time estimates, memoised dense/pruned runs, the comparison chart.
+"""The Accuracy tab's logic: time estimates, memoised dense/pruned runs, the comparison charts.
 
 Runs `nirvana.accuracy.harness.run_accuracy` (lm-eval's own tasks; local files offline) on the
-dense and the pruned model. Estimates come from the examples per second measured by the
-committed accuracy benchmark (`benchmarks/accuracy/`), per task, dense rows; without one, from a
-conservative guess per forward row.
+dense and the pruned model. Accuracy-like tasks (%, higher is better) and gold bits per byte
+(bits/byte, lower is better, differences paired by problem) get separate charts and tables.
+Estimates come from the examples per second measured by the committed accuracy benchmark
+(`benchmarks/accuracy/`), per task, dense rows; without one, from a conservative guess per forward row.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import plotly.graph_objects as go
 
+from nirvana.accuracy.gold import paired_difference
 from nirvana.accuracy.harness import run_accuracy
 from nirvana.accuracy.sandbox import isolation
 from nirvana.accuracy.tasks import PAPER_METRIC, TASKS, ZEROSHOT7, resolve_tasks
@@ -23,7 +25,8 @@ from ui.resources import heavy, memo
 
 BENCH_DIR = Path(__file__).resolve().parents[1] / "benchmarks" / "accuracy"
 FALLBACK_ROWS_PER_S = 1.5  # forward rows per second when no benchmark was measured (2-core CPU, SmolLM2)
-CHOICES = [*ZEROSHOT7, "lambada_openai", "mbpp"]
+CHOICES = [*ZEROSHOT7, "lambada_openai", "mbpp", "gsm8k", "mbpp_bpb", "humaneval_bpb", "gsm8k_bpb"]
+METRIC_BY_KIND = {"choice": "acc", "loglikelihood": "acc", "code": "pass@1", "generate": "exact_match"}
 
 
 def measured_rates(model_name: str = "smollm2-135m", bench_dir: Path = BENCH_DIR) -> dict[str, float]:
@@ -79,14 +82,20 @@ def run(model, tokenizer, model_key: str, tasks: list[str], limit: int, allow_co
 
 
 def _value(row: dict, task: str) -> tuple[float | None, float | None, str]:
-    metric = PAPER_METRIC.get(task) or ("pass@1" if TASKS[task].kind == "code" else "acc")
+    metric = PAPER_METRIC.get(task) or METRIC_BY_KIND.get(TASKS[task].kind, "bpb")
     return row.get(metric), row.get(f"{metric}_stderr"), metric
 
 
+def _is_bpb(task: str) -> bool:
+    return TASKS[task].kind == "bpb"
+
+
 def table(dense: dict, pruned: dict) -> list[dict]:
-    """One row per task: metric, dense and pruned value ± se (in %), difference, n, source and split."""
+    """One row per accuracy-like task: metric, dense and pruned value ± se (in %), difference, n, data."""
     rows = []
     for task, d in dense["tasks"].items():
+        if _is_bpb(task):
+            continue
         p = pruned["tasks"].get(task, {})
         dv, dse, metric = _value(d, task)
         pv, pse, _ = _value(p, task)
@@ -113,7 +122,7 @@ def chart(dense: dict, pruned: dict) -> go.Figure:
         xs, ys, es = [], [], []
         for task, row in result["tasks"].items():
             v, se, metric = _value(row, task)
-            if v is not None:
+            if v is not None and not _is_bpb(task):
                 xs.append(f"{task}<br>({metric})")
                 ys.append(100 * v)
                 es.append(100 * (se or 0))
@@ -131,6 +140,64 @@ def chart(dense: dict, pruned: dict) -> go.Figure:
         legend={"orientation": "h", "y": 1.1},
     )
     return fig
+
+
+def bpb_table(dense: dict, pruned: dict) -> list[dict]:
+    """One row per gold-BPB task: dense and pruned bits per byte ± se, pruned − dense with the standard error
+    of the per-problem differences (paired: the same problems), and whether that difference is resolved."""
+    rows = []
+    for task, d in dense["tasks"].items():
+        p = pruned["tasks"].get(task, {})
+        if not _is_bpb(task) or d.get("bpb") is None or p.get("bpb") is None:
+            continue
+        a, b = p.get("bpb_per_example") or [], d.get("bpb_per_example") or []
+        pair = paired_difference(a, b) if min(len(a), len(b)) >= 2 else None
+        rows.append(
+            {
+                "task": task,
+                "dense bits/byte": round(d["bpb"], 4),
+                "± dense": None if d.get("bpb_stderr") is None else round(d["bpb_stderr"], 4),
+                "pruned bits/byte": round(p["bpb"], 4),
+                "± pruned": None if p.get("bpb_stderr") is None else round(p["bpb_stderr"], 4),
+                "pruned − dense": round(p["bpb"] - d["bpb"], 4),
+                "± paired": None if pair is None else round(pair["stderr"], 4),
+                "resolved (> 2 s.e.)": None if pair is None else abs(pair["mean"]) > 2 * pair["stderr"],
+                "n": d.get("n"),
+                "data": f"{d.get('source')} · {d.get('split')}",
+            }
+        )
+    return rows
+
+
+def bpb_chart(dense: dict, pruned: dict) -> go.Figure:
+    """Grouped bars, dense vs pruned gold bits per byte per task, ± 1 standard error (lower is better)."""
+    fig = go.Figure()
+    for label, result, color in (("dense", dense, "#4c78a8"), ("pruned", pruned, "#f58518")):
+        tasks = [t for t, row in result["tasks"].items() if _is_bpb(t) and row.get("bpb") is not None]
+        fig.add_bar(
+            x=tasks,
+            y=[result["tasks"][t]["bpb"] for t in tasks],
+            error_y={"type": "data", "array": [result["tasks"][t].get("bpb_stderr") or 0 for t in tasks]},
+            name=label,
+            marker_color=color,
+        )
+    fig.update_layout(
+        title="Gold-answer bits per byte, dense vs pruned (lower is better, ± 1 s.e.)",
+        barmode="group",
+        yaxis_title="bits per byte of the reference answer",
+        height=380,
+        margin={"t": 50, "b": 10},
+        legend={"orientation": "h", "y": 1.12},
+    )
+    return fig
+
+
+def has_bpb(result: dict) -> bool:
+    return any(_is_bpb(t) for t in result["tasks"])
+
+
+def has_accuracy(result: dict) -> bool:
+    return any(not _is_bpb(t) for t in result["tasks"])
 
 
 def evidence_table(rows: list[dict]) -> list[dict]:
@@ -152,6 +219,8 @@ def evidence_table(rows: list[dict]) -> list[dict]:
             row["LAMBADA acc %"] = None if v["lambada"][0] is None else round(100 * v["lambada"][0], 1)
         if "mbpp" in v:
             row["MBPP pass@1 %"] = None if v["mbpp"][0] is None else round(100 * v["mbpp"][0], 1)
+        for task, (value, *_rest) in v.get("bpb", {}).items():  # lower is better
+            row[f"{task} (bits/byte, lower is better)"] = None if value is None else round(value, 4)
         out.append(row)
     return out
 

@@ -13,9 +13,13 @@ the first `--limit` examples of each. Rows (one per model x task) are appended t
 `benchmarks/accuracy/accuracy-<model>.csv` as they finish; a rerun skips rows already present.
 Order: dense, NIRVANA and loss-Taylor at 0.2 with all seven tasks each (their 7-task averages
 first), then the other 0.2 models task by task (so a run cut short still compares every method on
-the tasks it reached), then the 0.5 models, then LAMBADA, then MBPP (generation is the slowest). The
-markdown report and plot (`nirvana.bench.accuracy_report`) are rebuilt after every row.
+the tasks it reached), then the 0.5 models, then LAMBADA, then MBPP (generation is the slowest), then
+gold bits per byte (`mbpp_bpb` on `--bpb-limit` problems, then `gsm8k_bpb` on `--gsm8k-bpb-limit`) of
+dense, NIRVANA and loss-Taylor (gamma*) at every sparsity, one problem per forward batch; each
+problem's value goes to `bpb-<model>.json` beside the CSV, so differences can be paired by problem.
+The markdown report and plot (`nirvana.bench.accuracy_report`) are rebuilt after every row.
 MBPP runs only with `--allow-code-execution` (or HF_ALLOW_CODE_EVAL=1), in the sandbox.
+A CSV written before a column existed is rewritten once under the new header (its rows kept).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nirvana.accuracy.harness import run_accuracy
-from nirvana.accuracy.tasks import ZEROSHOT7
+from nirvana.accuracy.tasks import BPB_TASKS, ZEROSHOT7
 from nirvana.bench import rows as csv_rows
 from nirvana.bench.accuracy_report import write_report
 from nirvana.bench.quality import machine_label
@@ -40,6 +44,7 @@ from nirvana.pruning.allocation import default_gamma
 from nirvana.pruning.slicing import slice_at
 from nirvana.scoring.criteria import SCORERS, compute_scores
 from nirvana.search.calibration import AnchorSpec, anchor_batch, candidate_batch
+from nirvana.store.atomic import atomic_write_text
 from nirvana.store.paths import benchmarks_dir
 
 DEFAULT_OUT = benchmarks_dir("accuracy")  # the checkout's benchmarks/accuracy; ./benchmarks/accuracy when installed
@@ -61,6 +66,8 @@ COLUMNS = (
     "perplexity",
     "pass_at_1",
     "pass_at_1_stderr",
+    "bpb",
+    "bpb_stderr",
     "n",
     "limit",
     "source",
@@ -102,7 +109,10 @@ class AccuracyConfig:
     limit: int = 200
     lambada_limit: int = 200
     mbpp_limit: int = 10
+    bpb_limit: int = 500  # mbpp_bpb problems (0: skip)
+    gsm8k_bpb_limit: int = 500  # gsm8k_bpb problems (0: skip)
     batch_size: int = 8
+    bpb_batch_size: int = 1  # one problem per forward: no padding, and on CPU no slower per token
     allow_code_execution: bool = False
     out_dir: Path = DEFAULT_OUT
     note: str = ""
@@ -111,6 +121,10 @@ class AccuracyConfig:
     @property
     def csv_path(self) -> Path:
         return Path(self.out_dir) / f"accuracy-{self.model.replace('/', '_')}.csv"
+
+    @property
+    def per_problem_path(self) -> Path:
+        return Path(self.out_dir) / f"bpb-{self.model.replace('/', '_')}.json"
 
 
 def kl_best_gammas(model: str, criterion: str = "nirvana", gamma_dir: Path = GAMMA_DIR) -> dict[float, float]:
@@ -154,6 +168,11 @@ def plan_jobs(config: AccuracyConfig) -> list[tuple[Variant, str, int]]:
         jobs += [(v, "lambada_openai", config.lambada_limit) for v in everyone]
     if config.mbpp_limit and config.allow_code_execution:
         jobs += [(v, "mbpp", config.mbpp_limit) for v in everyone]
+    # gold BPB: dense, NIRVANA and loss-Taylor (gamma*) at every sparsity, MBPP first (the paper's headline)
+    gold = [dense] + [Variant(c, "global", s) for s in config.sparsities for c in ("nirvana", "taylor")]
+    for task, limit in (("mbpp_bpb", config.bpb_limit), ("gsm8k_bpb", config.gsm8k_bpb_limit)):
+        if limit:
+            jobs += [(v, task, limit) for v in gold]
     return jobs
 
 
@@ -165,8 +184,27 @@ def committed_accuracy(model: str, out_dir: Path = DEFAULT_OUT) -> list[dict] | 
 
 
 def append_row(path: Path, row: dict) -> None:
-    """One finished row onto this benchmark's CSV (nirvana.bench.rows: flushed before the next row)."""
+    """One finished row onto this benchmark's CSV (nirvana.bench.rows: flushed before the next row).
+    A CSV from before a column was added is first rewritten under the current header, rows kept."""
+    old = csv_rows.header(path)
+    if old and old != list(COLUMNS):
+        csv_rows.write_rows(path, read_rows(path), COLUMNS)
     csv_rows.append_row(path, row, COLUMNS)
+
+
+def read_per_problem(path: Path) -> dict:
+    """{variant: {task: {"limit": n, "values": [bpb of problem 0, 1, ...]}}} ({} when absent)."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def store_per_problem(path: Path, variant: str, task: str, limit: int, values: list[float]) -> None:
+    """Each problem's gold BPB of one row, kept for paired differences (written atomically)."""
+    data = read_per_problem(path)
+    data.setdefault(variant, {})[task] = {"limit": limit, "values": values}
+    atomic_write_text(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
 def _key(config: AccuracyConfig, variant: Variant, task: str, limit: int) -> tuple:
@@ -242,6 +280,8 @@ def _row(config, variant: Variant, task: str, limit: int, result: dict, facts: d
         **{k: r.get(k) for k in ("acc", "acc_stderr", "acc_norm", "acc_norm_stderr", "perplexity")},
         "pass_at_1": r.get("pass@1"),
         "pass_at_1_stderr": r.get("pass@1_stderr"),
+        "bpb": r.get("bpb"),
+        "bpb_stderr": r.get("bpb_stderr"),
         "n": r.get("n"),
         "limit": limit,
         "source": r.get("data"),
@@ -249,7 +289,7 @@ def _row(config, variant: Variant, task: str, limit: int, result: dict, facts: d
         "harness_version": r.get("harness_version"),
         "params_after": facts.get("params_after"),
         "achieved_block_sparsity": facts.get("achieved_block_sparsity"),
-        "batch_size": config.batch_size,
+        "batch_size": config.bpb_batch_size if task in BPB_TASKS else config.batch_size,
         "seconds": r.get("seconds"),
         "examples_per_s": r.get("examples_per_s"),
         "load_avg_1min": round(os.getloadavg()[0], 2),
@@ -277,7 +317,7 @@ def run_accuracy_bench(config: AccuracyConfig, log=print) -> list[dict]:
                 builder.lm.tokenizer,
                 [task],
                 limit=limit,
-                batch_size=config.batch_size,
+                batch_size=config.bpb_batch_size if task in BPB_TASKS else config.batch_size,
                 source="local",
                 allow_code_execution=config.allow_code_execution,
             )
@@ -285,9 +325,12 @@ def run_accuracy_bench(config: AccuracyConfig, log=print) -> list[dict]:
             log(f"[{i + 1}/{len(todo)}] {variant.name} {task}: skipped ({type(exc).__name__}: {str(exc)[:200]})")
             continue
         row = _row(config, variant, task, limit, result, facts, machine)
+        if task in BPB_TASKS:
+            values = result["tasks"][task]["bpb_per_example"]
+            store_per_problem(config.per_problem_path, variant.name, task, limit, values)
         append_row(config.csv_path, row)
         write_report(read_rows(config.csv_path), config)
-        metric = row["paper_metric"] or ("pass_at_1" if task == "mbpp" else "acc")
+        metric = row["paper_metric"] or {"mbpp": "pass_at_1", "mbpp_bpb": "bpb", "gsm8k_bpb": "bpb"}.get(task, "acc")
         log(
             f"[{i + 1}/{len(todo)}] {variant.name} {task}: {metric} {row.get(metric)} (n={row['n']}, "
             f"{row['seconds']} s, {row['examples_per_s']} ex/s; {(time.perf_counter() - start) / 60:.1f} min so far)"

@@ -266,7 +266,10 @@ def _add_accuracy(bench_sub) -> None:
     p.add_argument("--limit", type=int, default=200, help="examples per zero-shot task (the first N)")
     p.add_argument("--lambada-limit", type=int, default=200, help="LAMBADA examples (0: skip)")
     p.add_argument("--mbpp-limit", type=int, default=10, help="MBPP problems (0: skip; needs --allow-code-execution)")
+    p.add_argument("--bpb-limit", type=int, default=500, help="MBPP gold bits-per-byte problems (0: skip)")
+    p.add_argument("--gsm8k-bpb-limit", type=int, default=500, help="GSM8K gold bits-per-byte problems (0: skip)")
     p.add_argument("--batch-size", type=int, default=8, help="harness batch size")
+    p.add_argument("--bpb-batch-size", type=int, default=1, help="harness batch size of the bits-per-byte rows")
     p.add_argument("--allow-code-execution", action="store_true", help="run MBPP's generated code in the sandbox")
     p.add_argument("--out-dir", type=Path, default=ACCURACY_OUT)
     p.add_argument("--report-only", action="store_true", help="rebuild markdown and plot from the CSV")
@@ -275,7 +278,7 @@ def _add_accuracy(bench_sub) -> None:
 
 
 def accuracy_config(args) -> AccuracyConfig:
-    for flag in ("limit", "lambada_limit", "mbpp_limit"):
+    for flag in ("limit", "lambada_limit", "mbpp_limit", "bpb_limit", "gsm8k_bpb_limit"):
         value = getattr(args, flag)
         if value != 0 or flag == "limit":
             check_limit(value)

@@ -6,6 +6,7 @@ import sys
 
 import torch
 
+from nirvana.accuracy.gold import paired_difference
 from nirvana.accuracy.harness import check_request, run_accuracy
 from nirvana.cli.common import (
     add_model_args,
@@ -44,7 +45,8 @@ def add_eval_args(p) -> None:
         "--tasks",
         default=None,
         help="comma-separated: zeroshot7 (the paper's seven), arc_easy, arc_challenge, boolq, hellaswag, "
-        "openbookqa, piqa, winogrande, lambada, mbpp, humaneval",
+        "openbookqa, piqa, winogrande, lambada, mbpp, humaneval, gsm8k (8-shot CoT exact match); gold bits per "
+        "byte (lower is better): mbpp_bpb, humaneval_bpb, gsm8k_bpb",
     )
     g.add_argument("--limit", default=None, help="the first N examples per task (default: all)")
     g.add_argument("--task-batch-size", type=int, default=8, help="harness batch size (default 8)")
@@ -171,14 +173,34 @@ def run_tasks_for(model, tokenizer, args) -> dict:
 def task_line(t: dict) -> str:
     """'acc 0.6100 ± 0.0345  acc_norm ...  n 200  (local validation, 12.3 s, 16.2 ex/s)' for one task."""
     parts = []
-    for m in ("acc", "acc_norm", "perplexity", "pass@1"):
+    for m in TASK_METRICS:
         if t.get(m) is not None:
             se = t.get(f"{m}_stderr")
             parts.append(f"{m} {t[m]:.4f}" + (f" ± {se:.4f}" if se is not None else ""))
+            parts[-1] += " (lower is better)" if m == "bpb" else ""
     parts.append(f"n {t.get('n')}")
     where = f"{t.get('source')} {t.get('split')}, {t.get('seconds')} s, {t.get('examples_per_s')} ex/s"
     where += ", from the cache" if t.get("cache_hit") else ""
     return "  ".join(parts) + f"  ({where})"
+
+
+# the per-task figures `eval` prints and `compare` subtracts (pruned minus dense)
+TASK_METRICS = ("acc", "acc_norm", "perplexity", "pass@1", "exact_match", "exact_match_flexible", "bpb")
+
+
+def task_differences(dense: dict, pruned: dict) -> dict:
+    """{task: {metric: pruned - dense}}; for gold BPB also `bpb_paired`, the mean and standard error of the
+    per-problem differences (the same problems in both, so their difficulty cancels)."""
+    out = {}
+    for name, d in dense.items():
+        p = pruned[name]
+        both = [m for m in TASK_METRICS if m != "perplexity" and d.get(m) is not None and p.get(m) is not None]
+        diff = {m: p[m] - d[m] for m in both}
+        a, b = p.get("bpb_per_example") or [], d.get("bpb_per_example") or []
+        if min(len(a), len(b)) >= 2:
+            diff["bpb_paired"] = paired_difference(a, b)
+        out[name] = diff
+    return out
 
 
 def task_progress(fraction: float, message: str) -> None:
@@ -282,18 +304,14 @@ def compare(dense, pruned, args) -> dict:
     if args.tasks:
         out["dense"]["tasks"] = run_tasks_for(dense.model, dense.tokenizer, args)
         out["pruned"]["tasks"] = run_tasks_for(pruned.model, pruned.tokenizer, args)
-        ratios["tasks"] = {
-            name: {
-                m: out["pruned"]["tasks"]["tasks"][name][m] - v[m]
-                for m in ("acc", "acc_norm", "pass@1")
-                if v.get(m) is not None and out["pruned"]["tasks"]["tasks"][name].get(m) is not None
-            }
-            for name, v in out["dense"]["tasks"]["tasks"].items()
-        }
+        ratios["tasks"] = task_differences(out["dense"]["tasks"]["tasks"], out["pruned"]["tasks"]["tasks"])
         dense_avg, pruned_avg = out["dense"]["tasks"]["average"], out["pruned"]["tasks"]["average"]
         if dense_avg and pruned_avg:
             ratios["tasks"]["zeroshot7_average"] = {"paper_metric": pruned_avg["value"] - dense_avg["value"]}
-        ratios["tasks_note"] = "pruned minus dense accuracy"
+        ratios["tasks_note"] = (
+            "pruned minus dense (accuracy, pass@1, exact match: higher is better; bpb: lower is better, "
+            "bpb_paired = mean and standard error of the per-problem differences)"
+        )
     if args.generate:
         out["generations"] = side_by_side(
             dense.model, pruned.model, dense.tokenizer, pruned_tokenizer=pruned.tokenizer, **generation_kwargs(args)
@@ -354,6 +372,14 @@ def print_ratios(r: dict) -> None:
     )
     for name, v in r.get("ppl", {}).items():
         w(f"ppl {name}: pruned/dense {v:.3f}\n")
+    for name, diffs in r.get("tasks", {}).items():
+        if not isinstance(diffs, dict) or name == "zeroshot7_average":
+            continue
+        parts = [f"{m} {v:+.4f}" for m, v in diffs.items() if isinstance(v, float)]
+        if "bpb_paired" in diffs:
+            pd = diffs["bpb_paired"]
+            parts.append(f"paired over {pd['n']} problems {pd['mean']:+.4f} ± {pd['stderr']:.4f} (lower bpb is better)")
+        w(f"task {name}: pruned - dense {'  '.join(parts)}\n")
     for x in r.get("speed", []):
         w(
             f"batch {x['batch_size']:>3}: prefill {x['prefill_speedup']:.2f}x (ideal {x['prefill_ideal']:.2f}x, "
