@@ -41,9 +41,10 @@ def test_grid_order_dense_first_tasks_across_models_code_only_when_allowed(tmp_p
     allowed = plan_jobs(AccuracyConfig(out_dir=tmp_path, allow_code_execution=True, best_gamma={0.2: 8.0}))
     assert [t for _, t, _ in allowed if t not in BPB_TASKS][-1] == "mbpp"
     assert len({v.name for v, _, _ in allowed}) == 1 + 7 + 6
-    gold = [(v.name, t, n) for v, t, n in jobs if t in BPB_TASKS]  # last: dense, NIRVANA, Taylor, MBPP first
-    models = ["dense", "nirvana s=0.2 gamma*", "taylor s=0.2 gamma*", "nirvana s=0.5 gamma*", "taylor s=0.5 gamma*"]
-    assert gold == [(m, "mbpp_bpb", 500) for m in models] + [(m, "gsm8k_bpb", 500) for m in models]
+    gold = [(v.name, t) for v, t, _ in jobs if t in BPB_TASKS]  # last: dense, then sparsity by sparsity
+    tasks = ("mbpp_bpb", "gsm8k_bpb")
+    pair = [(f"{c} s={s:g} gamma*", t) for s in (0.2, 0.5) for t in tasks for c in ("nirvana", "taylor")]
+    assert gold == [("dense", "mbpp_bpb"), ("dense", "gsm8k_bpb"), *pair]
     assert jobs[-len(gold) :] == [j for j in jobs if j[1] in BPB_TASKS]
     assert not any(t in BPB_TASKS for _, t, _ in plan_jobs(AccuracyConfig(bpb_limit=0, gsm8k_bpb_limit=0)))
 

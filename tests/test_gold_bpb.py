@@ -102,6 +102,13 @@ def test_bpb_of_two_problems_equals_a_hand_computation(tiny_long, name):
     assert "OLMES" in row["reference"] and row["bpb"] > 1.0  # a random model is far worse than 1 bit/byte
 
 
+def test_gsm8k_exact_match_runs_through_the_harness(tiny_long):
+    model, tok = tiny_long
+    row = run_accuracy(model, tok, "gsm8k", limit=1, source="local", use_cache=False, max_gen_toks=4)["tasks"]["gsm8k"]
+    assert row["n"] == 1 and row["num_fewshot"] == 8 and row["exact_match"] in (0.0, 1.0)
+    assert row["exact_match_flexible"] in (0.0, 1.0) and row["split"] == "test"
+
+
 def _gsm8k_score(task, doc, completion: str) -> dict:
     """lm-eval's own filters (strict-match, flexible-extract) and exact_match on one completion."""
     from lm_eval.api.instance import Instance

@@ -6,7 +6,9 @@ with `simple_evaluate` on the harness's own config (`nirvana.accuracy.tasks.harn
 Per task it reports acc, acc_norm and their standard errors (the harness's: sample standard
 deviation / sqrt(n)), LAMBADA perplexity, pass@1 for code, n, the data source and split, the
 harness version, the seconds taken and examples per second; then the 7-task average of the
-paper's metric per task (`average_zeroshot7`).
+paper's metric per task (`average_zeroshot7`). GSM8K (`gsm8k`) adds exact match (strict and
+flexible extraction); gold bits-per-byte tasks (`*_bpb`, `nirvana.accuracy.gold`) add `bpb`, its
+standard error and each problem's value (`bpb_per_example`, for differences paired by problem).
 
 Each task's result is cached on its own by content key (model fingerprint, task, limit, few-shot,
 harness version, data source and package version, prompt schema), written only once the task has

@@ -14,8 +14,8 @@ the first `--limit` examples of each. Rows (one per model x task) are appended t
 Order: dense, NIRVANA and loss-Taylor at 0.2 with all seven tasks each (their 7-task averages
 first), then the other 0.2 models task by task (so a run cut short still compares every method on
 the tasks it reached), then the 0.5 models, then LAMBADA, then MBPP (generation is the slowest), then
-gold bits per byte (`mbpp_bpb` on `--bpb-limit` problems, then `gsm8k_bpb` on `--gsm8k-bpb-limit`) of
-dense, NIRVANA and loss-Taylor (gamma*) at every sparsity, one problem per forward batch; each
+gold bits per byte (`mbpp_bpb` on `--bpb-limit` problems, `gsm8k_bpb` on `--gsm8k-bpb-limit`) of
+dense, then NIRVANA and loss-Taylor (gamma*) sparsity by sparsity, one problem per forward batch; each
 problem's value goes to `bpb-<model>.json` beside the CSV, so differences can be paired by problem.
 The markdown report and plot (`nirvana.bench.accuracy_report`) are rebuilt after every row.
 MBPP runs only with `--allow-code-execution` (or HF_ALLOW_CODE_EVAL=1), in the sandbox.
@@ -168,11 +168,12 @@ def plan_jobs(config: AccuracyConfig) -> list[tuple[Variant, str, int]]:
         jobs += [(v, "lambada_openai", config.lambada_limit) for v in everyone]
     if config.mbpp_limit and config.allow_code_execution:
         jobs += [(v, "mbpp", config.mbpp_limit) for v in everyone]
-    # gold BPB: dense, NIRVANA and loss-Taylor (gamma*) at every sparsity, MBPP first (the paper's headline)
-    gold = [dense] + [Variant(c, "global", s) for s in config.sparsities for c in ("nirvana", "taylor")]
-    for task, limit in (("mbpp_bpb", config.bpb_limit), ("gsm8k_bpb", config.gsm8k_bpb_limit)):
-        if limit:
-            jobs += [(v, task, limit) for v in gold]
+    # gold BPB: dense, then NIRVANA and loss-Taylor (gamma*) sparsity by sparsity, MBPP before GSM8K in each,
+    # so a run cut short still has both tasks compared at the first sparsity
+    gold = [(t, n) for t, n in (("mbpp_bpb", config.bpb_limit), ("gsm8k_bpb", config.gsm8k_bpb_limit)) if n]
+    jobs += [(dense, t, n) for t, n in gold]
+    for s in config.sparsities:
+        jobs += [(Variant(c, "global", s), t, n) for t, n in gold for c in ("nirvana", "taylor")]
     return jobs
 
 
