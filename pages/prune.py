@@ -12,7 +12,7 @@ import pandas as pd
 import streamlit as st
 
 from nirvana.errors import NirvanaError
-from nirvana.measure.compare import accuracy_rows, generation_rows, perplexity_pair, speed_rows, speed_table
+from nirvana.measure.compare import accuracy_rows, bpb_rows, generation_rows, perplexity_pair, speed_rows, speed_table
 from nirvana.measure.flops import ideal_speedup
 from nirvana.models.shapes import count_parameters, model_shape
 from nirvana.pipeline import prune
@@ -342,8 +342,18 @@ def _accuracy(lm, pruned) -> None:
     result = _evals().get("accuracy")
     if result:
         dense, after = result
-        st.plotly_chart(accuracy.chart(dense, after), key="accuracy_chart")
-        st.dataframe(pd.DataFrame(accuracy_rows(dense, after)), hide_index=True, width="stretch")
+        if accuracy.has_accuracy(after):
+            st.plotly_chart(accuracy.chart(dense, after), key="accuracy_chart")
+            st.dataframe(pd.DataFrame(accuracy_rows(dense, after)), hide_index=True, width="stretch")
+        if accuracy.has_bpb(after):
+            st.plotly_chart(accuracy.bpb_chart(dense, after), key="accuracy_bpb_chart")
+            st.dataframe(pd.DataFrame(bpb_rows(dense, after)), hide_index=True, width="stretch")
+            st.caption(
+                "Gold bits per byte: how unlikely the model finds the reference solution after the reference "
+                "suite's (OLMES) few-shot prompt, -log2 P(answer) / its UTF-8 bytes; lower is better. It moves "
+                "smoothly where pass@1 is 0 for every small model. '± paired' is the standard error of the "
+                "per-problem differences (both models scored the same problems)."
+            )
         st.caption(
             f"lm-evaluation-harness {after['harness_version']}, the first {after['limit']} examples of each task; "
             "± one standard error. " + after["metrics_note"]

@@ -11,7 +11,7 @@ import streamlit as st
 
 from nirvana import charts
 from nirvana.models.shapes import ModelShape
-from nirvana.search.sweep import QUALITY, SweepSettings, run_sweep, sweep_points
+from nirvana.search.sweep import ACCURACY_AXES, QUALITY, SweepSettings, run_sweep, sweep_points
 from ui import frame, resources, state
 from ui.errors import guard
 from ui.progress import progress_status
@@ -56,7 +56,7 @@ def _controls(shape: ModelShape) -> SweepSettings | None:
     metric = c[0].radio("Quality", list(QUALITY), format_func=QUALITY.get, key="sweep_metric")
     sparsities = c[1].text_input(f"Sparsities (at γ = {gamma:.2f})", key="sweep_sparsities")
     gammas = c[2].text_input(f"γ values (at sparsity {sparsity:.2f}; γ* = {gamma_star:.2f})", key="sweep_gammas")
-    if metric == "zeroshot7":
+    if metric in ACCURACY_AXES:  # lm-eval tasks: the first N examples (problems) of each
         st.session_state.setdefault("sweep_acc_limit", 20)
         acc_limit = c[3].number_input("Examples per task", 1, 10_000, step=10, key="sweep_acc_limit")
         tokens = st.session_state.sweep_tokens

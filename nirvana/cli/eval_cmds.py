@@ -45,7 +45,8 @@ def add_eval_args(p) -> None:
         "--tasks",
         default=None,
         help="comma-separated: zeroshot7 (the paper's seven), arc_easy, arc_challenge, boolq, hellaswag, "
-        "openbookqa, piqa, winogrande, lambada, mbpp, humaneval",
+        "openbookqa, piqa, winogrande, lambada, mbpp, humaneval, gsm8k (8-shot CoT exact match); gold bits per "
+        "byte (lower is better): mbpp_bpb, humaneval_bpb, gsm8k_bpb",
     )
     g.add_argument("--limit", default=None, help="the first N examples per task (default: all)")
     g.add_argument("--task-batch-size", type=int, default=8, help="harness batch size (default 8)")
@@ -172,14 +173,19 @@ def run_tasks_for(model, tokenizer, args) -> dict:
 def task_line(t: dict) -> str:
     """'acc 0.6100 ± 0.0345  acc_norm ...  n 200  (local validation, 12.3 s, 16.2 ex/s)' for one task."""
     parts = []
-    for m in ("acc", "acc_norm", "perplexity", "pass@1"):
+    for m in TASK_METRICS:
         if t.get(m) is not None:
             se = t.get(f"{m}_stderr")
             parts.append(f"{m} {t[m]:.4f}" + (f" ± {se:.4f}" if se is not None else ""))
+            parts[-1] += " (lower is better)" if m == "bpb" else ""
     parts.append(f"n {t.get('n')}")
     where = f"{t.get('source')} {t.get('split')}, {t.get('seconds')} s, {t.get('examples_per_s')} ex/s"
     where += ", from the cache" if t.get("cache_hit") else ""
     return "  ".join(parts) + f"  ({where})"
+
+
+# the per-task figures `eval` prints (`compare` subtracts them: nirvana.measure.compare.accuracy_deltas)
+TASK_METRICS = ("acc", "acc_norm", "perplexity", "pass@1", "exact_match", "exact_match_flexible", "bpb")
 
 
 def task_progress(fraction: float, message: str) -> None:
@@ -313,6 +319,14 @@ def print_ratios(r: dict) -> None:
     )
     for name, v in r.get("ppl", {}).items():
         w(f"ppl {name}: pruned/dense {v:.3f}\n")
+    for name, diffs in r.get("tasks", {}).items():
+        if not isinstance(diffs, dict) or name == "zeroshot7_average":
+            continue
+        parts = [f"{m} {v:+.4f}" for m, v in diffs.items() if isinstance(v, float)]
+        if "bpb_paired" in diffs:
+            pd = diffs["bpb_paired"]
+            parts.append(f"paired over {pd['n']} problems {pd['mean']:+.4f} ± {pd['stderr']:.4f} (lower bpb is better)")
+        w(f"task {name}: pruned - dense {'  '.join(parts)}\n")
     for x in r.get("speed", []):
         w(
             f"batch {x['batch_size']:>3}: prefill {x['prefill_speedup']:.2f}x (ideal {x['prefill_ideal']:.2f}x, "

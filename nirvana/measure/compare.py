@@ -14,14 +14,21 @@ pruned model to the dense one) show them; none of them computes a ratio of its o
 
 from __future__ import annotations
 
+from nirvana.accuracy.gold import paired_difference
 from nirvana.accuracy.tasks import PAPER_METRIC, TASKS
 from nirvana.measure.flops import summary
 from nirvana.measure.speed import speedup_rows
 from nirvana.models.shapes import ModelShape, model_shape
 
-ACCURACY_METRICS = ("acc", "acc_norm", "pass@1")  # the task figures `accuracy_deltas` subtracts
+# the task figures `accuracy_deltas` subtracts (pruned minus dense)
+ACCURACY_METRICS = ("acc", "acc_norm", "pass@1", "exact_match", "exact_match_flexible", "bpb")
 SPEED_METHOD = "pruned / dense tokens per second, repeats interleaved; ideal = dense / pruned FLOPs"
-ACCURACY_NOTE = "pruned minus dense accuracy"
+# A task's headline metric by its kind, where the paper names none (PAPER_METRIC).
+METRIC_BY_KIND = {"choice": "acc", "loglikelihood": "acc", "code": "pass@1", "generate": "exact_match", "bpb": "bpb"}
+ACCURACY_NOTE = (
+    "pruned minus dense (accuracy, pass@1, exact match: higher is better; bpb: lower is better, "
+    "bpb_paired = mean and standard error of the per-problem differences)"
+)
 # The speed table as the app shows it: (column, key of a `speed_rows` row, decimals; None = as is).
 SPEED_COLUMNS = (
     ("batch", "batch_size", None),
@@ -89,15 +96,16 @@ def speed_table(rows: list[dict]) -> list[dict]:
 
 
 def accuracy_deltas(dense: dict, pruned: dict) -> dict:
-    """Pruned minus dense, per task and metric, and of the 7-task average: two `run_accuracy` results."""
-    out = {
-        name: {
-            m: pruned["tasks"][name][m] - v[m]
-            for m in ACCURACY_METRICS
-            if v.get(m) is not None and pruned["tasks"].get(name, {}).get(m) is not None
-        }
-        for name, v in dense["tasks"].items()
-    }
+    """Pruned minus dense, per task and metric, and of the 7-task average: two `run_accuracy` results.
+    For gold BPB also `bpb_paired`, the mean and standard error of the per-problem differences (the
+    same problems in both, so their difficulty cancels)."""
+    out = {}
+    for name, d in dense["tasks"].items():
+        p = pruned["tasks"].get(name, {})
+        out[name] = {m: p[m] - d[m] for m in ACCURACY_METRICS if d.get(m) is not None and p.get(m) is not None}
+        a, b = p.get("bpb_per_example") or [], d.get("bpb_per_example") or []
+        if min(len(a), len(b)) >= 2:
+            out[name]["bpb_paired"] = paired_difference(a, b)
     if dense.get("average") and pruned.get("average"):
         out["zeroshot7_average"] = {"paper_metric": pruned["average"]["value"] - dense["average"]["value"]}
     return out
@@ -105,14 +113,17 @@ def accuracy_deltas(dense: dict, pruned: dict) -> dict:
 
 def paper_value(row: dict, task: str) -> tuple[float | None, float | None, str]:
     """(value, standard error, metric) of one task's result under its paper metric."""
-    metric = PAPER_METRIC.get(task) or ("pass@1" if TASKS[task].kind == "code" else "acc")
+    metric = PAPER_METRIC.get(task) or METRIC_BY_KIND.get(TASKS[task].kind, "bpb")
     return row.get(metric), row.get(f"{metric}_stderr"), metric
 
 
 def accuracy_rows(dense: dict, pruned: dict) -> list[dict]:
-    """One row per task: metric, dense and pruned value ± se (in %), difference, n, source and split."""
+    """One row per accuracy-like task (gold BPB has its own: `bpb_rows`): metric, dense and pruned value
+    ± se (in %), difference, n, source and split."""
     rows = []
     for task, d in dense["tasks"].items():
+        if TASKS[task].kind == "bpb":
+            continue
         dv, dse, metric = paper_value(d, task)
         pv, pse, _ = paper_value(pruned["tasks"].get(task, {}), task)
         rows.append(
@@ -124,6 +135,33 @@ def accuracy_rows(dense: dict, pruned: dict) -> list[dict]:
                 "pruned %": _percent(pv),
                 "± pruned": _percent(pse),
                 "pruned − dense": None if dv is None or pv is None else round(100 * (pv - dv), 1),
+                "n": d.get("n"),
+                "data": f"{d.get('source')} · {d.get('split')}",
+            }
+        )
+    return rows
+
+
+def bpb_rows(dense: dict, pruned: dict) -> list[dict]:
+    """One row per gold-BPB task: dense and pruned bits per byte ± se, pruned − dense with the standard error
+    of the per-problem differences (paired: the same problems), and whether that difference is resolved."""
+    rows = []
+    for task, d in dense["tasks"].items():
+        p = pruned["tasks"].get(task, {})
+        if TASKS[task].kind != "bpb" or d.get("bpb") is None or p.get("bpb") is None:
+            continue
+        a, b = p.get("bpb_per_example") or [], d.get("bpb_per_example") or []
+        pair = paired_difference(a, b) if min(len(a), len(b)) >= 2 else None
+        rows.append(
+            {
+                "task": task,
+                "dense bits/byte": round(d["bpb"], 4),
+                "± dense": None if d.get("bpb_stderr") is None else round(d["bpb_stderr"], 4),
+                "pruned bits/byte": round(p["bpb"], 4),
+                "± pruned": None if p.get("bpb_stderr") is None else round(p["bpb_stderr"], 4),
+                "pruned − dense": round(p["bpb"] - d["bpb"], 4),
+                "± paired": None if pair is None else round(pair["stderr"], 4),
+                "resolved (> 2 s.e.)": None if pair is None else abs(pair["mean"]) > 2 * pair["stderr"],
                 "n": d.get("n"),
                 "data": f"{d.get('source')} · {d.get('split')}",
             }

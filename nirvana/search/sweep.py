@@ -24,6 +24,14 @@ QUALITY = {
     "perplexity": "perplexity",
     "kl": "KL to dense (nats/token)",
     "zeroshot7": "7-task error: 100 − average accuracy (%)",  # lower is better, like the other two
+    "mbpp_bpb": "MBPP gold bits per byte (code)",  # lower is better: the reference solution's -log2 P / byte
+    "gsm8k_bpb": "GSM8K gold bits per byte (math)",
+}
+# The quality axes measured through lm-eval: task -> (batch size, the value from run_accuracy's result).
+ACCURACY_AXES = {
+    "zeroshot7": (8, lambda r: 100.0 * (1.0 - r["average"]["value"])),
+    "mbpp_bpb": (1, lambda r: r["tasks"]["mbpp_bpb"]["bpb"]),
+    "gsm8k_bpb": (1, lambda r: r["tasks"]["gsm8k_bpb"]["bpb"]),
 }
 
 
@@ -32,7 +40,7 @@ class SweepSettings:
     sparsities: tuple[float, ...]  # swept at `allocation.gamma`
     gammas: tuple[float, ...]  # swept at `allocation.sparsity`
     allocation: Allocation  # the centre point: its sparsity, gamma, align and kind
-    metric: str  # "perplexity", "kl" or "zeroshot7"
+    metric: str  # a key of QUALITY
     dataset: str = "wikitext2"
     tokens: int = 1024  # perplexity token budget (windows of `window`)
     window: int = 512
@@ -40,7 +48,7 @@ class SweepSettings:
     anchor_len: int = 64
     speed: bool = True
     speed_new_tokens: int = 8
-    acc_limit: int = 20  # zeroshot7: the first N examples of each of the seven tasks
+    acc_limit: int = 20  # lm-eval axes (ACCURACY_AXES): the first N examples of each task
 
 
 def sweep_points(settings: SweepSettings) -> list[tuple[str, Allocation]]:
@@ -90,9 +98,12 @@ def run_sweep(lm, scores, settings: SweepSettings, progress=None) -> list[dict]:
 
 
 def _quality(lm, model, settings: SweepSettings, reference, progress) -> float:
-    if settings.metric == "zeroshot7":
-        result = run_accuracy(model, lm.tokenizer, "zeroshot7", limit=settings.acc_limit, progress=progress)
-        return 100.0 * (1.0 - result["average"]["value"])
+    if settings.metric in ACCURACY_AXES:
+        batch_size, value = ACCURACY_AXES[settings.metric]
+        result = run_accuracy(
+            model, lm.tokenizer, settings.metric, limit=settings.acc_limit, batch_size=batch_size, progress=progress
+        )
+        return value(result)
     if settings.metric == "kl":
         return kl_to_dense(model, reference, progress)
 
