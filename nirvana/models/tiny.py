@@ -36,6 +36,8 @@ def tiny_config(family: str = "llama", **overrides):
         # head_dim 16 != hidden / heads = 8: catches code that assumes D / Hq.
         "gemma3_text": lambda: tf.Gemma3TextConfig(**{**common, "head_dim": 16}, sliding_window=16),
     }
+    # Sizes go to the constructor (it derives e.g. `layer_types` from num_hidden_layers); the rest after.
+    common.update({k: overrides.pop(k) for k in list(overrides) if k in common})
     config = configs[family]()
     for key, value in overrides.items():
         setattr(config, key, value)
