@@ -306,7 +306,8 @@ def prune_report(
 
 def added_bias_params(plan: PruningPlan, pruned: nn.Module) -> int:
     """Bias entries a method's compensation added (FLAP: o_proj / down_proj, which it requires bias-free)."""
-    if get_method(plan.settings.method).compensate is None:
+    config = method_config(plan.settings.method, plan.settings.method_settings)
+    if get_method(plan.settings.method).compensate is None or not getattr(config, "bias", True):
         return 0
     return sum(
         lin.bias.numel()

@@ -225,3 +225,24 @@ def test_settings_that_do_not_apply_are_refused_before_scoring(settings, sparsit
 def test_bad_settings_are_refused_with_what_is_accepted(settings, message):
     with pytest.raises(InvalidInput, match=message):
         method_config("llm-pruner", settings)
+
+
+def test_llm_pruner_model_saves_and_reloads_with_nirvana_and_stock_transformers(tmp_path, tiny_tokenizer_dir):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from nirvana.models.checkpoint import load_pruned, save_pruned
+
+    tok = AutoTokenizer.from_pretrained(tiny_tokenizer_dir)
+    model = tiny("qwen2", vocab_size=len(tok), attn_implementation="sdpa")
+    ids = random_batch(vocab=len(tok), n=3, t=10, seed=1).input_ids
+    _, plan, pruned = llm_prune(model, 0.5, ids)
+    save_pruned(pruned, tok, plan, tmp_path / "m")
+    with torch.no_grad():
+        expected = pruned(ids).logits
+        torch.testing.assert_close(load_pruned(tmp_path / "m").model(ids).logits, expected, rtol=0, atol=0)
+        stock, info = AutoModelForCausalLM.from_pretrained(
+            tmp_path / "m", trust_remote_code=True, output_loading_info=True
+        )
+        assert not any(info.values()), info
+        torch.testing.assert_close(stock.eval()(ids).logits, expected, rtol=1e-5, atol=1e-5)
+    assert load_pruned(tmp_path / "m").plan.settings.method == "llm-pruner"
