@@ -233,3 +233,28 @@ def test_flap_never_calls_backward():
     for p in model.parameters():
         p.register_hook(lambda g: (_ for _ in ()).throw(AssertionError("backward ran")))
     flap_prune(model, 0.2, random_batch(n=4, t=10).input_ids)
+
+
+def test_a_flap_model_recovers_with_lora_keeps_its_biases_and_reloads(tmp_path, tiny_tokenizer_dir):
+    from transformers import AutoTokenizer
+
+    from nirvana.recovery.config import RecoveryConfig
+    from nirvana.recovery.data import RecoveryData
+    from nirvana.recovery.save import save_recovered
+    from nirvana.recovery.train import recover
+
+    tok = AutoTokenizer.from_pretrained(tiny_tokenizer_dir)
+    model = tiny("llama", vocab_size=len(tok), attn_implementation="sdpa")
+    ids = random_batch(vocab=len(tok), n=4, t=10, seed=1).input_ids
+    _, plan, pruned = flap_prune(model, 0.5, ids)
+    biases = [p.o_proj.bias.detach().clone() for p in layer_projections(pruned)]
+    train = torch.randint(0, len(tok), (18, 16), generator=torch.Generator().manual_seed(0))
+    data = RecoveryData(train[:16], train[16:], {"source": "random-ids", "kind": "text"})
+    fast = dict(r=4, alpha=8, batch_size=4, micro_batch_size=2, seq_len=16, eval_every=2, eval_sequences=2)
+    result = recover(pruned, data, RecoveryConfig(**fast, steps=2, lr=1e-2))
+    assert result.complete
+    for proj, bias in zip(layer_projections(result.model), biases):
+        torch.testing.assert_close(proj.o_proj.bias, bias)  # LoRA adapts weights; the compensation stays
+    out = save_recovered(result, tok, plan, tmp_path / "rec", base_model="tiny")
+    with torch.no_grad():
+        torch.testing.assert_close(load_pruned(out).model(ids).logits, result.model(ids).logits, rtol=0, atol=0)
