@@ -23,7 +23,7 @@ import torch.nn as nn
 
 from nirvana.data.calibration import CalibrationBatch, calibration_batch
 from nirvana.errors import InvalidInput, PlanMismatch
-from nirvana.methods import get_method, method_config
+from nirvana.methods import METHODS, get_method, method_config
 from nirvana.methods.run import apply_method_plan, check_method, method_plan, method_scores
 from nirvana.models.architectures import layer_projections
 from nirvana.models.loaded import LoadedModel
@@ -219,6 +219,11 @@ def prune(
             scores, selection = score(lm, settings, progress)
         else:
             check_scores_match(scores, lm.model)
+            if scores.criterion in METHODS and scores.criterion != "nirvana":  # a baseline: its own allocation
+                raise InvalidInput(
+                    f"these scores were computed by method {scores.criterion!r}; prune them with "
+                    f"--method {scores.criterion} (NIRVANA's allocation would read them as saliency)."
+                )
         timings["score"] = time.perf_counter() - t
         t = time.perf_counter()
         plan = allocate(scores, shape, settings.sparsity, settings.gamma, settings.align, settings.allocation)
