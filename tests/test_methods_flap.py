@@ -258,3 +258,12 @@ def test_a_flap_model_recovers_with_lora_keeps_its_biases_and_reloads(tmp_path, 
     out = save_recovered(result, tok, plan, tmp_path / "rec", base_model="tiny")
     with torch.no_grad():
         torch.testing.assert_close(load_pruned(out).model(ids).logits, result.model(ids).logits, rtol=0, atol=0)
+
+
+def test_a_flap_model_is_measured_for_speed_like_any_pruned_model():
+    from nirvana.measure.speed import measure_speeds
+
+    model = tiny("llama")
+    _, _, pruned = flap_prune(model, 0.5, random_batch(n=4, t=10).input_ids)
+    out = measure_speeds({"dense": model, "flap": pruned}, batch_sizes=[1], prompt_len=8, new_tokens=2, repeats=1)
+    assert set(out) == {"dense", "flap"} and len(out["flap"]["results"]) == 1
