@@ -33,6 +33,9 @@ import torch.nn as nn
 from nirvana.checkpoints.loaded import LoadedModel
 from nirvana.data.calibration import CalibrationBatch, calibration_batch
 from nirvana.errors import InvalidInput, PlanMismatch
+from nirvana.methods import METHODS, get_method, method_config
+from nirvana.methods.run import apply_method_plan, check_method, method_plan, method_scores
+from nirvana.models.architectures import layer_projections
 from nirvana.models.fingerprint import model_fingerprint
 from nirvana.models.shapes import ModelShape, count_block_parameters, count_parameters, model_shape
 from nirvana.progress import Progress
@@ -68,8 +71,24 @@ class PruneSettings:
     micro_batch: int = 0  # sequences per forward/backward (0 = all at once)
     select_calib: int = 0  # K candidate batches for KL-guided calibration (0 = off)
     use_cache: bool = True
+    method: str = "nirvana"  # nirvana.methods.METHODS: nirvana, llm-pruner, flap
+    method_settings: dict | None = None  # the method's config as JSON (LLMPrunerConfig, FLAPConfig fields)
 
     def __post_init__(self) -> None:
+        method_config(self.method, self.method_settings)  # unknown method or bad settings: InvalidInput
+        if self.method != "nirvana":
+            nirvana_only = {
+                "criterion": self.criterion != "nirvana",
+                "gamma": self.gamma is not None,
+                "allocation": self.allocation != "global",
+                "select_calib": self.select_calib != 0,
+            }
+            wrong = [k for k, given in nirvana_only.items() if given]
+            if wrong:
+                raise InvalidInput(
+                    f"{', '.join(wrong)} {'is a setting' if len(wrong) == 1 else 'are settings'} of method nirvana and "
+                    f"do not apply to {self.method!r}; drop them (its own settings go in method_settings)."
+                )
         if self.criterion not in CRITERIA:
             raise InvalidInput(f"unknown criterion {self.criterion!r}; accepted: {', '.join(CRITERIA)}.")
         # samples / seq_len / seed are checked where the batch is drawn (calibration_batch), with its messages.
@@ -87,7 +106,14 @@ class PruneSettings:
 
     @property
     def needs_data(self) -> bool:
+        if self.method != "nirvana":
+            return get_method(self.method).needs_data
         return CRITERIA[self.criterion].needs_data
+
+    @property
+    def config(self):
+        """The method's validated config (`nirvana.methods`)."""
+        return method_config(self.method, self.method_settings)
 
 
 def scoring(criterion: str, **settings) -> PruneSettings:
@@ -165,10 +191,15 @@ def score(
     same either way: model, criterion, batch content, seed, micro-batch.
     `allocation`: the resolved `settings.allocation_settings`, when the caller has it (see `calibration_for`).
     """
+    if settings.method != "nirvana":
+        check_method(lm.model, settings.method, settings.config, settings.sparsity)
     if batch is None:
         batch, selection = calibration_for(lm, settings, progress, allocation)
     else:
         batch, selection = (batch if settings.needs_data else None), None
+    if settings.method != "nirvana":
+        kwargs = dict(micro_batch=settings.micro_batch, use_cache=settings.use_cache, progress=progress)
+        return method_scores(lm.model, settings.method, settings.config, batch, **kwargs), selection
     scores = compute_scores(
         lm.model,
         settings.criterion,
@@ -211,6 +242,9 @@ def prune(
     """
     if settings is None and plan is None:
         raise InvalidInput("prune needs settings (sparsity, criterion, ...) or an existing plan.")
+    method = plan.settings.method if plan is not None else settings.method
+    if method != "nirvana":
+        return _prune_with_method(lm, settings, scores=scores, plan=plan, inplace=inplace, progress=progress)
     shape = model_shape(lm.model)
     timings: dict[str, float] = {}
     selection = None
@@ -221,6 +255,11 @@ def prune(
             scores, selection = score(lm, settings, progress, allocation=allocation)
         else:
             check_scores_match(scores, lm.model)
+            if scores.criterion in METHODS and scores.criterion != "nirvana":  # a baseline: its own allocation
+                raise InvalidInput(
+                    f"these scores were computed by method {scores.criterion!r}; prune them with "
+                    f"--method {scores.criterion} (NIRVANA's allocation would read them as saliency)."
+                )
         timings["score"] = time.perf_counter() - t
         t = time.perf_counter()
         plan = allocate(scores, shape, allocation)
@@ -234,6 +273,33 @@ def prune(
     if progress:
         progress(1.0, f"pruned to {report['params_after'] / 1e6:.1f} M parameters")
     return PruneResult(pruned, plan, report, scores, selection)
+
+
+def _prune_with_method(lm, settings, *, scores=None, plan=None, inplace=False, progress=None) -> PruneResult:
+    """`prune` for a baseline method (LLM-Pruner, FLAP): its checks, scores, allocation and compensation."""
+    shape = model_shape(lm.model)
+    timings: dict[str, float] = {}
+    t = time.perf_counter()
+    if plan is None:
+        check_method(lm.model, settings.method, settings.config, settings.sparsity)  # before any scoring
+        if scores is None:
+            scores, _ = score(lm, settings, progress)
+        else:
+            check_scores_match(scores, lm.model)
+        timings["score"] = time.perf_counter() - t
+        t = time.perf_counter()
+        plan = method_plan(scores, shape, settings.sparsity, settings.method, settings.config)
+    else:
+        timings["score"] = 0.0
+        plan.check_model(model_fingerprint(lm.model))
+    timings["plan"] = time.perf_counter() - t
+    t = time.perf_counter()
+    pruned = apply_method_plan(lm.model, plan, scores, inplace=inplace)
+    timings["slice"] = time.perf_counter() - t
+    report = prune_report(lm.name, shape, plan, pruned, scores=scores, timings=timings)
+    if progress:
+        progress(1.0, f"pruned to {report['params_after'] / 1e6:.1f} M parameters")
+    return PruneResult(pruned, plan, report, scores, None)
 
 
 def prune_report(
@@ -257,7 +323,9 @@ def prune_report(
         "target_sparsity": plan.settings.sparsity,
         "achieved_block_sparsity": plan.stats["achieved_block_sparsity"],
         "total_param_reduction": 1 - params_after / shape.total_params,
-        "gamma": plan.settings.gamma,
+        "method": plan.settings.method,
+        "method_settings": plan.settings.method_settings,
+        "gamma": plan.settings.gamma if plan.settings.method == "nirvana" else None,
         "gamma_default": plan.settings.gamma_default,
         "align": plan.settings.align,
         "allocation": plan.settings.allocation,
@@ -266,12 +334,28 @@ def prune_report(
         "kept_kv_groups": plan.kept_kv_groups,
         "kept_neurons": plan.kept_neurons,
         "notes": plan.stats.get("notes", []),
+        "added_bias_params": added_bias_params(plan, pruned),
+        "achieved_block_param_sparsity": 1
+        - count_block_parameters(pruned) / (plan.stats["block_weights_before"] + block_biases(shape)),
         "scores": None if scores is None else {k: scores.metadata()[k] for k in ("criterion", "fingerprint", "meta")},
         "timings": {k: round(v, 3) for k, v in (timings or {}).items()},
     }
     if selection is not None:
         report["calibration_selection"] = selection
     return report
+
+
+def added_bias_params(plan: PruningPlan, pruned: nn.Module) -> int:
+    """Bias entries a method's compensation added (FLAP: o_proj / down_proj, which it requires bias-free)."""
+    config = method_config(plan.settings.method, plan.settings.method_settings)
+    if get_method(plan.settings.method).compensate is None or not getattr(config, "bias", True):
+        return 0
+    return sum(
+        lin.bias.numel()
+        for proj in layer_projections(pruned)
+        for lin in (proj.o_proj, proj.down_proj)
+        if lin.bias is not None
+    )
 
 
 def block_biases(shape: ModelShape) -> int:

@@ -173,6 +173,7 @@ LAYERS = [
     "data",
     "scoring",
     "pruning",
+    "methods",
     "export",
     "checkpoints",
     "runs",

@@ -36,6 +36,9 @@ def tiny_config(family: str = "llama", **overrides):
         # head_dim 16 != hidden / heads = 8: catches code that assumes D / Hq.
         "gemma3_text": lambda: tf.Gemma3TextConfig(**{**common, "head_dim": 16}, sliding_window=16),
     }
+    # The layer count goes to the constructor (it derives `layer_types` from it); the rest is set after.
+    if "num_hidden_layers" in overrides:
+        common["num_hidden_layers"] = overrides.pop("num_hidden_layers")
     config = configs[family]()
     for key, value in overrides.items():
         setattr(config, key, value)

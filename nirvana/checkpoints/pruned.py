@@ -110,21 +110,22 @@ def _resize_layers(model: nn.Module, widths: list[tuple[int, int]]) -> None:
     D = cfg.hidden_size
     arch = get_architecture(model)
     projections = layer_projections(model)
+    biased = set(getattr(model.config, "nirvana_output_biases", None) or ())  # FLAP's added o/down biases
     if len(widths) != len(projections):
         raise CorruptCheckpoint(f"config lists {len(widths)} layer shapes for {len(projections)} layers.")
     for proj, (kv, inter) in zip(projections, widths):
         q_out, kv_out = kv * g * d, kv * d
 
-        def new(old, in_f, out_f):
-            return nn.Linear(in_f, out_f, bias=old.bias is not None, device="meta", dtype=old.weight.dtype)
+        def new(old, in_f, out_f, bias=False):
+            return nn.Linear(in_f, out_f, bias=bias or old.bias is not None, device="meta", dtype=old.weight.dtype)
 
         setattr(proj.attn, arch.q_proj, new(proj.q_proj, D, q_out))
         setattr(proj.attn, arch.k_proj, new(proj.k_proj, D, kv_out))
         setattr(proj.attn, arch.v_proj, new(proj.v_proj, D, kv_out))
-        setattr(proj.attn, arch.o_proj, new(proj.o_proj, q_out, D))
+        setattr(proj.attn, arch.o_proj, new(proj.o_proj, q_out, D, "o_proj" in biased))
         setattr(proj.mlp, arch.gate_proj, new(proj.gate_proj, D, inter))
         setattr(proj.mlp, arch.up_proj, new(proj.up_proj, D, inter))
-        setattr(proj.mlp, arch.down_proj, new(proj.down_proj, inter, D))
+        setattr(proj.mlp, arch.down_proj, new(proj.down_proj, inter, D, "down_proj" in biased))
 
 
 def _read_state_dict(directory: Path) -> dict[str, torch.Tensor]:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import argparse
+import json
 import time
 from pathlib import Path
 
 from nirvana.checkpoints.pruned import save_prune_output
 from nirvana.cli.common import add_model_args, hold_device, load_from_args, print_json, stderr_progress
 from nirvana.cli.recover_cmds import add_recovery_args, cli_progress, config_from_args
-from nirvana.errors import InvalidInput
+from nirvana.errors import InvalidInput, NirvanaError
+from nirvana.methods import METHODS
 from nirvana.pipeline import PruneResult, PruneSettings, check_scores_match, prune, score
 from nirvana.pruning.plan import PruningPlan
 from nirvana.recovery.data import load_documents
@@ -19,6 +22,20 @@ from nirvana.scoring.scores import Scores
 
 
 def add_calibration_args(p) -> None:
+    p.add_argument(
+        "--method",
+        default="nirvana",
+        help=f"pruning method: {', '.join(METHODS)} (docs/BASELINES.md); --criterion, --gamma, --allocation "
+        "and --select-calib are NIRVANA's",
+    )
+    p.add_argument(
+        "--method-settings",
+        type=_json_object,
+        default=None,
+        metavar="JSON",
+        help='the method\'s own settings, e.g. \'{"taylor": "param_mix", "attn_layers": [4, 19]}\' (llm-pruner) or '
+        '\'{"metric": "WIFV"}\' (flap)',
+    )
     p.add_argument("--criterion", default="nirvana", help=", ".join(CRITERIA))
     p.add_argument("--calib", default="wikitext2-valid", help="dataset name, .txt/.jsonl file, or .npy of ids [N, T]")
     p.add_argument("--samples", type=int, default=32, help="calibration sequences N")
@@ -78,7 +95,22 @@ def settings_from_args(args, sparsity: float = 0.0) -> PruneSettings:
         micro_batch=args.micro_batch,
         select_calib=getattr(args, "select_calib", 0),
         use_cache=not args.no_cache,
+        method=args.method,
+        method_settings=args.method_settings,
     )
+
+
+def _json_object(text: str) -> dict:
+    """--method-settings: a JSON object, or a clear argparse error (exit 2)."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(
+            f'not valid JSON ({exc.msg}); pass an object like \'{{"taylor": "param_mix"}}\''
+        ) from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"must be a JSON object, got {text!r}")
+    return value
 
 
 def cmd_score(args) -> int:
@@ -107,15 +139,22 @@ def cmd_prune(args) -> int:
 
 def _prune(args, settings: PruneSettings | None, run, recovery=None) -> int:
     """`recovery`: (RecoveryConfig, (documents, data info)) for `--recover-steps`, checked before any model work."""
+    existed = Path(args.out).expanduser().exists()
     out = _output_folder(args.out)
     t = time.perf_counter()
-    lm = load_from_args(args)
-    load_seconds = time.perf_counter() - t
-    plan = PruningPlan.load(args.plan) if args.plan else None
-    scores = Scores.load(args.scores) if args.scores and plan is None else None
-    if scores is not None:
-        check_scores_match(scores, lm.model, repr(args.scores))
-    result = prune(lm, settings, scores=scores, plan=plan, inplace=True, progress=stderr_progress)
+    try:
+        lm = load_from_args(args)
+        load_seconds = time.perf_counter() - t
+        plan = PruningPlan.load(args.plan) if args.plan else None
+        # A FLAP plan's biases come from its score file's statistics, so --scores goes with --plan too.
+        scores = Scores.load(args.scores) if args.scores else None
+        if scores is not None:
+            check_scores_match(scores, lm.model, repr(args.scores))
+        result = prune(lm, settings, scores=scores, plan=plan, inplace=True, progress=stderr_progress)
+    except NirvanaError:
+        if not existed and not any(out.iterdir()):  # refused before anything was written: leave no folder
+            out.rmdir()
+        raise
     if result.scores is not None:
         run.save_scores_ref(result.scores.metadata())
     run.save_plan(result.plan)
@@ -137,15 +176,16 @@ def _prune(args, settings: PruneSettings | None, run, recovery=None) -> int:
 # What the runs folder keeps of a prune: the command's settings, the measured figures, and the
 # one-line summary `list_runs` shows.
 _SETTINGS = (
-    "model", "criterion", "calib", "samples", "seq_len", "seed", "sparsity", "gamma", "align",
-    "allocation", "scores", "plan", "out", "select_calib", "dtype", "device",
+    "model", "method", "method_settings", "criterion", "calib", "samples", "seq_len", "seed", "sparsity",
+    "gamma", "align", "allocation", "scores", "plan", "out", "select_calib", "dtype", "device",
 )  # fmt: skip
 _METRICS = (
     "params_before", "params_after", "block_params_before", "block_params_after",
     "achieved_block_sparsity", "total_param_reduction", "kept_kv_groups", "kept_neurons", "timings",
 )  # fmt: skip
 _SUMMARY = (
-    "model", "criterion", "target_sparsity", "achieved_block_sparsity", "gamma", "params_before", "params_after",
+    "model", "method", "criterion", "target_sparsity", "achieved_block_sparsity", "gamma", "params_before",
+    "params_after",
 )  # fmt: skip
 
 

@@ -111,6 +111,7 @@ def _figures(report: dict | None, plan: PruningPlan | None) -> dict:
             "align": settings.align,
             "allocation": settings.allocation,
             "criterion": settings.criterion,
+            "method": settings.method,
             "calibration": settings.calibration,
             "kept_kv_groups": plan.kept_kv_groups,
             "kept_neurons": plan.kept_neurons,
@@ -198,8 +199,17 @@ def render_model_card(
     target, achieved = fig.get("target_sparsity"), fig.get("achieved_block_sparsity")
     gamma, gamma_default = fig.get("gamma"), fig.get("gamma_default")
     gamma_text = _num(gamma, 3) + (f" (analytic default {_num(gamma_default, 3)})" if gamma_default is not None else "")
+    method = fig.get("method") or "nirvana"
+    if method != "nirvana":  # a baseline (nirvana.methods): gamma does not apply
+        gamma_text = None
     setting_rows = [
-        ("method", f"NIRVANA structured pruning ([paper]({PAPER})), NIRVANA Explorer"),
+        (
+            "method",
+            f"NIRVANA structured pruning ([paper]({PAPER})), NIRVANA Explorer"
+            if method == "nirvana"
+            else f"{method} (a baseline reproduced in NIRVANA Explorer, docs/BASELINES.md)",
+        ),
+        ("method settings", json.dumps(fig["method_settings"]) if fig.get("method_settings") else None),
         ("pruned from", fig.get("model")),
         ("criterion", fig.get("criterion")),
         ("allocation", fig.get("allocation")),
@@ -216,7 +226,9 @@ def render_model_card(
         ("calibration choice", _selection_text(fig.get("calibration_selection"))),
     ]
     lines = [
-        f"# {title}, pruned with NIRVANA ({achieved:.1%} block sparsity)" if achieved is not None else f"# {title}",
+        f"# {title}, pruned with {'NIRVANA' if method == 'nirvana' else method} ({achieved:.1%} block sparsity)"
+        if achieved is not None
+        else f"# {title}",
         "",
         f"A structurally pruned copy of {_base_link(base)}: "
         "whole KV groups (a K/V head with the query heads that read it) and whole MLP neurons were removed, "

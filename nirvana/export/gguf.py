@@ -61,6 +61,13 @@ def _check_supported(config: dict, state: dict) -> None:
             f"GGUF export writes Llama-family models only (llama.cpp's `deci` architecture); this folder is "
             f"{config.get('model_type')!r}. Load it with transformers (trust_remote_code=True) instead."
         )
+    if config.get("nirvana_output_biases"):
+        raise UnsupportedArchitecture(
+            f"GGUF export does not write the o_proj / down_proj biases this model carries "
+            f"({', '.join(config['nirvana_output_biases'])}; FLAP's bias compensation adds them), and "
+            "llama.cpp's `deci` layers have no such bias; dropping them would change the model. Run it with "
+            "transformers (trust_remote_code=True), or prune with --method nirvana or llm-pruner for a GGUF."
+        )
     if any(k.endswith(".bias") for k in state):
         raise UnsupportedArchitecture("GGUF export does not write projection biases; this Llama variant has them.")
     rope = config.get("rope_parameters") or config.get("rope_scaling") or {}

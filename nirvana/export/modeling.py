@@ -93,7 +93,8 @@ def uniform_globals(config: dict) -> bool:
     """
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
     widths = _widths(config, text)
-    if not widths or len(set(widths)) != 1:
+    # Added o_proj / down_proj biases (FLAP) have no stock config flag: such a folder needs the modeling file.
+    if not widths or len(set(widths)) != 1 or config.get("nirvana_output_biases"):
         return False
     kv_heads, neurons = widths[0]
     group = text["num_attention_heads"] // text["num_key_value_heads"]

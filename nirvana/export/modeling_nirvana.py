@@ -59,10 +59,13 @@ def _decoder_layers(model: nn.Module) -> nn.ModuleList:
     raise ValueError(f"no decoder layers at {' or '.join(LAYER_PATHS)} in {type(model).__name__}.")
 
 
-def _linear(old: nn.Linear, in_features: int, out_features: int) -> nn.Linear:
-    """An empty Linear like `old` (device, dtype, bias) of a new shape; the checkpoint fills it."""
+def _linear(old: nn.Linear, in_features: int, out_features: int, bias: bool = False) -> nn.Linear:
+    """An empty Linear like `old` (device, dtype, bias) of a new shape; the checkpoint fills it.
+
+    `bias=True` adds a bias the stock layer lacks (FLAP's compensation on o_proj / down_proj,
+    listed in `config.nirvana_output_biases`)."""
     return nn.Linear(
-        in_features, out_features, bias=old.bias is not None, device=old.weight.device, dtype=old.weight.dtype
+        in_features, out_features, bias=bias or old.bias is not None, device=old.weight.device, dtype=old.weight.dtype
     )
 
 
@@ -74,6 +77,7 @@ def resize_to_config(model: nn.Module) -> None:
     hidden = text.hidden_size
     layers = _decoder_layers(model)
     widths = layer_widths(model.config)
+    biased = set(getattr(model.config, "nirvana_output_biases", None) or ())
     if len(widths) != len(layers):
         raise ValueError(f"config.json lists {len(widths)} layer widths for {len(layers)} decoder layers.")
     for layer, (kv_heads, neurons) in zip(layers, widths):
@@ -82,10 +86,10 @@ def resize_to_config(model: nn.Module) -> None:
         attn.q_proj = _linear(attn.q_proj, hidden, q_out)
         attn.k_proj = _linear(attn.k_proj, hidden, kv_out)
         attn.v_proj = _linear(attn.v_proj, hidden, kv_out)
-        attn.o_proj = _linear(attn.o_proj, q_out, hidden)
+        attn.o_proj = _linear(attn.o_proj, q_out, hidden, "o_proj" in biased)
         mlp.gate_proj = _linear(mlp.gate_proj, hidden, neurons)
         mlp.up_proj = _linear(mlp.up_proj, hidden, neurons)
-        mlp.down_proj = _linear(mlp.down_proj, neurons, hidden)
+        mlp.down_proj = _linear(mlp.down_proj, neurons, hidden, "down_proj" in biased)
         for name, value in (("num_heads", kv_heads * group), ("num_key_value_heads", kv_heads)):
             if hasattr(attn, name):
                 setattr(attn, name, value)

@@ -29,6 +29,8 @@ class PlanSettings:
     `gamma`: MLP fraction pruned / KV-group fraction pruned (> 0); `gamma_default` the analytic gamma*.
     `align`: kept neurons per layer rounded up to a multiple of this power of two (1 = off).
     `criterion` and `calibration`: where the scores came from (`Scores.criterion`, `.calibration`).
+    `method` and `method_settings`: the pruning method (`nirvana.methods.METHODS`) and its config as
+    JSON; plans written before methods existed read as `"nirvana"` with no settings.
     The bound of `align` by the model's MLP width is checked where the shape is known (`Allocation.resolve`).
     """
 
@@ -39,6 +41,8 @@ class PlanSettings:
     allocation: str = "global"
     criterion: str = "nirvana"
     calibration: dict | None = None
+    method: str = "nirvana"
+    method_settings: dict | None = None
 
     def __post_init__(self) -> None:
         check_allocation(self.sparsity, self.gamma, self.align, self.allocation, self.gamma_default)
@@ -49,8 +53,19 @@ class PlanSettings:
                 f"calibration must be the scores' calibration description (a dict) or None, got {self.calibration!r}."
             )
 
+        if not isinstance(self.method, str) or not self.method:
+            raise InvalidInput(f"method must be a method name (see nirvana.methods.METHODS), got {self.method!r}.")
+        if self.method_settings is not None and not isinstance(self.method_settings, dict):
+            raise InvalidInput(
+                f"method_settings must be a dict (the method's config) or None, got {self.method_settings!r}."
+            )
+
     def to_dict(self) -> dict:
-        return asdict(self)
+        """As JSON; a NIRVANA plan leaves out the method keys, so its file is what it was before methods."""
+        data = asdict(self)
+        if self.method == "nirvana" and self.method_settings is None:
+            del data["method"], data["method_settings"]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict) -> PlanSettings:
@@ -104,7 +119,7 @@ class PruningPlan:
         return [len(layer.kept_neurons) for layer in self.layers]
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "settings": self.settings.to_dict()}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), separators=(",", ":"))

@@ -125,12 +125,49 @@ def update_config(model: nn.Module) -> None:
     config.modified_head_num = [s["num_attention_heads"] for s in shapes]
     config.modified_intermediate_dimension = [s["intermediate_size"] for s in shapes]
     config.pruned = True
+    biased = output_biases(model)
+    if biased:  # an added bias (FLAP's compensation) is part of the shape a loader must rebuild
+        config.nirvana_output_biases = biased
     for proj, s in zip(layer_projections(model), shapes):
         for attr, value in (("num_heads", s["num_attention_heads"]), ("num_key_value_heads", s["num_key_value_heads"])):
             if hasattr(proj.attn, attr):
                 setattr(proj.attn, attr, value)
         if hasattr(proj.mlp, "intermediate_size"):
             proj.mlp.intermediate_size = s["intermediate_size"]
+
+
+OUTPUT_PROJECTIONS = ("o_proj", "down_proj")  # the projections that write the residual stream
+
+
+def output_biases(model: nn.Module) -> list[str]:
+    """Which of o_proj / down_proj carry a bias in every layer (stock Llama has none; FLAP adds them)."""
+    projections = layer_projections(model)
+    return [n for n in OUTPUT_PROJECTIONS if all(getattr(p, n).bias is not None for p in projections)]
+
+
+def add_output_biases(model: nn.Module, biases: dict[int, dict[str, torch.Tensor]]) -> None:
+    """Add `biases[layer_idx][name]` ([D] each, name in o_proj / down_proj) to those projections, in place.
+
+    A projection without a bias gets a new `nn.Linear` with the same weight and this bias, so the
+    layer computes `W x + b`. Used after slicing by methods that compensate what was removed (FLAP).
+    """
+    arch = get_architecture(model)
+    for layer_idx, proj in enumerate(layer_projections(model)):
+        for name, bias in biases.get(layer_idx, {}).items():
+            if name not in OUTPUT_PROJECTIONS:
+                raise InvalidInput(f"output biases go on {' or '.join(OUTPUT_PROJECTIONS)}, not {name!r}.")
+            lin = getattr(proj, name)
+            new = nn.Linear(
+                lin.in_features, lin.out_features, bias=True, device=lin.weight.device, dtype=lin.weight.dtype
+            )
+            with torch.no_grad():
+                new.weight.copy_(lin.weight)
+                old = lin.bias if lin.bias is not None else torch.zeros_like(new.bias)
+                new.bias.copy_(old + bias.to(new.bias.device, new.bias.dtype))
+            new.weight.requires_grad_(lin.weight.requires_grad)
+            parent = proj.attn if name == "o_proj" else proj.mlp
+            setattr(parent, getattr(arch, name), new)
+    update_config(model)
 
 
 def slice_at(

@@ -28,6 +28,9 @@ class Scores:
     fingerprint: str
     calibration: dict | None = None  # CalibrationBatch.describe(), None for data-free criteria
     meta: dict = field(default_factory=dict)  # seconds, peak memory, method, ...
+    # Per-channel statistics a method needs after slicing (FLAP: mean input of every o_proj /
+    # down_proj channel, [L, Hq*d] and [L, I]); saved beside attn/mlp, absent in older files.
+    extra: dict[str, torch.Tensor] = field(default_factory=dict)
 
     @property
     def num_layers(self) -> int:
@@ -51,7 +54,8 @@ class Scores:
         st, js = stem.with_suffix(".safetensors"), stem.with_suffix(".json")
         # The inner block commits first: the JSON lands last, and a score file without it is never read.
         with atomic_path(js) as tmp_js, atomic_path(st) as tmp_st:
-            save_file({"attn": self.attn.contiguous(), "mlp": self.mlp.contiguous()}, str(tmp_st))
+            tensors = {**{k: v.contiguous() for k, v in self.extra.items()}, "attn": self.attn.contiguous()}
+            save_file({**tensors, "mlp": self.mlp.contiguous()}, str(tmp_st))
             tmp_js.write_text(json.dumps(self.metadata(), indent=1))
         return st
 
@@ -74,6 +78,7 @@ class Scores:
             meta["fingerprint"],
             meta.get("calibration"),
             meta.get("meta", {}),
+            {k: v for k, v in tensors.items() if k not in ("attn", "mlp")},
         )
 
 

@@ -1,0 +1,43 @@
+"""Pruning methods as a table, `METHODS[name]`: NIRVANA and the baselines the paper compares with.
+
+A method is how units are scored, how the budget is allocated and what is done after slicing
+(`nirvana.methods.base.Method`). One folder per method holds its typed config and its steps;
+adding a method is its folder and one line below. The CLI (`--method`), the app, the benchmarks
+and docs/BASELINES.md read this table.
+
+    >>> from nirvana.methods import METHODS, get_method
+    >>> sorted(METHODS)
+    ['flap', 'llm-pruner', 'nirvana']
+"""
+
+from __future__ import annotations
+
+from nirvana.errors import InvalidInput
+from nirvana.methods import flap, llm_pruner
+from nirvana.methods import nirvana as nirvana_method
+from nirvana.methods.base import Method, MethodConfig
+
+METHODS: dict[str, Method] = {m.name: m for m in (nirvana_method.METHOD, llm_pruner.METHOD, flap.METHOD)}
+
+
+def get_method(name: str) -> Method:
+    """The table row for `name`; `InvalidInput` listing the methods otherwise."""
+    if name not in METHODS:
+        raise InvalidInput(f"unknown method {name!r}; accepted: {', '.join(METHODS)}.")
+    return METHODS[name]
+
+
+def method_config(name: str, settings: dict | None = None) -> MethodConfig:
+    """The validated config of method `name` from its JSON settings (None: the defaults)."""
+    method = get_method(name)
+    if settings is not None and not isinstance(settings, dict):
+        raise InvalidInput(f"settings of method {name!r} must be a JSON object, got {settings!r}.")
+    return method.config.from_dict(settings, name)
+
+
+def methods_help() -> str:
+    """`name (label): description; ...` for help texts."""
+    return "; ".join(f"{m.name} ({m.label}): {m.description}" for m in METHODS.values())
+
+
+__all__ = ["METHODS", "Method", "MethodConfig", "get_method", "method_config", "methods_help"]

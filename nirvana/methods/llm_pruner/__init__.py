@@ -1,0 +1,33 @@
+"""LLM-Pruner (Ma, Fang, Wang; NeurIPS 2023), faithful to horseee/LLM-Pruner: see docs/BASELINES.md."""
+
+from __future__ import annotations
+
+from nirvana.methods.base import Method
+from nirvana.methods.llm_pruner.allocation import allocate_llm_pruner, solve_ratio
+from nirvana.methods.llm_pruner.config import LLMPrunerConfig
+from nirvana.methods.llm_pruner.importance import taylor_scores
+
+
+def check(model, shape, sparsity: float, config: LLMPrunerConfig) -> None:
+    config.check(model, shape, sparsity)
+    solve_ratio(shape, sparsity, config)  # refuses a target the layer range cannot reach
+
+
+METHOD = Method(
+    name="llm-pruner",
+    label="LLM-Pruner",
+    config=LLMPrunerConfig,
+    score=taylor_scores,
+    allocate=allocate_llm_pruner,
+    compensate=None,
+    check=check,
+    needs_data=True,
+    uses_gradients=True,
+    color="#ff7f0e",
+    description="Taylor importance of the LM loss per coupled group; the same ratio in every layer of a range "
+    "(first and last layers untouched), where NIRVANA ranks all layers together",
+    reference="horseee/LLM-Pruner: llama3.py, hf_prune.py, LLMPruner/pruner/hf_llama_pruner.py, "
+    "LLMPruner/torch_pruning/pruner/algorithms/metapruner.py",
+)
+
+__all__ = ["METHOD", "LLMPrunerConfig"]

@@ -1,0 +1,34 @@
+"""NIRVANA (arXiv 2509.14230) as a method row. Its scoring and allocation are the library's own
+(`nirvana.scoring.criteria`, `nirvana.pruning.allocation`), reached through the pipeline with the
+top-level settings (criterion, gamma, align, allocation): the criteria stay selectable inside it
+as the ablations they are. The row is here so that the CLI, the app and the docs list it beside
+the baselines."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nirvana.methods.base import Method, MethodConfig
+
+
+@dataclass(frozen=True)
+class NirvanaConfig(MethodConfig):
+    """No settings of its own: criterion, gamma, align and allocation are `PruneSettings` fields."""
+
+
+METHOD = Method(
+    name="nirvana",
+    label="NIRVANA",
+    config=NirvanaConfig,
+    score=None,
+    allocate=None,
+    compensate=None,
+    check=None,
+    needs_data=True,
+    uses_gradients=True,
+    color="#1f77b4",
+    description="function-space saliency |dF/dW * W|; KV groups and neurons ranked across all layers, split by gamma",
+    reference="the paper's own method (docs: ../shared/docs/METHOD.md)",
+)
+
+__all__ = ["METHOD", "NirvanaConfig"]

@@ -1,0 +1,126 @@
+"""Score, allocate and slice with a baseline method (LLM-Pruner, FLAP): the steps every caller shares.
+
+    config = method_config("flap")
+    scores = method_scores(model, "flap", config, batch)                # disk cache, memory guard
+    plan = method_plan(scores, model_shape(model), 0.2, "flap", config)
+    pruned = apply_method_plan(model, plan, scores)                    # sliced + FLAP's biases
+
+NIRVANA goes through `nirvana.scoring.criteria.compute_scores` and `nirvana.pruning.allocation`.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch.nn as nn
+
+from nirvana.data.calibration import CalibrationBatch
+from nirvana.errors import InvalidInput
+from nirvana.guard.memory import check_scoring_memory, oom_guard
+from nirvana.methods import get_method, method_config
+from nirvana.methods.base import MethodConfig, check_sparsity_value
+from nirvana.models.fingerprint import model_fingerprint
+from nirvana.models.shapes import ModelShape, model_shape
+from nirvana.progress import Progress
+from nirvana.pruning.plan import PruningPlan
+from nirvana.pruning.slicing import add_output_biases, apply_plan
+from nirvana.scoring.scores import Scores, score_cache_path
+
+
+def _baseline(name: str):
+    method = get_method(name)
+    if method.score is None:
+        raise InvalidInput(f"method {name!r} is scored by nirvana.scoring.criteria (the pipeline's default path).")
+    return method
+
+
+def check_method(model: nn.Module, name: str, config: MethodConfig, sparsity: float) -> None:
+    """Everything that can be refused before scoring: the sparsity, the model, the method's settings."""
+    check_sparsity_value(sparsity)
+    method = _baseline(name)
+    shape = model_shape(model)
+    if not shape.is_uniform:
+        raise InvalidInput("this model is already pruned (layers differ in width); prune the dense model instead.")
+    if method.check is not None:
+        method.check(model, shape, sparsity, config)
+
+
+def method_scores(
+    model: nn.Module,
+    name: str,
+    config: MethodConfig,
+    batch: CalibrationBatch,
+    *,
+    micro_batch: int = 0,
+    use_cache: bool = True,
+    progress: Progress = None,
+) -> Scores:
+    """The method's unit scores on `batch` (cached under its name and the settings that change them)."""
+    method = _baseline(name)
+    if batch is None:
+        raise InvalidInput(f"method {name!r} needs a calibration batch.")
+    batch.check_vocab(model.get_input_embeddings().num_embeddings)
+    fingerprint = model_fingerprint(model)
+    calib = batch.describe()
+    path = score_cache_path(fingerprint, name, calib["hash"], config.score_key())
+    if use_cache and path.with_suffix(".json").exists():
+        cached = Scores.load(path)
+        cached.meta["cache_hit"] = True
+        if progress:
+            progress(1.0, "scores loaded from cache")
+        return cached
+    n, t = batch.input_ids.shape
+    check_scoring_memory(model, n, t, micro_batch=micro_batch, backward=method.uses_gradients)
+    start = time.perf_counter()
+    was_training = model.training
+    model.eval()
+    try:
+        with oom_guard(f"scoring ({name})"):
+            attn, mlp, extra = method.score(model, batch, config, micro_batch, progress)
+    finally:
+        model.train(was_training)
+    meta = {"seconds": round(time.perf_counter() - start, 3), "cache_hit": False, "method_settings": config.score_key()}
+    scores = Scores(attn.float().cpu(), mlp.float().cpu(), name, fingerprint, calib, meta, extra)
+    if use_cache:
+        scores.save(path)
+    if progress:
+        progress(1.0, f"{name} scores in {meta['seconds']:.1f} s")
+    return scores
+
+
+def method_plan(scores: Scores, shape: ModelShape, sparsity: float, name: str, config: MethodConfig) -> PruningPlan:
+    """The method's allocation of `scores` at a target block sparsity."""
+    check_sparsity_value(sparsity)
+    if scores.criterion != name:
+        raise InvalidInput(f"these scores were computed by {scores.criterion!r}, not by method {name!r}; rescore.")
+    L, hkv, inter = shape.num_layers, shape.num_kv_heads[0], shape.intermediate[0]
+    if tuple(scores.attn.shape) != (L, hkv) or tuple(scores.mlp.shape) != (L, inter):
+        raise InvalidInput(
+            f"scores have shapes attn {tuple(scores.attn.shape)}, mlp {tuple(scores.mlp.shape)} "
+            f"but the model needs ({L}, {hkv}) and ({L}, {inter}); were they computed for another model?"
+        )
+    return _baseline(name).allocate(scores, shape, sparsity, config)
+
+
+def apply_method_plan(model: nn.Module, plan: PruningPlan, scores: Scores | None = None, *, inplace: bool = False):
+    """Slice `model` to `plan` and run the plan's method's compensation (FLAP: o_proj / down_proj biases).
+
+    The compensation reads the dense weights, so it runs before slicing; FLAP's needs the scores'
+    mean inputs (`Scores.extra`), i.e. the score file the plan was made from.
+    """
+    name = plan.settings.method
+    method = get_method(name)
+    config = method_config(name, plan.settings.method_settings)
+    biases = None
+    if method.compensate is not None:
+        needed = ("attn_mean_inp", "mlp_mean_inp")
+        if scores is None or any(k not in scores.extra for k in needed):
+            raise InvalidInput(
+                f"a {method.label} plan adds biases computed from its calibration statistics; pass the score file it "
+                f"was made from (`score --method {name} --out F`, then `prune --plan P --scores F`), or prune again."
+            )
+        biases = method.compensate(model, plan, scores, config)
+    pruned = apply_plan(model, plan, inplace=inplace)
+    if biases:
+        add_output_biases(pruned, biases)
+    return pruned
