@@ -167,6 +167,8 @@ def _assert_routed(page, entry) -> None:
     expect(main.locator("h1").first).to_have_text(_heading(entry), timeout=90_000)
     expect(page.locator('[data-testid="stSidebar"]').get_by_text("This session")).to_be_visible(timeout=30_000)
     _idle(page, timeout=90_000)
+    # The menu is redrawn with each script run; under load it can be briefly empty after the run ends.
+    page.wait_for_function(f"() => ({MENU_LABELS})().length >= {len(MENU)}", timeout=30_000)
     assert page.evaluate(MENU_LABELS) == [e.title for e in MENU]
     assert page.locator('[data-testid="stException"]').count() == 0
     assert page.get_by_text("Traceback").count() == 0 and page.get_by_text("Page not found").count() == 0
