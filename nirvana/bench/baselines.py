@@ -81,6 +81,8 @@ COLUMNS = (
     "n",
     "prefill_tokens_per_s",
     "decode_tokens_per_s",
+    "prefill_tokens_per_cpu_s",
+    "decode_tokens_per_cpu_s",
     "peak_memory_bytes",
     "speed_setting",
     "params_before",
@@ -330,6 +332,9 @@ class BaselinesWorker:
         out.update(
             prefill_tokens_per_s=round(point["prefill_tokens_per_s"], 1),
             decode_tokens_per_s=round(point["decode_tokens_per_s"], 2),
+            # process CPU time: with one thread the work itself, steadier than wall time on a shared machine
+            prefill_tokens_per_cpu_s=round(point["prefill_tokens_per_cpu_s"], 1),
+            decode_tokens_per_cpu_s=round(point["decode_tokens_per_cpu_s"], 2),
             peak_memory_bytes=point["peak_memory_bytes"],
             speed_setting=f"batch 1, {c.speed_prompt_len}+{c.speed_new_tokens} tokens, median of {c.speed_repeats}",
         )

@@ -25,6 +25,17 @@ QUALITY_DIR = benchmarks_dir("quality")
 ACCURACY_DIR = benchmarks_dir("accuracy")
 
 
+SPEED_KEYS = (
+    "ppl_wikitext2",
+    "ppl_ptb",
+    "prefill_tokens_per_s",
+    "decode_tokens_per_s",
+    "prefill_tokens_per_cpu_s",
+    "decode_tokens_per_cpu_s",
+    "peak_memory_bytes",
+)
+
+
 def matched(row: dict, tolerance: float = MATCH_TOLERANCE) -> bool | None:
     """Whether a pruned row's achieved block parameters match its target within `tolerance` of the dense
     block parameters (None for dense or a row without the counts)."""
@@ -61,7 +72,7 @@ def variants(rows: list[dict]) -> list[dict]:
         measure = r["measure"]
         v["seconds"][measure] = _f(r.get("seconds"))
         if measure == "ppl":
-            for k in ("ppl_wikitext2", "ppl_ptb", "prefill_tokens_per_s", "decode_tokens_per_s", "peak_memory_bytes"):
+            for k in SPEED_KEYS:
                 v[k] = _f(r.get(k))
             v["load"] = _f(r.get("load_avg_1min"))
         elif measure in ZEROSHOT7:
@@ -181,12 +192,14 @@ def markdown(rows: list[dict], config, extra: list[dict] | None = None) -> str:
         "",
         "Block sparsity: the fraction of decoder-block linear weights removed (FLAP's added biases counted in "
         "'block params'); matched = achieved block-parameter sparsity within 1% of the block parameters of the "
-        "target. Speed: batch 1, median of the repeats, on the shared CPU (load average in the last column): "
-        "indicative. Pruning time: scoring + allocation + slicing, scores computed afresh unless the row says cached.",
+        "target. Speed: batch 1, median of the repeats, one model at a time on the shared CPU (load average in the "
+        "last column), so wall-time rates of different rows are indicative only; the per-CPU-second rates (process "
+        "CPU time, one thread) are the steadier comparison (`bench speed` interleaves its models). "
+        "Pruning time: scoring + allocation + slicing, scores computed afresh unless the row says cached.",
         "",
         "| model | params | block params | target | achieved (weights) | achieved (params) | matched | added biases "
-        "| prefill tok/s | decode tok/s | peak MiB | pruning s | load |",
-        "|" + "---|" * 13,
+        "| prefill tok/s | decode tok/s | prefill tok/CPU-s | decode tok/CPU-s | peak MiB | pruning s | load |",
+        "|" + "---|" * 15,
     ]
     for v in measured:
         m = v.get("matched")
@@ -205,6 +218,8 @@ def markdown(rows: list[dict], config, extra: list[dict] | None = None) -> str:
                     str(v.get("added_bias_params", "-")),
                     _num(v.get("prefill_tokens_per_s"), 0),
                     _num(v.get("decode_tokens_per_s"), 1),
+                    _num(v.get("prefill_tokens_per_cpu_s"), 0),
+                    _num(v.get("decode_tokens_per_cpu_s"), 1),
                     "-" if peak is None else f"{peak / 2**20:.0f}",
                     _num(v.get("prune_seconds"), 0) if v.get("method") != "dense" else "",
                     _num(v.get("load"), 1),
