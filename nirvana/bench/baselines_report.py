@@ -10,6 +10,7 @@ another criterion) are read from the committed quality and accuracy grids, label
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -143,9 +144,10 @@ def _num(value, digits: int = 2) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
 
-def _settings(v: dict) -> str:
-    s = v.get("method_settings") or ""
-    return "" if s in ("", "{}") else f" `{s}`"
+def _settings(v: dict, config) -> str:
+    """The settings given to a row's method beyond its defaults (the CSV records all of them, resolved)."""
+    given = getattr(config, "method_settings", {}).get((v.get("method"), _f(v.get("sparsity"))))
+    return f" `{json.dumps(given, sort_keys=True)}`" if given else ""
 
 
 def markdown(rows: list[dict], config, extra: list[dict] | None = None) -> str:
@@ -175,7 +177,7 @@ def markdown(rows: list[dict], config, extra: list[dict] | None = None) -> str:
         lam = v.get("lambada")
         mbpp = v.get("mbpp")
         cells = [
-            f"{v['variant']}{_settings(v)}",
+            f"{v['variant']}{_settings(v, config)}",
             _num(v.get("sparsity"), 1) if v.get("method") != "dense" else "0",
             _num(v.get("ppl_wikitext2")),
             _num(v.get("ppl_ptb")),
@@ -229,7 +231,7 @@ def markdown(rows: list[dict], config, extra: list[dict] | None = None) -> str:
         )
     settings = {v["variant"]: v["method_settings"] for v in measured if v.get("method_settings") not in (None, "")}
     if settings:
-        lines += ["", "Method settings per row (JSON, as recorded in the CSV):", ""]
+        lines += ["", "Method settings per row (JSON, as recorded in the CSV; the table shows those not default):", ""]
         lines += [f"- {name}: `{s}`" for name, s in settings.items()]
     lines += [
         "",
