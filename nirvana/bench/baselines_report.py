@@ -262,16 +262,24 @@ def plot(rows: list[dict], config, path: Path, extra: list[dict] | None = None) 
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 0.45 * len(entries) + 1.5))
     names = [v["variant"] for v in entries]
     y = list(range(len(entries)))
-    a.barh(y, [v.get("ppl_wikitext2") or 0 for v in entries], color="#4c72b0")
+    ppl = [(i, v["ppl_wikitext2"]) for i, v in enumerate(entries) if v.get("ppl_wikitext2") is not None]
+    a.barh([i for i, _ in ppl], [p for _, p in ppl], color="#4c72b0")
+    for i, p in ppl:
+        a.text(p, i, f" {p:.4g}", va="center", fontsize=7)
+    a.set_xscale("log")  # the Wanda-style ablation is orders of magnitude above the rest
     a.set_yticks(y, names, fontsize=8)
-    a.set_xlabel(f"WikiText-2 perplexity ({config.tokens:,} tokens), lower is better")
-    a.invert_yaxis()
-    avg = [100 * v["average"] if "average" in v else 0 for v in entries]
-    err = [100 * (v.get("average_se") or 0) for v in entries]
-    b.barh(y, avg, xerr=err, color="#dd8452")
+    a.set_xlabel(f"WikiText-2 perplexity ({config.tokens:,} tokens, log scale), lower is better")
+    a.set_ylim(len(entries) - 0.5, -0.5)
+    acc = [(i, v) for i, v in enumerate(entries) if "average" in v]
+    b.barh(
+        [i for i, _ in acc],
+        [100 * v["average"] for _, v in acc],
+        xerr=[100 * (v.get("average_se") or 0) for _, v in acc],
+        color="#dd8452",
+    )
+    b.set_ylim(len(entries) - 0.5, -0.5)
     b.set_yticks(y, [""] * len(y))
     b.set_xlabel(f"7-task zero-shot average, % (n = {config.limit} each, ± 1 se)")
-    b.invert_yaxis()
     fig.suptitle(f"{config.model}: NIRVANA, LLM-Pruner, FLAP (and ablations from the grids)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
