@@ -172,3 +172,21 @@ def test_run_writes_each_row_and_the_report_with_a_fake_worker(tmp_path, monkeyp
     run(BASELINES, config, lambda m: None)
     assert len(ran) == len(plan_jobs(config)) == len(read_rows(config.csv_path))
     assert "flap s=0.2" in config.csv_path.with_suffix(".md").read_text()
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--sparsities", "0.2,1.5"], ["--sparsities", "(0, 1)"]),
+        (["--tokens", "0"], ["--tokens", "positive"]),
+        (["--threads", "0"], ["--threads", "positive"]),
+    ],
+)
+def test_bad_flags_exit_2_with_a_message_and_write_nothing(argv, words, tmp_path, capsys):
+    from nirvana.cli import main
+
+    code = main(["bench", "baselines", "--out-dir", str(tmp_path), "--report-only", *argv])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert all(w in err for w in words) and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []
