@@ -17,6 +17,7 @@ import pytest
 import nirvana.bench
 from nirvana.bench.accuracy import ACCURACY, AccuracyConfig, kl_best_gammas
 from nirvana.bench.base import Benchmark, Measured, pending, run
+from nirvana.bench.baselines import BASELINES, BaselinesConfig, best_gammas
 from nirvana.bench.gamma import GAMMA, GammaBenchConfig
 from nirvana.bench.gpu import GPU, GpuBenchConfig
 from nirvana.bench.quality import QUALITY
@@ -38,6 +39,7 @@ DEFAULTS = {
     ACCURACY: AccuracyConfig(best_gamma={0.2: 8.0}),
     RECOVERY: RecoveryBenchConfig(),
     GPU: GpuBenchConfig(tiny=True),
+    BASELINES: BaselinesConfig(best_gamma={0.2: 8.0, 0.5: 4.0}),
 }
 
 
@@ -49,10 +51,11 @@ def small(bench: Benchmark, out: Path):
         ),
         ACCURACY: AccuracyConfig(model="m", sparsities=(0.2,), lambada_limit=5, out_dir=out),
         RECOVERY: RecoveryBenchConfig(model="m", acc_limit=0, out_dir=out),
+        BASELINES: BaselinesConfig(model="m", sparsities=(0.2,), lambada_limit=5, out_dir=out),
     }[bench]  # fmt: skip
 
 
-CSV_BENCHES = (QUALITY, ACCURACY, RECOVERY)
+CSV_BENCHES = (QUALITY, ACCURACY, RECOVERY, BASELINES)
 
 
 def plain(value) -> bool:
@@ -74,7 +77,7 @@ def test_every_benchmark_in_the_package_is_covered():
         module = importlib.import_module(f"nirvana.bench.{info.name}")
         found |= {v for v in vars(module).values() if isinstance(v, Benchmark)}
     assert found == set(DEFAULTS)
-    assert {b.name for b in found} == {"quality", "gamma", "speed", "accuracy", "recovery", "gpu"}
+    assert {b.name for b in found} == {"quality", "gamma", "speed", "accuracy", "recovery", "gpu", "baselines"}
 
 
 @pytest.mark.parametrize("bench", DEFAULTS, ids=lambda b: b.name)
@@ -218,6 +221,9 @@ def _committed(bench, tmp_path):
     if bench is ACCURACY:
         config = AccuracyConfig(out_dir=tmp_path, best_gamma=kl_best_gammas("smollm2-135m"), allow_code_execution=True)
         return config, ROOT / "benchmarks" / "accuracy" / "accuracy-smollm2-135m.csv"
+    if bench is BASELINES:
+        config = BaselinesConfig(out_dir=tmp_path, best_gamma=best_gammas("smollm2-135m", (0.2, 0.5)))
+        return config, ROOT / "benchmarks" / "baselines" / "baselines-smollm2-135m.csv"
     return RecoveryBenchConfig(out_dir=tmp_path), ROOT / "benchmarks" / "recovery" / "recovery.csv"
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from nirvana.bench.accuracy import AccuracyConfig
+from nirvana.bench.baselines import BaselinesConfig
 from nirvana.bench.gamma import GammaBenchConfig
 from nirvana.bench.gpu import GpuBenchConfig
 from nirvana.bench.quality_config import QualityConfig
@@ -54,6 +55,7 @@ CONFIGS = {
     "gamma": GammaBenchConfig,
     "recovery": RecoveryBenchConfig,
     "accuracy": AccuracyConfig,
+    "baselines": BaselinesConfig,
 }
 NOT_FIELDS = {"help", "report_only", "json"}  # flags that steer the command, not the benchmark
 

@@ -17,6 +17,7 @@ from nirvana.accuracy.tasks import check_limit
 from nirvana.bench import gpu, speed
 from nirvana.bench.accuracy import ACCURACY, AccuracyConfig, kl_best_gammas
 from nirvana.bench.base import Benchmark, run
+from nirvana.bench.baselines import BASELINES, BaselinesConfig, best_gammas
 from nirvana.bench.gamma import GammaBenchConfig, run_gamma_bench
 from nirvana.bench.gamma import write_outputs as write_gamma_outputs
 from nirvana.bench.gpu import GpuBenchConfig
@@ -105,13 +106,29 @@ ACCURACY_FLAGS = {
     "allow_code_execution": "run MBPP's generated code in the sandbox",
     "out_dir": "",
 }
+BASELINES_FLAGS = {
+    "model": "",
+    "sparsities": "",
+    "tokens": "perplexity tokens per dataset (WikiText-2, PTB)",
+    "limit": "examples per zero-shot task (the first N)",
+    "lambada_limit": "LAMBADA examples (0: skip)",
+    "mbpp_limit": "MBPP problems (0: skip; needs --allow-code-execution)",
+    "batch_size": "harness batch size",
+    "allow_code_execution": "run MBPP's generated code in the sandbox",
+    "samples": "calibration sequences N (the same batch for every method)",
+    "seq_len": "calibration tokens per sequence T",
+    "use_score_cache": "reuse cached scores (the pruning time then leaves out scoring)",
+    "speed_repeats": "timed speed repeats per model (median reported)",
+    "threads": "torch CPU threads (default: torch's choice)",
+    "out_dir": "",
+}
 NOTE_FLAG = {"note": "a line of context for the report header"}
 
 
 def register(sub) -> None:
     p = sub.add_parser("bench", help="run a benchmark and write its table and plot under benchmarks/")
     bench_sub = p.add_subparsers(dest="benchmark", metavar="BENCHMARK", required=True)
-    for add in (_add_speed, _add_gpu, _add_quality, _add_gamma, _add_accuracy, _add_recovery):
+    for add in (_add_speed, _add_gpu, _add_quality, _add_gamma, _add_accuracy, _add_recovery, _add_baselines):
         add(bench_sub)
 
 
@@ -259,11 +276,16 @@ def _add_accuracy(bench_sub) -> None:
     p.set_defaults(func=cmd_accuracy)
 
 
-def accuracy_config(args) -> AccuracyConfig:
-    for flag in ("limit", "lambada_limit", "mbpp_limit", "bpb_limit", "gsm8k_bpb_limit"):
+def check_limits(args, flags: tuple[str, ...]) -> None:
+    """Each example-count flag is a valid limit; all but `limit` may also be 0 (skip)."""
+    for flag in flags:
         value = getattr(args, flag)
         if value != 0 or flag == "limit":
             check_limit(value)
+
+
+def accuracy_config(args) -> AccuracyConfig:
+    check_limits(args, ("limit", "lambada_limit", "mbpp_limit", "bpb_limit", "gsm8k_bpb_limit"))
     best = {s: g for s, g in kl_best_gammas(args.model).items() if s in args.sparsities}
     allowed = code_execution_allowed(args.allow_code_execution)
     return config_from_args(AccuracyConfig, args, allow_code_execution=allowed, best_gamma=best)
@@ -272,6 +294,40 @@ def accuracy_config(args) -> AccuracyConfig:
 def cmd_accuracy(args) -> int:
     config = accuracy_config(args)
     md, text = run_or_report(ACCURACY, config, args.report_only)
+    print(text)
+    log(f"wrote {config.csv_path} and {md}")
+    return 0
+
+
+# ---------------------------------------------------------------- baselines
+
+
+def _add_baselines(bench_sub) -> None:
+    p = bench_sub.add_parser(
+        "baselines", help="NIRVANA beside LLM-Pruner and FLAP at 20%% and 50%%: the paper's table (CSV, md, PNG)"
+    )
+    add_config_flags(p, BaselinesConfig, BASELINES_FLAGS)
+    p.add_argument("--report-only", action="store_true", help="rebuild markdown and plot from the CSV")
+    add_config_flags(p, BaselinesConfig, NOTE_FLAG)
+    p.set_defaults(func=cmd_baselines)
+
+
+def baselines_config(args) -> BaselinesConfig:
+    check_limits(args, ("limit", "lambada_limit", "mbpp_limit"))
+    if args.tokens < 1:
+        raise InvalidInput(f"--tokens must be a positive number of tokens, got {args.tokens}.")
+    if args.threads is not None and args.threads < 1:
+        raise InvalidInput(f"--threads must be a positive integer, got {args.threads}.")
+    if not args.sparsities or any(not 0 < s < 1 for s in args.sparsities):
+        raise InvalidInput(f"--sparsities must lie in (0, 1), got {args.sparsities}; e.g. 0.2,0.5.")
+    allowed = code_execution_allowed(args.allow_code_execution)
+    best = best_gammas(args.model, args.sparsities)
+    return config_from_args(BaselinesConfig, args, allow_code_execution=allowed, best_gamma=best)
+
+
+def cmd_baselines(args) -> int:
+    config = baselines_config(args)
+    md, text = run_or_report(BASELINES, config, args.report_only)
     print(text)
     log(f"wrote {config.csv_path} and {md}")
     return 0

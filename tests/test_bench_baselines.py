@@ -1,0 +1,192 @@
+"""The baselines benchmark's grid, keys, resume, matched-parameter flag and report (no model: fake rows)."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import pytest
+
+from nirvana.accuracy.tasks import ZEROSHOT7
+from nirvana.bench.base import Measured, pending, run
+from nirvana.bench.baselines import BASELINES, COLUMNS, KEY, BaselinesConfig, Variant, best_gammas, plan_jobs
+from nirvana.bench.baselines_report import ablations, markdown, matched, variants, write_report
+from nirvana.bench.rows import read_rows, store_row
+from nirvana.pipeline import PruneSettings
+
+BEST = {0.2: 8.0, 0.5: 4.0}  # benchmarks/gamma/gamma-smollm2-135m.md
+
+
+def test_best_gammas_come_from_the_committed_gamma_benchmark():
+    assert best_gammas("smollm2-135m", (0.2, 0.5)) == BEST
+    assert best_gammas("smollm2-135m", (0.2,)) == {0.2: 8.0}
+
+
+def test_job_order_perplexity_of_every_method_first_then_zero_shot_then_fifty_percent(tmp_path):
+    jobs = plan_jobs(BaselinesConfig(out_dir=tmp_path, best_gamma=BEST))
+    names = [(j.variant.name, j.measure) for j in jobs]
+    first = ["dense", "nirvana s=0.2 gamma*", "llm-pruner s=0.2", "flap s=0.2", "nirvana s=0.2 gamma=8 (KL-best)"]
+    assert names[:5] == [(n, "ppl") for n in first]
+    # then each pruned model's seven tasks in a row (its average as soon as possible), dense's last
+    tasks = names[5 : 5 + 5 * 7]
+    assert tasks == [(n, t) for n in [*first[1:], "dense"] for t in ZEROSHOT7]
+    assert names[40:45] == [(n, "lambada_openai") for n in first]
+    fifty = [n.replace("0.2", "0.5").replace("gamma=8", "gamma=4") for n in first[1:]]
+    assert names[45:49] == [(n, "ppl") for n in fifty]
+    assert len(jobs) == 5 * (1 + 7 + 1) + 4 * (1 + 7 + 1)
+    assert not any(j.measure == "mbpp" for j in jobs)  # only with --allow-code-execution
+    allowed = plan_jobs(BaselinesConfig(out_dir=tmp_path, best_gamma=BEST, allow_code_execution=True))
+    assert [j.measure for j in allowed[-9:]] == ["mbpp"] * 9 and allowed[:-9] == jobs
+    assert [j.measure for j in plan_jobs(BaselinesConfig(lambada_limit=0))].count("lambada_openai") == 0
+
+
+def test_llm_pruner_at_fifty_percent_uses_the_shorter_attention_range_and_says_so():
+    jobs = plan_jobs(BaselinesConfig(best_gamma=BEST))
+    (llm50,) = {j.variant for j in jobs if j.variant.method == "llm-pruner" and j.variant.sparsity == 0.5}
+    (llm20,) = {j.variant for j in jobs if j.variant.method == "llm-pruner" and j.variant.sparsity == 0.2}
+    assert json.loads(llm50.settings) == {"attn_layers": [4, 19]} and llm20.settings == ""
+    settings = llm50.prune_settings(32, 128, use_cache=False)
+    assert isinstance(settings, PruneSettings) and settings.config.attn_layers == (4, 19)
+    assert settings.method == "llm-pruner" and settings.gamma is None and settings.use_cache is False
+    kl = Variant("nirvana", 0.5, 4.0, "gamma=4 (KL-best)").prune_settings(32, 128, True)
+    assert (kl.gamma, kl.method, kl.method_settings) == (4.0, "nirvana", None)
+
+
+def test_keys_are_unique_strings_and_jobs_pickle(tmp_path):
+    config = BaselinesConfig(out_dir=tmp_path, best_gamma=BEST, allow_code_execution=True)
+    jobs = BASELINES.jobs(config)
+    keys = [BASELINES.key(config, j) for j in jobs]
+    assert len(set(keys)) == len(keys) and all(isinstance(k, str) for key in keys for k in key)
+    assert keys[0] == ("smollm2-135m", "dense", "ppl", "16384")
+    assert keys[5] == ("smollm2-135m", "nirvana s=0.2 gamma*", "arc_easy", "200")
+    assert pickle.loads(pickle.dumps(jobs)) == jobs and pickle.loads(pickle.dumps(config)) == config
+    assert set(KEY) <= set(COLUMNS)
+
+
+def _facts(method: str, sparsity: float, achieved: float, variant: str, settings: str = "") -> dict:
+    return {
+        "model": "m",
+        "variant": variant,
+        "method": method,
+        "sparsity": sparsity,
+        "method_settings": settings,
+        "params_after": 1000,
+        "block_params_after": 800,
+        "target_sparsity": sparsity,
+        "achieved_block_sparsity": achieved,
+        "achieved_block_param_sparsity": achieved,
+        "added_bias_params": 0,
+        "prune_seconds": 12.0,
+        "machine": "test",
+    }
+
+
+def _rows(method, sparsity, achieved, variant, ppl, acc, settings="") -> list[dict]:
+    base = _facts(method, sparsity, achieved, variant, settings)
+    rows = [
+        {
+            **base,
+            "measure": "ppl",
+            "limit": 16384,
+            "ppl_wikitext2": ppl,
+            "ppl_ptb": 2 * ppl,
+            "prefill_tokens_per_s": 1000.0,
+            "decode_tokens_per_s": 50.0,
+            "peak_memory_bytes": 2**29,
+            "seconds": 60,
+            "load_avg_1min": 2.0,
+        }
+    ]
+    for task in ZEROSHOT7:
+        rows.append({**base, "measure": task, "limit": 200, "acc": acc, "acc_stderr": 0.035, "n": 200, "seconds": 9})
+    return rows
+
+
+def test_the_matched_parameter_flag():
+    assert matched({"method": "flap", "target_sparsity": "0.2", "achieved_block_param_sparsity": "0.1969"})
+    assert matched({"method": "flap", "target_sparsity": "0.2", "achieved_block_param_sparsity": "0.21"})
+    assert not matched({"method": "llm-pruner", "target_sparsity": "0.5", "achieved_block_param_sparsity": "0.464"})
+    assert not matched({"method": "x", "target_sparsity": "0.5", "achieved_block_param_sparsity": "0.5101"})
+    assert matched({"method": "dense", "target_sparsity": "0", "achieved_block_param_sparsity": "0"}) is None
+    assert matched({"method": "flap", "target_sparsity": "", "achieved_block_param_sparsity": ""}) is None
+
+
+def test_rows_resume_and_the_report_table_on_known_rows(tmp_path):
+    config = BaselinesConfig(model="m", out_dir=tmp_path, sparsities=(0.2, 0.5), lambada_limit=0)
+    before = len(pending(BASELINES, config))
+    rows = (
+        _rows("dense", 0.0, 0.0, "dense", 20.0, 0.5)
+        + _rows("nirvana", 0.2, 0.1977, "nirvana s=0.2 gamma*", 60.0, 0.45)
+        + _rows("llm-pruner", 0.5, 0.464, "llm-pruner s=0.5", 300.0, 0.40, '{"attn_layers": [4, 19]}')
+    )
+    for row in rows:
+        store_row(config.csv_path, row, COLUMNS, KEY)
+    assert len(pending(BASELINES, config)) == before - 3 * 8  # the rows already there are skipped on a rerun
+
+    by = {v["variant"]: v for v in variants(read_rows(config.csv_path))}
+    assert by["nirvana s=0.2 gamma*"]["average"] == pytest.approx(0.45)
+    assert by["nirvana s=0.2 gamma*"]["average_se"] == pytest.approx(0.035 / 7**0.5)
+    assert by["nirvana s=0.2 gamma*"]["matched"] is True and by["llm-pruner s=0.5"]["matched"] is False
+
+    text = markdown(read_rows(config.csv_path), config, extra=[])
+    lines = text.splitlines()
+    row = next(line for line in lines if line.startswith("| nirvana s=0.2 gamma*"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1:4] == ["0.2", "60.00", "120.00"]  # sparsity, WikiText-2, PTB
+    assert cells[6:13] == ["45.0 ± 3.5"] * 7 and cells[13] == "45.0 ± 1.3"  # tasks and the 7-task average
+    assert cells[4] == cells[5] == cells[14] == "-"  # LAMBADA and MBPP not measured
+    dense = next(line for line in lines if line.startswith("| dense"))
+    assert "50.0 ± 1.3" in dense and "20.00" in dense
+    assert "| llm-pruner s=0.5 |" in text and "**not matched**" in text
+    assert '`{"attn_layers": [4, 19]}`' in text  # the settings a row used are in the report
+    assert text.index("| dense") < text.index("| nirvana s=0.2") < text.index("| llm-pruner s=0.5")
+
+    md, _ = write_report(read_rows(config.csv_path), config)
+    assert md.exists() and config.csv_path.with_suffix(".png").exists()
+
+
+def test_ablations_are_read_from_the_committed_grids():
+    rows = {v["variant"]: v for v in ablations("smollm2-135m", (0.2, 0.5))}
+    assert set(rows) == {f"{c} s={s} gamma* (ablation)" for c in ("taylor", "wanda") for s in (0.2, 0.5)}
+    taylor = rows["taylor s=0.2 gamma* (ablation)"]
+    assert taylor["ppl_wikitext2"] == pytest.approx(50.41, abs=0.01)  # benchmarks/quality, calibration seed 0
+    assert taylor["average"] == pytest.approx(0.466, abs=0.001)  # benchmarks/accuracy, n = 200 per task
+    assert ablations("no-such-model") == []
+
+
+def test_run_writes_each_row_and_the_report_with_a_fake_worker(tmp_path, monkeypatch):
+    config = BaselinesConfig(model="m", out_dir=tmp_path, sparsities=(0.2,), lambada_limit=0)
+    ran = []
+
+    class Fake:
+        def run(self, job):
+            ran.append(job)
+            (row,) = [
+                r
+                for r in _rows(job.variant.method, job.variant.sparsity, 0.2, job.variant.name, 30.0, 0.4)
+                if r["measure"] == job.measure
+            ]
+            return Measured(row, "fake")
+
+    monkeypatch.setattr(type(BASELINES), "worker", lambda self, c, log: Fake())
+    run(BASELINES, config, lambda m: None)
+    assert len(ran) == len(plan_jobs(config)) == len(read_rows(config.csv_path))
+    assert "flap s=0.2" in config.csv_path.with_suffix(".md").read_text()
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--sparsities", "0.2,1.5"], ["--sparsities", "(0, 1)"]),
+        (["--tokens", "0"], ["--tokens", "positive"]),
+        (["--threads", "0"], ["--threads", "positive"]),
+    ],
+)
+def test_bad_flags_exit_2_with_a_message_and_write_nothing(argv, words, tmp_path, capsys):
+    from nirvana.cli import main
+
+    code = main(["bench", "baselines", "--out-dir", str(tmp_path), "--report-only", *argv])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert all(w in err for w in words) and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []
