@@ -250,6 +250,7 @@ def markdown(rows: list[dict], config, extra: list[dict] | None = None) -> str:
 
 def plot(rows: list[dict], config, path: Path, extra: list[dict] | None = None) -> Path | None:
     """WikiText-2 perplexity and the 7-task average per model, one panel each."""
+    # here, not at the top: matplotlib only draws benchmark plots (Agg is chosen before pyplot)
     import matplotlib
 
     matplotlib.use("Agg")
