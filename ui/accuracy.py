@@ -129,15 +129,7 @@ def chart(dense: dict, pruned: dict) -> go.Figure:
             ys.append(100 * result["average"]["value"])
             es.append(100 * (result["average"]["stderr"] or 0))
         fig.add_bar(x=xs, y=ys, name=label, marker_color=color, error_y={"type": "data", "array": es})
-    fig.update_layout(
-        title="Dense vs pruned accuracy (paper's metric per task, ± 1 s.e.)",
-        barmode="group",
-        yaxis_title="accuracy (%)",
-        height=440,
-        margin={"t": 50, "b": 10},
-        legend={"orientation": "h", "y": 1.1},
-    )
-    return fig
+    return _grouped(fig, "Dense vs pruned accuracy (paper's metric per task, ± 1 s.e.)", "accuracy (%)", 440, 1.1)
 
 
 def bpb_chart(dense: dict, pruned: dict) -> go.Figure:
@@ -152,13 +144,24 @@ def bpb_chart(dense: dict, pruned: dict) -> go.Figure:
             name=label,
             marker_color=color,
         )
+    return _grouped(
+        fig,
+        "Gold-answer bits per byte, dense vs pruned (lower is better, ± 1 s.e.)",
+        "bits per byte of the reference answer",
+        380,
+        1.12,
+    )
+
+
+def _grouped(fig: go.Figure, title: str, yaxis_title: str, height: int, legend_y: float) -> go.Figure:
+    """The dense-vs-pruned bar charts' shared layout: grouped bars, legend on top."""
     fig.update_layout(
-        title="Gold-answer bits per byte, dense vs pruned (lower is better, ± 1 s.e.)",
+        title=title,
         barmode="group",
-        yaxis_title="bits per byte of the reference answer",
-        height=380,
+        yaxis_title=yaxis_title,
+        height=height,
         margin={"t": 50, "b": 10},
-        legend={"orientation": "h", "y": 1.12},
+        legend={"orientation": "h", "y": legend_y},
     )
     return fig
 
