@@ -26,7 +26,9 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from functools import lru_cache
 
-from nirvana.accuracy import data, gold, sandbox
+import torch
+
+from nirvana.accuracy import data, gold, prefix, sandbox
 from nirvana.accuracy.mbpp import SandboxedPassAt1
 from nirvana.accuracy.tasks import (
     PAPER_METRIC,
@@ -89,6 +91,28 @@ def _lm_class():
             if self.meter is not None:
                 self.meter.tick(int(inps.shape[0]))
             return super()._model_call(inps, attn_mask=attn_mask, labels=labels)
+
+        def _loglikelihood_tokens(self, requests, disable_tqdm=False, override_bs=None):
+            """lm-eval's requests; a call whose requests share a long prompt prefix runs it once (`prefix`)."""
+            shared = prefix.shared_prefix(requests, self.max_length) if self.backend == "causal" else 0
+            if not shared or not isinstance(self.batch_size, int):
+                return super()._loglikelihood_tokens(requests, disable_tqdm=disable_tqdm, override_bs=override_bs)
+            return prefix.score_shared_prefix(
+                self._forward_cached,
+                requests,
+                shared,
+                self.batch_size,
+                device=self.device,
+                softmax_dtype=self.softmax_dtype,
+                on_answer=lambda key, answer: self.cache_hook.add_partial("loglikelihood", key, answer),
+            )
+
+        def _forward_cached(self, inps, past_key_values):
+            if self.meter is not None:
+                self.meter.tick(int(inps.shape[0]))
+            with torch.no_grad():
+                out = self.model(input_ids=inps, past_key_values=past_key_values, use_cache=True)
+            return out.logits, out.past_key_values
 
         def _model_generate(self, context, max_length, stop, **kwargs):
             if self.meter is not None:

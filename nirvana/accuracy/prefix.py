@@ -1,0 +1,100 @@
+"""Log-likelihood requests that share a prompt prefix, scored with that prefix computed once.
+
+Few-shot tasks put the same examples in front of every problem: MBPP's 3-shot gold-BPB prompt is
+~600 tokens of shared examples before a ~150-token problem and answer, GSM8K's 8-shot chain of
+thought ~900 before ~150. lm-eval's `HFLM._loglikelihood_tokens` runs each request's full window,
+so most of the work re-reads the same examples. Here the longest token prefix shared by every
+request of a call runs once with a KV cache; each batch of requests then runs only its own suffix on
+a copy of that cache. What is computed per request is lm-eval's: the window `(context +
+continuation)[:-1]`, the log-softmax of the logits over the continuation's positions, their sum at
+the continuation tokens, and whether every continuation token is the argmax.
+
+The numbers equal the stock path's up to floating-point order (the attention over the prefix is
+the same sum, taken in a different blocking): `tests/test_accuracy_prefix.py` checks it on tiny
+models of every family, sliding-window ones included, and on pruned ones. Calls whose requests share
+fewer than `MIN_SHARED` tokens (zero-shot multiple choice), or any request that lm-eval would
+truncate from the left, go to the stock path unchanged.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+
+MIN_SHARED = 64  # tokens: below this the copy of the cache costs about what it saves
+
+Request = tuple[tuple[str, str], list[int], list[int]]  # lm-eval's ((context, continuation), ctx ids, cont ids)
+
+
+def _common_length(a: Sequence[int], b: Sequence[int], limit: int) -> int:
+    n = min(limit, len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def shared_prefix(requests: Sequence[Request], max_length: int, min_shared: int = MIN_SHARED) -> int:
+    """Tokens at the front of every request's window that can be computed once; 0 for the stock path.
+
+    At most `len(context) - 1` of any request, so that every continuation's first prediction
+    (made at the context's last token) falls in the part each request runs itself.
+    """
+    if not requests:
+        return 0
+    first = requests[0][1] + requests[0][2]
+    shared = len(first)
+    for _, ctx, cont in requests:
+        if len(ctx) + len(cont) > max_length + 1:  # lm-eval truncates this one from the left
+            return 0
+        shared = min(shared, len(ctx) - 1)
+        shared = _common_length(first, ctx + cont, shared)
+        if shared < min_shared:
+            return 0
+    return shared
+
+
+def score_shared_prefix(
+    forward: Callable[..., torch.Tensor],
+    requests: Sequence[Request],
+    prefix_len: int,
+    batch_size: int,
+    device: torch.device | str = "cpu",
+    softmax_dtype: torch.dtype | None = None,
+    on_answer: Callable[[tuple[str, str], tuple[float, bool]], None] | None = None,
+) -> list[tuple[float, bool]]:
+    """(sum log p(continuation), continuation is greedy) per request, in the order given.
+
+    `forward(input_ids, past_key_values)` returns (logits, cache) of the model, without gradients.
+    """
+    first = requests[0][1] + requests[0][2]
+    prefix = torch.tensor([first[:prefix_len]], dtype=torch.long, device=device)
+    _, cache = forward(prefix, None)
+    windows = [(ctx + cont)[:-1][prefix_len:] for _, ctx, cont in requests]
+    order = sorted(range(len(requests)), key=lambda i: -len(windows[i]))  # longest first, like lm-eval
+    results: list[tuple[float, bool] | None] = [None] * len(requests)
+    for start in range(0, len(order), batch_size):
+        batch = order[start : start + batch_size]
+        width = len(windows[batch[0]])
+        ids = torch.zeros((len(batch), width), dtype=torch.long, device=device)
+        for row, i in enumerate(batch):  # right padding: a causal model's real tokens never see it
+            ids[row, : len(windows[i])] = torch.tensor(windows[i], dtype=torch.long, device=device)
+        past = copy.deepcopy(cache)
+        if len(batch) > 1:
+            past.batch_repeat_interleave(len(batch))
+        logits, _ = forward(ids, past)
+        logprobs = F.log_softmax(logits, dim=-1, dtype=softmax_dtype)
+        for row, i in enumerate(batch):
+            cont = requests[i][2]
+            end = len(windows[i])
+            span = logprobs[row, end - len(cont) : end]  # positions that predict the continuation
+            target = torch.tensor(cont, dtype=torch.long, device=device)
+            greedy = bool((span.argmax(dim=-1) == target).all())
+            answer = (float(span.gather(1, target.unsqueeze(1)).sum()), greedy)
+            results[i] = answer
+            if on_answer is not None:
+                on_answer(requests[i][0], answer)
+    return results  # type: ignore[return-value]
