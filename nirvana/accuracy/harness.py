@@ -107,12 +107,12 @@ def _lm_class():
                 on_answer=lambda key, answer: self.cache_hook.add_partial("loglikelihood", key, answer),
             )
 
-        def _forward_cached(self, inps, past_key_values):
+        def _forward_cached(self, inps, cache):
             if self.meter is not None:
                 self.meter.tick(int(inps.shape[0]))
             with torch.no_grad():
-                out = self.model(input_ids=inps, past_key_values=past_key_values, use_cache=True)
-            return out.logits, out.past_key_values
+                out = self.model(input_ids=inps, cache=cache, use_cache=True)
+            return out.logits, out.cache
 
         def _model_generate(self, context, max_length, stop, **kwargs):
             if self.meter is not None:

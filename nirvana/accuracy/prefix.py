@@ -68,7 +68,7 @@ def score_shared_prefix(
 ) -> list[tuple[float, bool]]:
     """(sum log p(continuation), continuation is greedy) per request, in the order given.
 
-    `forward(input_ids, past_key_values)` returns (logits, cache) of the model, without gradients.
+    `forward(input_ids, cache)` returns (logits, extended cache) of the model, without gradients.
     """
     first = requests[0][1] + requests[0][2]
     prefix = torch.tensor([first[:prefix_len]], dtype=torch.long, device=device)
