@@ -93,9 +93,7 @@ RECOVERY_FLAGS = {
     "threads": "",
     "out_dir": "",
 }
-ACCURACY_FLAGS = {
-    "model": "",
-    "sparsities": "",
+TASK_FLAGS = {  # the task rows of `bench accuracy` and `bench baselines`
     "limit": "examples per zero-shot task (the first N)",
     "lambada_limit": "LAMBADA examples (0: skip)",
     "mbpp_limit": "MBPP problems (0: skip; needs --allow-code-execution)",
@@ -104,17 +102,14 @@ ACCURACY_FLAGS = {
     "batch_size": "harness batch size",
     "bpb_batch_size": "harness batch size of the bits-per-byte rows",
     "allow_code_execution": "run MBPP's generated code in the sandbox",
-    "out_dir": "",
 }
+TASK_LIMITS = ("limit", "lambada_limit", "mbpp_limit", "bpb_limit", "gsm8k_bpb_limit")
+ACCURACY_FLAGS = {"model": "", "sparsities": "", **TASK_FLAGS, "out_dir": ""}
 BASELINES_FLAGS = {
     "model": "",
     "sparsities": "",
     "tokens": "perplexity tokens per dataset (WikiText-2, PTB)",
-    "limit": "examples per zero-shot task (the first N)",
-    "lambada_limit": "LAMBADA examples (0: skip)",
-    "mbpp_limit": "MBPP problems (0: skip; needs --allow-code-execution)",
-    "batch_size": "harness batch size",
-    "allow_code_execution": "run MBPP's generated code in the sandbox",
+    **TASK_FLAGS,
     "samples": "calibration sequences N (the same batch for every method)",
     "seq_len": "calibration tokens per sequence T",
     "use_score_cache": "reuse cached scores (the pruning time then leaves out scoring)",
@@ -285,7 +280,7 @@ def check_limits(args, flags: tuple[str, ...]) -> None:
 
 
 def accuracy_config(args) -> AccuracyConfig:
-    check_limits(args, ("limit", "lambada_limit", "mbpp_limit", "bpb_limit", "gsm8k_bpb_limit"))
+    check_limits(args, TASK_LIMITS)
     best = {s: g for s, g in kl_best_gammas(args.model).items() if s in args.sparsities}
     allowed = code_execution_allowed(args.allow_code_execution)
     return config_from_args(AccuracyConfig, args, allow_code_execution=allowed, best_gamma=best)
@@ -313,7 +308,7 @@ def _add_baselines(bench_sub) -> None:
 
 
 def baselines_config(args) -> BaselinesConfig:
-    check_limits(args, ("limit", "lambada_limit", "mbpp_limit"))
+    check_limits(args, TASK_LIMITS)
     if args.tokens < 1:
         raise InvalidInput(f"--tokens must be a positive number of tokens, got {args.tokens}.")
     if args.threads is not None and args.threads < 1:
