@@ -90,6 +90,7 @@ RECOVERY_FLAGS = {
     "seed": "",
     "tokens": "perplexity tokens per dataset",
     "acc_limit": "examples per zero-shot task for the 7-task average (0: skip it)",
+    "bpb_limit": "MBPP gold bits-per-byte problems before and after (0: skip)",
     "threads": "",
     "out_dir": "",
 }
@@ -253,6 +254,7 @@ def cmd_recovery(args) -> int:
         raise InvalidInput(
             f"--acc-limit must be 0 (no accuracy) or a positive number of examples per task, got {args.acc_limit}."
         )
+    check_limits(args, ("bpb_limit",))
     md = run_or_report(RECOVERY, config_from_args(RecoveryBenchConfig, args), args.report_only)
     print(md.read_text())
     return 0
