@@ -114,6 +114,8 @@ BASELINES_FLAGS = {
     "samples": "calibration sequences N (the same batch for every method)",
     "seq_len": "calibration tokens per sequence T",
     "use_score_cache": "reuse cached scores (the pruning time then leaves out scoring)",
+    "lora_sparsities": "sparsities whose methods are measured again after the default LoRA budget",
+    "lora_data": "LoRA training documents (see `recover --data`)",
     "speed_repeats": "timed speed repeats per model (median reported)",
     "threads": "torch CPU threads (default: torch's choice)",
     "out_dir": "",
