@@ -121,7 +121,7 @@ class RecoveryBenchConfig:
     threads: int | None = None
     acc_limit: int = 200  # examples per zero-shot task for acc7 (0: no accuracy)
     acc_batch_size: int = 8
-    bpb_limit: int = 500  # MBPP gold bits-per-byte problems before and after (0: none)
+    bpb_limit: int = 0  # MBPP gold bits-per-byte problems before and after (0: none; the README's run: 500)
     out_dir: Path = DEFAULT_OUT
     note: str = ""
     recovery: dict = field(default_factory=dict)  # RecoveryConfig overrides
