@@ -10,6 +10,7 @@ NIRVANA goes through `nirvana.scoring.criteria.compute_scores` and `nirvana.prun
 
 from __future__ import annotations
 
+import functools
 import time
 
 import torch.nn as nn
@@ -70,7 +71,9 @@ def method_scores(
             progress(1.0, "scores loaded from cache")
         return cached
     n, t = batch.input_ids.shape
-    check_scoring_memory(model, n, t, micro_batch=micro_batch, backward=method.uses_gradients)
+    check_scoring_memory(
+        model, n, t, micro_batch=micro_batch, estimate=functools.partial(method.memory, settings=config)
+    )
     start = time.perf_counter()
     was_training = model.training
     model.eval()
