@@ -127,3 +127,16 @@ def apply_method_plan(model: nn.Module, plan: PruningPlan, scores: Scores | None
     if biases:
         add_output_biases(pruned, biases)
     return pruned
+
+
+def method_prune_and_measure(
+    model: nn.Module, scores: Scores, measure, sparsity: float, name: str, config, *, shape=None
+):
+    """(plan, measure(pruned copy)): one sweep point of a baseline, its copy freed afterwards
+    (`nirvana.pruning.slicing.prune_and_measure` is NIRVANA's)."""
+    plan = method_plan(scores, shape or model_shape(model), sparsity, name, config)
+    pruned = apply_method_plan(model, plan, scores)
+    try:
+        return plan, measure(pruned)
+    finally:
+        del pruned
