@@ -160,3 +160,36 @@ def test_gpu_bench_tiny_prunes_with_flap_and_writes_its_own_file(tmp_path):
     assert write_result(result, tmp_path).name == "tiny-cpu-flap.json"
     with open(tmp_path / "tiny-cpu-flap.json") as f:
         assert json.load(f)["method_settings"] == FLAP
+
+
+def test_accuracy_and_recovery_grids_of_a_baseline(tmp_path):
+    from test_bench_accuracy import _rows
+
+    from nirvana.bench.accuracy import ACCURACY, AccuracyConfig, plan_jobs
+    from nirvana.bench.accuracy_report import write_report
+    from nirvana.bench.recovery import RECOVERY, RecoveryBenchConfig
+
+    config = AccuracyConfig(model="m", out_dir=tmp_path, method="flap", lambada_limit=0, bpb_limit=0, gsm8k_bpb_limit=0)
+    jobs = plan_jobs(config)
+    assert [j.variant.name for j in jobs[::7]] == ["dense", "flap s=0.2", "flap s=0.5"] and len(jobs) == 3 * 7
+    assert ACCURACY.key(config, jobs[7])[-2:] == ("flap", FLAP) and ACCURACY.key(config, jobs[0])[-2:] == (
+        "nirvana",
+        "{}",
+    )
+    mixed = AccuracyConfig(method="llm-pruner", method_settings={"taylor": "param_mix"}, sparsities=(0.2,))
+    assert (
+        plan_jobs(mixed)[7].variant.name == f"llm-pruner s=0.2 {settings_json('llm-pruner', {'taylor': 'param_mix'})}"
+    )
+    rows = _rows("dense", 0.0, 0.5) + [
+        {**r, "criterion": "flap", "allocation": "method", **MethodChoice.of("flap").cells()}
+        for r in _rows("flap s=0.2", 0.2, 0.45)
+    ]
+    for r in rows[:7]:
+        r.update(criterion="dense", allocation="-")
+    _, text = write_report(rows, config)
+    assert "| flap s=0.2 |" in text
+
+    recovery = RecoveryBenchConfig(method="flap", out_dir=tmp_path)
+    jobs = RECOVERY.jobs(recovery)
+    assert [(j.criterion, j.allocation, j.sparsity) for j in jobs] == [("flap", "method", 0.2), ("flap", "method", 0.5)]
+    assert RECOVERY.key(recovery, jobs[0])[-2:] == ("flap", FLAP)
