@@ -176,13 +176,15 @@ def estimate_forward_by_layer(
     """Planned peak of a no-grad pass through the decoder layers only (no lm_head, so no logits).
 
     Only one layer's tensors are alive at a time: the residual stream and its norm, q/k/v (and
-    after RoPE), repeated k/v, the attention probabilities [Hq, T], the attention output, and the
-    MLP's gate, up and their product, for `micro_batch` (or all) sequences.
+    after RoPE), repeated k/v, the attention scores [Hq, T] (raw, masked and softmaxed: three
+    copies while the attention runs), the attention output, and the MLP's gate, up and their
+    product, for `micro_batch` (or all) sequences.
     """
     a = ArchSizes.from_config(config)
     n = min(micro_batch or samples, samples)
     d, hq, hkv = a.head_dim, a.num_heads, a.num_kv_heads
-    per_token = 3 * a.hidden_size + 3 * hq * d + 2 * hkv * d + 2 * hq * d + hq * seq_len + 3 * a.intermediate_size
+    attention = 3 * hq * d + 2 * hkv * d + 2 * hq * d + 3 * hq * seq_len
+    per_token = 3 * a.hidden_size + attention + 3 * a.intermediate_size
     est = MemoryEstimate("scoring", device)
     est.components["activations (one layer)"] = n * seq_len * per_token * dtype_bytes(dtype)
     if quantization:
