@@ -71,6 +71,7 @@ def test_nirvana_sweep_keeps_gamma_and_says_its_method(tiny_with_tokenizer_dir, 
         (["--method", "flap", "--method-settings", '{"metric": "L2"}'], "flap metric must be one of"),
         (["--method", "flap", "--gamma", "2"], "gamma is a setting of method nirvana"),
         (["--metric", "bleu"], "unknown --metric 'bleu'"),
+        (["--method", "flap", "--sparsity", "0.3"], "--sparsity is the centre of NIRVANA's gamma sweep"),
     ],
 )
 def test_bad_sweep_input_exits_2_and_writes_nothing(more, message, tmp_path):

@@ -9,6 +9,7 @@ The model is scored once (`score`'s flags and cache); every point re-allocates t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import asdict
 
@@ -34,7 +35,7 @@ def register(sub) -> None:
     p = sub.add_parser("sweep", help="quality and decode speed against sparsity and gamma, from one scoring")
     add_model_args(p)
     add_calibration_args(p)
-    p.add_argument("--sparsity", type=float, default=0.5, help="the gamma sweep's sparsity (NIRVANA)")
+    p.add_argument("--sparsity", type=float, default=None, help="the gamma sweep's sparsity (NIRVANA; default 0.5)")
     p.add_argument("--gamma", type=float, default=None, help="the sparsity sweep's gamma (default: gamma*)")
     p.add_argument("--align", type=int, default=8)
     p.add_argument("--allocation", choices=["global", "uniform"], default="global")
@@ -49,13 +50,25 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_sweep)
 
 
+def centre_sparsity(args) -> float:
+    """The gamma sweep's sparsity: NIRVANA's --sparsity (0.5); a baseline has no gamma sweep, and its
+    scores do not depend on the sparsity, so it scores at 0 (each swept point is checked on its own)."""
+    if args.method == "nirvana":
+        return 0.5 if args.sparsity is None else args.sparsity
+    if args.sparsity is not None:
+        raise InvalidInput(
+            f"--sparsity is the centre of NIRVANA's gamma sweep; method {args.method!r} sweeps --sparsities only."
+        )
+    return 0.0
+
+
 def sweep_settings(args) -> SweepSettings:
     if args.metric not in QUALITY:
         raise InvalidInput(f"unknown --metric {args.metric!r}; accepted: {', '.join(QUALITY)}.")
     return SweepSettings(
         sparsities=tuple(args.sparsities),
         gammas=tuple(args.gammas),
-        allocation=Allocation(args.sparsity, args.gamma, args.align, args.allocation),
+        allocation=Allocation(centre_sparsity(args), args.gamma, args.align, args.allocation),
         metric=args.metric,
         dataset=args.dataset,
         tokens=args.tokens,
@@ -69,7 +82,8 @@ def sweep_settings(args) -> SweepSettings:
 
 def cmd_sweep(args) -> int:
     settings = sweep_settings(args)  # bad sweep settings fail before loading or scoring
-    scoring = settings_from_args(args, sparsity=args.sparsity)
+    scoring = settings_from_args(args)
+    scoring = dataclasses.replace(scoring, sparsity=centre_sparsity(args))
     with hold_device(args, "sweep"):
         lm = load_from_args(args)
         if scoring.method != "nirvana":  # every point's refusals (e.g. a sparsity its layer range cannot reach) first
