@@ -10,6 +10,7 @@ NIRVANA goes through `nirvana.scoring.criteria.compute_scores` and `nirvana.prun
 
 from __future__ import annotations
 
+import functools
 import time
 
 import torch.nn as nn
@@ -70,7 +71,9 @@ def method_scores(
             progress(1.0, "scores loaded from cache")
         return cached
     n, t = batch.input_ids.shape
-    check_scoring_memory(model, n, t, micro_batch=micro_batch, backward=method.uses_gradients)
+    check_scoring_memory(
+        model, n, t, micro_batch=micro_batch, estimate=functools.partial(method.memory, settings=config)
+    )
     start = time.perf_counter()
     was_training = model.training
     model.eval()
@@ -124,3 +127,16 @@ def apply_method_plan(model: nn.Module, plan: PruningPlan, scores: Scores | None
     if biases:
         add_output_biases(pruned, biases)
     return pruned
+
+
+def method_prune_and_measure(
+    model: nn.Module, scores: Scores, measure, sparsity: float, name: str, config, *, shape=None
+):
+    """(plan, measure(pruned copy)): one sweep point of a baseline, its copy freed afterwards
+    (`nirvana.pruning.slicing.prune_and_measure` is NIRVANA's)."""
+    plan = method_plan(scores, shape or model_shape(model), sparsity, name, config)
+    pruned = apply_method_plan(model, plan, scores)
+    try:
+        return plan, measure(pruned)
+    finally:
+        del pruned

@@ -3,6 +3,8 @@
 Orchestration only: every point is one `prune_and_measure` (allocate, slice, measure: `perplexity`
 or `kl_to_dense`, and `measure_speed`). Scores are not recomputed: one set of cached scores
 serves every point. The dense model is measured once as the reference point (sparsity 0).
+A baseline method (`SweepSettings.method`: LLM-Pruner, FLAP) sweeps sparsity only, each point its
+own allocation of the method's cached scores (`nirvana.methods.run.method_prune_and_measure`).
 """
 
 from __future__ import annotations
@@ -10,10 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from nirvana.accuracy.harness import run_accuracy
+from nirvana.errors import InvalidInput
 from nirvana.measure.flops import ideal_speedup
 from nirvana.measure.kl import DenseReference, kl_to_dense
 from nirvana.measure.perplexity import perplexity
 from nirvana.measure.speed import measure_speed
+from nirvana.methods import method_config
+from nirvana.methods.run import method_prune_and_measure
 from nirvana.models.shapes import ModelShape, model_shape
 from nirvana.progress import sub_progress
 from nirvana.pruning.allocation import Allocation
@@ -49,6 +54,17 @@ class SweepSettings:
     speed: bool = True
     speed_new_tokens: int = 8
     acc_limit: int = 20  # lm-eval axes (ACCURACY_AXES): the first N examples of each task
+    # A baseline (nirvana.methods) sweeps sparsity only, re-allocating its cached scores at each point.
+    method: str = "nirvana"
+    method_settings: dict | None = None
+
+    def __post_init__(self) -> None:
+        method_config(self.method, self.method_settings)  # unknown method or setting: InvalidInput
+        if self.method != "nirvana" and self.gammas:
+            raise InvalidInput(
+                f"gamma is NIRVANA's attention / MLP split; method {self.method!r} allocates its own way, so it "
+                "sweeps sparsity only: drop the gamma values."
+            )
 
 
 def sweep_points(settings: SweepSettings) -> list[tuple[str, Allocation]]:
@@ -69,6 +85,7 @@ def run_sweep(lm, scores, settings: SweepSettings, progress=None) -> list[dict]:
         anchor = anchor_batch(lm.tokenizer, AnchorSpec(samples=settings.anchor_samples, seq_len=settings.anchor_len))
         reference = DenseReference(lm.model, anchor.input_ids)
     rows, measured = [], {}  # plan signature -> (quality, decode speed): identical plans are measured once
+    config = method_config(settings.method, settings.method_settings)
     for i, (axis, allocation) in enumerate(points):
         step = sub_progress(progress, i / len(points), (i + 1) / len(points), f"point {i + 1}/{len(points)}: ")
 
@@ -78,6 +95,10 @@ def run_sweep(lm, scores, settings: SweepSettings, progress=None) -> list[dict]:
 
         if axis == "dense":
             plan, (quality, decode) = None, measure(lm.model)
+        elif settings.method != "nirvana":
+            plan, (quality, decode) = method_prune_and_measure(
+                lm.model, scores, measure, allocation.sparsity, settings.method, config, shape=shape
+            )
         else:
             plan, (quality, decode) = prune_and_measure(
                 lm.model, scores, measure, allocation, shape=shape, memo=measured
@@ -85,8 +106,9 @@ def run_sweep(lm, scores, settings: SweepSettings, progress=None) -> list[dict]:
         rows.append(
             {
                 "axis": axis,
+                "method": settings.method,
                 "sparsity": allocation.sparsity,
-                "gamma": allocation.gamma,
+                "gamma": allocation.gamma if settings.method == "nirvana" else None,
                 "achieved_block_sparsity": 0.0 if plan is None else plan.stats["achieved_block_sparsity"],
                 "params": shape.total_params if plan is None else plan.stats["params_after"],
                 "quality": quality,

@@ -6,6 +6,7 @@ from nirvana.methods.base import Method
 from nirvana.methods.flap.allocation import allocate_flap
 from nirvana.methods.flap.compensation import flap_biases
 from nirvana.methods.flap.config import FLAPConfig
+from nirvana.methods.flap.memory import flap_memory
 from nirvana.methods.flap.scoring import flap_scores
 
 
@@ -23,6 +24,7 @@ METHOD = Method(
     check=check,
     needs_data=True,
     uses_gradients=False,
+    memory=flap_memory,
     color="#8c564b",
     description="forward only: variance of each o_proj / down_proj input channel x its squared column norm, "
     "standardized per layer, one ranking of heads and neurons; removed channels' mean output becomes a bias",

@@ -6,6 +6,7 @@ from nirvana.methods.base import Method
 from nirvana.methods.llm_pruner.allocation import allocate_llm_pruner, solve_ratio
 from nirvana.methods.llm_pruner.config import LLMPrunerConfig
 from nirvana.methods.llm_pruner.importance import taylor_scores
+from nirvana.methods.llm_pruner.memory import llm_pruner_memory
 
 
 def check(model, shape, sparsity: float, config: LLMPrunerConfig) -> None:
@@ -23,6 +24,7 @@ METHOD = Method(
     check=check,
     needs_data=True,
     uses_gradients=True,
+    memory=llm_pruner_memory,
     color="#ff7f0e",
     description="Taylor importance of the LM loss per coupled group; the same ratio in every layer of a range "
     "(first and last layers untouched), where NIRVANA ranks all layers together",
