@@ -201,7 +201,6 @@ def _method_table(plan, others: list, shape: ModelShape) -> None:
             for name, p in rows
         ],
         hide_index=True,
-        key="alloc_methods_table",
     )
 
 

@@ -222,3 +222,56 @@ def test_the_sweep_draws_one_series_per_chosen_method(at, tiny6):
     no_errors(at)
     assert at.title[0].value == "5 · Prune & compare" and at.selectbox(key="prune_method").value == "flap"
     assert at.slider(key="method_sparsity").value == 0.25
+
+
+def test_evidence_shows_the_committed_baselines_table_and_what_is_missing(at):
+    import nirvana.bench.baselines as bench
+    from nirvana.bench.baselines_report import ablations, variants
+    from nirvana.bench.rows import read_rows
+
+    at.switch_page("pages/evidence.py").run()
+    no_errors(at)
+    path = bench.DEFAULT_OUT / "baselines-smollm2-135m.csv"
+    rows = read_rows(path)
+    assert rows, "benchmarks/baselines/baselines-smollm2-135m.csv is committed"
+    table = next(d.value for d in at.dataframe if "Avg 7 (%)" in d.value.columns)
+    measured = variants(rows)
+    names = table["model"].tolist()
+    assert set(names) == {v["variant"] for v in measured} | {v["variant"] for v in ablations("smollm2-135m")}
+    assert names[0] == "dense"
+    for v in measured:
+        line = table[table["model"] == v["variant"]].iloc[0]
+        if v.get("ppl_wikitext2") is not None:
+            assert line["WikiText-2 ppl"] == round(v["ppl_wikitext2"], 2)
+        if "average" in v:
+            assert line["Avg 7 (%)"] == round(100 * v["average"], 1)
+    flap = next(r for r in rows if r["variant"] == "flap s=0.2" and r["measure"] == "ppl")  # a known row, read raw
+    assert table[table["model"] == "flap s=0.2"]["WikiText-2 ppl"].iloc[0] == round(float(flap["ppl_wikitext2"]), 2)
+    assert any("bench baselines" in c.value and "same calibration batch" in c.value for c in at.caption)
+    captions = [c for image in at.get("image") for c in image.captions]
+    assert any(c.startswith("baselines-smollm2-135m.png") for c in captions), captions  # the committed PNG
+
+
+def test_evidence_says_which_rows_of_a_partial_baselines_grid_are_missing(at, monkeypatch, tmp_path):
+    import csv
+
+    import nirvana.bench.baselines as bench
+    from nirvana.bench.rows import read_rows
+
+    rows = read_rows(bench.DEFAULT_OUT / "baselines-smollm2-135m.csv")
+    kept = [r for r in rows if r["measure"] == "ppl" and r["variant"] in ("dense", "flap s=0.2")]
+    with open(tmp_path / "baselines-smollm2-135m.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=bench.COLUMNS)
+        writer.writeheader()
+        writer.writerows(kept)
+    monkeypatch.setattr(bench, "DEFAULT_OUT", tmp_path)
+    at.switch_page("pages/evidence.py").run()
+    no_errors(at)
+    table = next(d.value for d in at.dataframe if "Avg 7 (%)" in d.value.columns)
+    assert {"dense", "flap s=0.2"} <= set(table["model"]) and table["Avg 7 (%)"].iloc[0] != table["Avg 7 (%)"].iloc[0]
+    warning = next(w.value for w in at.warning if "Partial grid" in w.value)
+    config = bench.BaselinesConfig(best_gamma=bench.best_gammas("smollm2-135m", bench.SPARSITIES))
+    assert f"2 of the {len(bench.plan_jobs(config))} rows" in warning
+    assert "dense: the 7 zero-shot tasks, LAMBADA;" in warning
+    assert "flap s=0.2: the 7 zero-shot tasks, LAMBADA;" in warning
+    assert "llm-pruner s=0.5: perplexity + speed, the 7 zero-shot tasks, LAMBADA" in warning
