@@ -275,3 +275,30 @@ def test_evidence_says_which_rows_of_a_partial_baselines_grid_are_missing(at, mo
     assert "dense: the 7 zero-shot tasks, LAMBADA;" in warning
     assert "flap s=0.2: the 7 zero-shot tasks, LAMBADA;" in warning
     assert "llm-pruner s=0.5: perplexity + speed, the 7 zero-shot tasks, LAMBADA" in warning
+
+
+def test_flap_on_a_model_whose_o_proj_has_a_bias_says_so(monkeypatch, tmp_path, smollm2, request):
+    """A Llama with attention_bias (o_proj has a bias): FLAP's compensation has nowhere to go."""
+    import streamlit as st
+    from streamlit.testing.v1 import AppTest
+
+    from tests.tiny import tiny_model
+
+    tiny_model("llama", vocab_size=len(smollm2.tokenizer), attention_bias=True).save_pretrained(tmp_path / "biased")
+    smollm2.tokenizer.save_pretrained(tmp_path / "biased")
+    monkeypatch.setenv("NIRVANA_APP_MODEL", str(tmp_path / "biased"))
+    monkeypatch.setenv("NIRVANA_DATA_DIR", str(request.getfixturevalue("small_data_dir")))
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
+    at.switch_page("pages/prune.py").run()
+    at.selectbox(key="prune_method").set_value("flap").run()
+    at.button(key="prune_with_method").click().run()
+    assert not at.exception
+    assert any("o_proj already has a bias" in e.value and '{"bias": false}' in e.value for e in at.error)
+    at.text_input(key="method_settings_flap").set_value('{"bias": false}').run()  # the way out the message names
+    at.button(key="prune_with_method").click().run()
+    no_errors(at)
+    assert at.session_state["pruned"]["report"]["added_bias_params"] == 0
+    st.cache_data.clear()
+    st.cache_resource.clear()
