@@ -89,7 +89,8 @@ def _apply(lm, plan) -> None:
     label = "Apply the plan again" if current else "Apply the plan (slice a copy)"
     if row[0].button(label, type="primary" if not current else "secondary", key="apply_plan"):
         with guard("applying the plan") as g, st.spinner("Slicing a copy of the model…"):
-            result = prune(lm, plan=plan)  # slices a copy: the cached dense model stays as it is
+            # slices a copy: the cached dense model stays as it is; a FLAP plan (a past run's) needs its scores
+            result = prune(lm, plan=plan, scores=methods.plan_scores(plan))
         if not g.failed:
             _store(lm, result)
     pruned = state.get("pruned")
@@ -475,6 +476,8 @@ def main() -> None:
         if lm is None:
             return
         s = plan.settings
+        if s.method != methods.NIRVANA:  # reopened from a past run (Runs page)
+            st.info(f"The session's plan was made by {methods.label(s.method)} (a past run); it is applied as it is.")
         st.markdown(
             f"Plan: sparsity **{s.sparsity:.2f}**, γ **{s.gamma:.2f}**, align {s.align}, criterion "
             f"`{s.criterion}` → **{plan.stats['achieved_block_sparsity']:.1%}** of block weights removed "

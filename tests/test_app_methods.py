@@ -302,3 +302,27 @@ def test_flap_on_a_model_whose_o_proj_has_a_bias_says_so(monkeypatch, tmp_path, 
     assert at.session_state["pruned"]["report"]["added_bias_params"] == 0
     st.cache_data.clear()
     st.cache_resource.clear()
+
+
+def test_a_flap_run_reopened_in_a_new_session_applies_with_its_biases(at):
+    from streamlit.testing.v1 import AppTest
+
+    from nirvana.models.architectures import layer_projections
+
+    at.switch_page("pages/prune.py").run()
+    at.selectbox(key="prune_method").set_value("flap").run()
+    at.button(key="prune_with_method").click().run()
+    no_errors(at)
+    made = at.session_state["pruned"]["plan"]
+    fresh = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)  # as after a restart
+    fresh.run()
+    fresh.switch_page("pages/runs.py").run()
+    fresh.button(key="load_run_plan").click().run()
+    no_errors(fresh)
+    fresh.switch_page("pages/prune.py").run()
+    assert any("made by FLAP" in i.value for i in fresh.info)
+    fresh.button(key="apply_plan").click().run()
+    no_errors(fresh)
+    pruned = fresh.session_state["pruned"]
+    assert pruned["plan"].layers == made.layers
+    assert all(p.o_proj.bias is not None for p in layer_projections(pruned["model"]))  # the scores came from disk

@@ -24,6 +24,7 @@ from nirvana.methods.run import check_method, method_plan
 from nirvana.models.shapes import ModelShape
 from nirvana.pipeline import PruneSettings, score
 from nirvana.progress import sub_progress
+from nirvana.scoring.scores import Scores, score_cache_path
 from nirvana.store.keys import content_key
 from ui import resources, state
 from ui.errors import guard
@@ -172,6 +173,18 @@ def score_methods(lm, chosen: dict[str, dict], title: str) -> dict[str, tuple[st
             if not g.failed:
                 out[name] = result
     return out
+
+
+def plan_scores(plan):
+    """The scores a baseline plan was made from, when its compensation needs them (FLAP's biases) and the
+    library's disk cache still holds them (a plan reopened from a past run); else None."""
+    name = plan.settings.method
+    if name not in METHODS or METHODS[name].compensate is None:
+        return None
+    config = method_config(name, plan.settings.method_settings)
+    calibration_hash = (plan.settings.calibration or {}).get("hash")
+    path = score_cache_path(plan.fingerprint, name, calibration_hash, config.score_key())
+    return Scores.load(path) if path.with_suffix(".json").exists() else None
 
 
 @st.cache_data(max_entries=512, show_spinner=False)
