@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 from dataclasses import replace
 
 from nirvana.bench.base import run
@@ -25,6 +26,7 @@ def tiny_config(model_dir, tmp_path, steps: int) -> RecoveryBenchConfig:
         seq_len=16,
         threads=1,
         acc_limit=0,
+        bpb_limit=0,
         out_dir=tmp_path / "bench",
         recovery=dict(batch_size=2, micro_batch_size=1, seq_len=16, r=4, eval_every=1, eval_sequences=2),
     )
@@ -56,28 +58,33 @@ def test_rows_curves_report_and_resume(tiny_with_tokenizer_dir, tmp_path):
 def test_a_row_without_acc7_is_remeasured_in_place_when_accuracy_is_asked_for(tiny_with_tokenizer_dir, tmp_path):
     config = tiny_config(tiny_with_tokenizer_dir, tmp_path, steps=1)
     first = run(RECOVERY, config, lambda m: None)
-    # The CSV as an older version wrote it: without the stderr and acc_limit columns.
-    old = [c for c in COLUMNS if not c.endswith("_stderr") and c != "acc_limit"]
+    # The CSV as an older version wrote it: without the stderr, acc_limit and gold-BPB columns.
+    new = {"acc_limit", "bpb_limit", "mbpp_bpb_before", "mbpp_bpb_after"}
+    old = [c for c in COLUMNS if not c.endswith("_stderr") and c not in new]
     with open(config.csv_path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=old, extrasaction="ignore")
         w.writeheader()
         w.writerows(first)
 
-    with_acc = replace(config, jobs=config.jobs[:1], acc_limit=2)
+    with_acc = replace(config, jobs=config.jobs[:1], acc_limit=2, bpb_limit=2)
     logs = []
     rows = run(RECOVERY, with_acc, logs.append)
     assert "1 to run" in logs[0]
     with open(config.csv_path, newline="") as f:
         assert next(csv.reader(f)) == list(COLUMNS)
-    untouched = {**first[1], "acc7_before_stderr": "", "acc7_after_stderr": "", "acc_limit": ""}
+    untouched = {**first[1], **{c: "" for c in COLUMNS if c.endswith("_stderr") or c in new}}
     assert len(rows) == 2 and rows[1] == untouched
     redone = rows[0]
     assert redone["acc_limit"] == "2" and 0 <= float(redone["acc7_before"]) <= 100
     assert float(redone["acc7_after_stderr"]) > 0
+    assert redone["bpb_limit"] == "2" and float(redone["mbpp_bpb_before"]) > 0 and float(redone["mbpp_bpb_after"]) > 0
+    curve = json.loads((tmp_path / "bench" / "curves" / "magnitude-global-0.5-s1.json").read_text())
+    assert [len(v) for v in curve["mbpp_bpb_per_problem"].values()] == [2, 2]  # before, after: one per problem
     # Seeded: the re-measured row reproduces its perplexities.
     for column in ("ppl_wikitext2_before", "ppl_wikitext2_after", "ppl_ptb_before", "tokens_trained"):
         assert float(redone[column]) == float(first[0][column]), column
-    assert " +- " in write_report(rows, with_acc).read_text()
+    report = write_report(rows, with_acc).read_text()
+    assert " +- " in report and "- magnitude global 0.5: after − before " in report
     logs.clear()
     run(RECOVERY, with_acc, logs.append)
     assert "0 to run" in logs[0]

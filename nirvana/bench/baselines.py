@@ -15,12 +15,19 @@ One CSV row per model x measure (`benchmarks/baselines/baselines-<model>.csv`, r
 - `ppl`: WikiText-2 and PTB perplexity on the first `tokens` tokens (512-token windows), measured
   prefill/decode speed and peak memory (batch 1), parameters, target and achieved sparsity, added
   bias parameters and the pruning time (scoring, allocation, slicing);
-- one row per zero-shot task (the seven, first `limit` examples), LAMBADA (acc and perplexity), and
-  MBPP pass@1 (only with `--allow-code-execution`, in the sandbox).
+- one row per zero-shot task (the seven, first `limit` examples), LAMBADA (acc and perplexity),
+  gold bits per byte of MBPP (`mbpp_bpb`, the first `bpb_limit` problems; GSM8K's with
+  `--gsm8k-bpb-limit`), each problem's value in `bpb-<model>.json` beside the CSV so the report pairs
+  differences by problem, and MBPP pass@1 (only with `--allow-code-execution`, in the sandbox).
+Then, at 20% (`lora_sparsities`), each method once more after the recovery module's default LoRA
+budget (`RecoveryConfig()`: 16 steps of 16 x 128 tokens, r 8, seed 0) on the same offline
+training windows (`--lora-data`, the calibration pool by default, as `bench recovery` uses):
+variant "<name> + LoRA", perplexity, the seven tasks and gold BPB, nothing else changed.
 Every row carries the parameter counts and pruning facts of its model.
 Order (so a run cut short is still useful): the `ppl` rows at the first sparsity (dense first),
 then the zero-shot tasks there method by method (each method's 7-task average as early as
-possible), then LAMBADA there; then the same at the next sparsity; MBPP last.
+possible), then LAMBADA there, then gold BPB there, then the LoRA rows there; then the same at the
+next sparsity; MBPP last.
 The markdown table (methods as rows, metrics as columns, +- standard errors) and the PNG are
 rebuilt after every row (`nirvana.bench.baselines_report`).
 """
@@ -31,15 +38,15 @@ import datetime as dt
 import json
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 
 import torch
 
 from nirvana.accuracy.harness import run_accuracy
-from nirvana.accuracy.tasks import ZEROSHOT7
-from nirvana.bench.accuracy import kl_best_gammas
+from nirvana.accuracy.tasks import TASKS, ZEROSHOT7
+from nirvana.bench.accuracy import kl_best_gammas, per_problem_text
 from nirvana.bench.base import Benchmark, Measured
 from nirvana.bench.baselines_report import MATCH_TOLERANCE, matched, write_report
 from nirvana.bench.environment import machine_label
@@ -50,6 +57,9 @@ from nirvana.errors import InvalidInput, NirvanaError
 from nirvana.measure.speed import measure_speed
 from nirvana.models.shapes import count_block_parameters, count_parameters
 from nirvana.pipeline import PruneSettings, prune
+from nirvana.recovery.config import RecoveryConfig
+from nirvana.recovery.data import load_documents
+from nirvana.recovery.run import run_recovery
 from nirvana.store.paths import benchmarks_dir
 
 DEFAULT_OUT = benchmarks_dir("baselines")
@@ -78,6 +88,8 @@ COLUMNS = (
     "perplexity",
     "pass_at_1",
     "pass_at_1_stderr",
+    "bpb",
+    "bpb_stderr",
     "n",
     "prefill_tokens_per_s",
     "decode_tokens_per_s",
@@ -94,6 +106,8 @@ COLUMNS = (
     "achieved_block_param_sparsity",
     "added_bias_params",
     "prune_seconds",
+    "lora",
+    "lora_seconds",
     "score_seconds",
     "score_cached",
     "seconds",
@@ -113,14 +127,17 @@ class Variant:
     gamma: float | None = None
     gamma_label: str = ""
     settings: str = ""  # the method's settings as JSON ("" = its defaults): a string keeps the job hashable
+    lora: bool = False  # recovered with the default LoRA budget after pruning
 
     @property
     def name(self) -> str:
         if self.method == "dense":
             return "dense"
         if self.method == "nirvana":
-            return f"nirvana s={self.sparsity:g} {self.gamma_label or 'gamma*'}"
-        return f"{self.method} s={self.sparsity:g}"
+            name = f"nirvana s={self.sparsity:g} {self.gamma_label or 'gamma*'}"
+        else:
+            name = f"{self.method} s={self.sparsity:g}"
+        return f"{name} + LoRA" if self.lora else name
 
     def prune_settings(self, samples: int, seq_len: int, use_cache: bool) -> PruneSettings:
         settings = json.loads(self.settings) if self.settings else None
@@ -154,11 +171,16 @@ class BaselinesConfig:
     limit: int = 200  # examples per zero-shot task
     lambada_limit: int = 200
     mbpp_limit: int = 10
+    bpb_limit: int = 500  # mbpp_bpb problems (0: skip)
+    gsm8k_bpb_limit: int = 0  # gsm8k_bpb problems (0: skip)
     batch_size: int = 8
+    bpb_batch_size: int = 1  # one problem per forward after the shared few-shot prefix: no padding
     allow_code_execution: bool = False
     samples: int = 32  # calibration N x T, the same batch for every method
     seq_len: int = 128
     use_score_cache: bool = False  # off: every prune is scored afresh, so the pruning time is measured
+    lora_sparsities: tuple[float, ...] = (0.2,)  # each method again after the default LoRA budget (empty: none)
+    lora_data: str = "calibration"  # recovery training documents (`recover --data`)
     speed_prompt_len: int = 128
     speed_new_tokens: int = 32
     speed_repeats: int = 3
@@ -171,6 +193,14 @@ class BaselinesConfig:
     @property
     def csv_path(self) -> Path:
         return Path(self.out_dir) / f"baselines-{self.model.replace('/', '_')}.csv"
+
+    @property
+    def per_problem_path(self) -> Path:
+        return Path(self.out_dir) / f"bpb-{self.model.replace('/', '_')}.json"
+
+    @property
+    def gold_tasks(self) -> list[tuple[str, int]]:
+        return [(t, n) for t, n in (("mbpp_bpb", self.bpb_limit), ("gsm8k_bpb", self.gsm8k_bpb_limit)) if n]
 
 
 def variants_for(sparsity: float, config: BaselinesConfig) -> list[Variant]:
@@ -201,6 +231,13 @@ def plan_jobs(config: BaselinesConfig) -> list[BaselineJob]:
         jobs += [job(v, t, config.limit) for v in tasks_order for t in ZEROSHOT7]
         if config.lambada_limit:
             jobs += [job(v, "lambada_openai", config.lambada_limit) for v in block]
+        jobs += [job(v, task, n) for task, n in config.gold_tasks for v in block]
+        if s in config.lora_sparsities:
+            recovered = [replace(v, lora=True) for v in pruned]
+            everyone += recovered
+            jobs += [job(v, "ppl", config.tokens) for v in recovered]
+            jobs += [job(v, t, config.limit) for v in recovered for t in ZEROSHOT7]
+            jobs += [job(v, task, n) for task, n in config.gold_tasks for v in recovered]
     if config.mbpp_limit and config.allow_code_execution:
         jobs += [job(v, "mbpp", config.mbpp_limit) for v in everyone]
     return jobs
@@ -246,6 +283,7 @@ class BaselinesWorker:
         self._texts: dict[str, object] = {}
         self.machine = machine_label()
         self._current: tuple[Variant, object, dict] | None = None
+        self._documents = None  # recovery training documents, loaded on the first LoRA row
 
     def texts(self, name: str):
         if name not in self._texts:
@@ -289,8 +327,26 @@ class BaselinesWorker:
             score_cached=c.use_score_cache,
         )
         self.log(f"{variant.name}: pruned in {seconds:.0f} s, achieved {facts['achieved_block_sparsity']}")
-        self._current = (variant, result.model, facts)
-        return result.model, facts
+        model = result.model
+        if variant.lora:
+            model, facts = self.recovered(model, facts)
+        self._current = (variant, model, facts)
+        return model, facts
+
+    def recovered(self, pruned, facts: dict):
+        """`pruned` after the recovery module's default LoRA budget, merged; the facts gain what it cost."""
+        rc = RecoveryConfig()
+        if self._documents is None:
+            self._documents = load_documents(self.config.lora_data)
+        t = time.perf_counter()
+        result = run_recovery(pruned, self.lm.tokenizer, rc, self._documents, inplace=True)
+        if not result.complete:
+            raise NirvanaError(f"LoRA recovery did not finish ({result.message}); the row is not written.")
+        s = result.summary()
+        self.log(f"  LoRA: {s['tokens_trained']} tokens in {s['train_seconds']:.0f} s")
+        budget = f"{rc.total_steps} steps x {rc.batch_size}x{rc.seq_len}"
+        lora = f"r{rc.r} a{rc.alpha:g} lr{rc.lr:g} {budget} ({self.config.lora_data})"
+        return result.model, {**facts, "lora": lora, "lora_seconds": round(time.perf_counter() - t, 1)}
 
     def run(self, job: BaselineJob) -> Measured:
         model, facts = self.model(job.variant)
@@ -311,9 +367,14 @@ class BaselinesWorker:
             "finished_utc": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S"),
             "machine": self.machine,
         }
-        shown = {k: row.get(k) for k in ("ppl_wikitext2", "ppl_ptb", "acc", "perplexity", "pass_at_1")}
+        files = {}
+        if "bpb_per_example" in measured:  # each problem's value, beside the CSV, for differences paired by problem
+            path = self.config.per_problem_path
+            values = row.pop("bpb_per_example")
+            files[path.name] = per_problem_text(path, job.variant.name, job.measure, job.limit, values)
+        shown = {k: row.get(k) for k in ("ppl_wikitext2", "ppl_ptb", "acc", "perplexity", "pass_at_1", "bpb")}
         text = ", ".join(f"{k} {v}" for k, v in shown.items() if v not in (None, ""))
-        return Measured(row, f"{job.variant.name} {job.measure}: {text} ({row['seconds']} s)")
+        return Measured(row, f"{job.variant.name} {job.measure}: {text} ({row['seconds']} s)", files)
 
     def perplexity_and_speed(self, model) -> dict:
         c, tok = self.config, self.lm.tokenizer
@@ -342,26 +403,32 @@ class BaselinesWorker:
 
     def task(self, model, job: BaselineJob) -> dict:
         c = self.config
+        gold = TASKS[job.measure].kind == "bpb"
         result = run_accuracy(
             model,
             self.lm.tokenizer,
             [job.measure],
             limit=job.limit,
-            batch_size=c.batch_size,
+            batch_size=c.bpb_batch_size if gold else c.batch_size,
             source="local",
             allow_code_execution=c.allow_code_execution,
         )
         r = result["tasks"][job.measure]
         metric = r.get("paper_metric") or "acc"
-        return {
+        out = {
             "paper_metric": r.get("paper_metric") or "",
-            "acc": r.get(metric) if job.measure != "mbpp" else None,
-            "acc_stderr": r.get(f"{metric}_stderr") if job.measure != "mbpp" else None,
+            "acc": r.get(metric),
+            "acc_stderr": r.get(f"{metric}_stderr"),
             "perplexity": r.get("perplexity"),
             "pass_at_1": r.get("pass@1"),
             "pass_at_1_stderr": r.get("pass@1_stderr"),
+            "bpb": r.get("bpb"),
+            "bpb_stderr": r.get("bpb_stderr"),
             "n": r.get("n"),
         }
+        if gold:
+            out["bpb_per_example"] = r["bpb_per_example"]
+        return out
 
 
 def best_gammas(model: str, sparsities) -> dict[float, float]:

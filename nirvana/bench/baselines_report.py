@@ -2,7 +2,8 @@
 
 Laid out like the paper's table: one line per method and sparsity, the metrics as columns
 (perplexities, LAMBADA, the seven zero-shot tasks and their average with +- one standard error,
-MBPP), then a second table of parameters, speed, memory and pruning time. A pruned row whose
+MBPP pass@1 and gold bits per byte), then the gold-BPB differences paired by problem (NIRVANA
+against each baseline), then a second table of parameters, speed, memory and pruning time. A pruned row whose
 achieved block-parameter sparsity is more than 1% of the block parameters from its target is
 flagged "not matched". The loss-Taylor and Wanda-style ablations (NIRVANA's global allocation with
 another criterion) are read from the committed quality and accuracy grids, labelled as such.
@@ -15,7 +16,8 @@ import math
 from pathlib import Path
 
 from nirvana.accuracy.tasks import ZEROSHOT7
-from nirvana.bench.accuracy_report import SHORT, _f, _pm, summarize
+from nirvana.bench.accuracy import read_per_problem
+from nirvana.bench.accuracy_report import BPB_SHORT, BPB_TASKS, SHORT, _diff, _f, _paired, _pm, summarize
 from nirvana.bench.rows import read_rows
 from nirvana.store.atomic import atomic_write_text
 from nirvana.store.paths import benchmarks_dir
@@ -82,6 +84,8 @@ def variants(rows: list[dict]) -> list[dict]:
             v["lambada"] = (_f(r["acc"]), _f(r["acc_stderr"]), _f(r["perplexity"]))
         elif measure == "mbpp":
             v["mbpp"] = (_f(r["pass_at_1"]), _f(r["pass_at_1_stderr"]))
+        elif measure in BPB_TASKS:
+            v.setdefault("bpb", {})[measure] = (_f(r.get("bpb")), _f(r.get("bpb_stderr")), int(float(r["n"] or 0)))
     for v in by.values():
         _average(v)
     return list(by.values())
@@ -127,6 +131,8 @@ def ablations(
                 for k in ("average", "average_se", "mbpp"):
                     if k in a:
                         v[k] = a[k]
+                if "bpb" in a:
+                    v["bpb"] = {t: x[:3] for t, x in a["bpb"].items()}
                 if "lambada" in a:
                     acc, se, ppl, _ = a["lambada"]
                     v["lambada"] = (acc, se, ppl)
@@ -150,11 +156,60 @@ def _settings(v: dict, config) -> str:
     return f" `{json.dumps(given, sort_keys=True)}`" if given else ""
 
 
+def _bpb(x) -> str:
+    return "-" if not x or x[0] is None else f"{x[0]:.3f} ± {x[1] or 0:.3f}"
+
+
+def per_problem(config) -> dict:
+    """Each problem's gold BPB per variant: this bench's file, plus the ablations' from the accuracy grid."""
+    name = config.model.replace("/", "_")
+    out = read_per_problem(Path(config.per_problem_path))
+    grid = read_per_problem(ACCURACY_DIR / f"bpb-{name}.json")
+    for criterion, _ in ABLATIONS:
+        for s in config.sparsities:
+            key = f"{criterion} s={s:g} gamma*"
+            if key in grid:
+                out[f"{key} (ablation)"] = grid[key]
+    return out
+
+
+def paired_bpb(measured: list[dict], extra: list[dict], config) -> list[str]:
+    """NIRVANA (gamma*) minus every other pruned model at its sparsity, and each minus dense, paired by problem."""
+    per = per_problem(config)
+    entries = [v for v in [*measured, *extra] if v.get("bpb")]
+    tasks = [t for t in BPB_TASKS if any(t in v["bpb"] for v in entries)]
+    if not tasks:
+        return []
+    lines = [
+        "",
+        "## Gold bits per byte, paired by problem",
+        "",
+        "Differences of gold-answer bits per byte over the same problems (mean ± standard error of the "
+        "per-problem differences; 'resolved' = more than two standard errors). Negative in the NIRVANA column: "
+        "NIRVANA keeps the reference answer more likely than that model.",
+        "",
+        "| model | task | − dense | NIRVANA gamma* − model |",
+        "|---|---|---:|---:|",
+    ]
+    for v in entries:
+        if v.get("method") == "dense":
+            continue
+        s = _f(v.get("sparsity"))
+        ours = f"nirvana s={s:g} gamma*"
+        for t in tasks:
+            if t not in v["bpb"]:
+                continue
+            vs = "" if v["variant"] == ours else _diff(_paired(per, ours, v["variant"], t))
+            dense = _diff(_paired(per, v["variant"], "dense", t))
+            lines.append(f"| {v['variant']} | {BPB_SHORT[t]} | {dense} | {vs} |")
+    return lines
+
+
 def markdown(rows: list[dict], config, extra: list[dict] | None = None) -> str:
     measured = variants(rows)
     extra = ablations(config.model, config.sparsities) if extra is None else extra
     header = ["model", "s", "WikiText-2", "PTB", "LAMBADA acc", "LAMBADA ppl"]
-    header += [SHORT[t] for t in ZEROSHOT7] + ["Avg (7)", "MBPP pass@1"]
+    header += [SHORT[t] for t in ZEROSHOT7] + ["Avg (7)", "MBPP pass@1", "MBPP bits/byte"]
     lines = [
         f"# Baselines benchmark: {config.model}",
         "",
@@ -164,7 +219,9 @@ def markdown(rows: list[dict], config, extra: list[dict] | None = None) -> str:
         f"{config.tokens:,} tokens ({config.window}-token windows); zero-shot: the first {config.limit} examples of "
         "each task, the paper's metric, in %, ± one standard error (the average's error is sqrt(sum se²)/7); "
         "LAMBADA (OpenAI) acc and perplexity on the first "
-        f"{config.lambada_limit}; MBPP pass@1 only with --allow-code-execution. '-' = not measured yet.",
+        f"{config.lambada_limit}; MBPP pass@1 only with --allow-code-execution; MBPP bits/byte: gold-answer "
+        f"bits per byte under OLMES's 3-shot prompt (lower is better), the first {config.bpb_limit} problems. "
+        "'-' = not measured yet.",
         "Ablation rows (another criterion under NIRVANA's global allocation) are read from the committed quality "
         "and accuracy grids, not re-run: their calibration draw differs (32 x 128 away from the KL anchor), so "
         "they compare the criteria, not the calibration.",
@@ -186,8 +243,10 @@ def markdown(rows: list[dict], config, extra: list[dict] | None = None) -> str:
             *[_pm(*t[k][:2]) if k in t else "-" for k in ZEROSHOT7],
             _pm(v["average"], v.get("average_se")) if "average" in v else "-",
             _pm(mbpp[0], mbpp[1]) if mbpp else "-",
+            _bpb(v.get("bpb", {}).get("mbpp_bpb")),
         ]
         lines.append("| " + " | ".join(cells) + " |")
+    lines += paired_bpb(measured, extra, config)
     lines += [
         "",
         "## Parameters, speed, memory, pruning time",
@@ -288,6 +347,61 @@ def plot(rows: list[dict], config, path: Path, extra: list[dict] | None = None) 
     return path
 
 
+def _versus(a: dict, b: dict, per: dict) -> list[str]:
+    """What separates NIRVANA entry `a` from baseline `b`, from the measured values only."""
+    out = []
+    pa, pb = _f(a.get("ppl_wikitext2")), _f(b.get("ppl_wikitext2"))
+    if pa is not None and pb is not None:
+        out.append(f"WikiText-2 perplexity {pa:.2f} vs {pb:.2f} ({'NIRVANA' if pa < pb else 'baseline'} lower)")
+    if "average" in a and "average" in b and a.get("average_se") and b.get("average_se"):
+        d, se = a["average"] - b["average"], math.hypot(a["average_se"], b["average_se"])
+        word = "resolved" if abs(d) > 2 * se else "within 2 se: not resolved"
+        out.append(f"7-task average {100 * d:+.1f} ± {100 * se:.1f} points ({word})")
+    p = _paired(per, a["variant"], b["variant"], "mbpp_bpb")
+    if p is not None:
+        out.append(f"MBPP bits/byte {_diff(p)} (paired)")
+    return out
+
+
+def readme_summary(rows: list[dict], config, pending_rows: int | None = None, extra: list[dict] | None = None) -> str:
+    """The README's answer to "does NIRVANA beat LLM-Pruner and FLAP?", generated from the CSV (no figure typed)."""
+    measured = variants(rows)
+    extra = ablations(config.model, config.sparsities) if extra is None else extra
+    per = per_problem(config)
+    lines = [
+        "| model | WikiText-2 | PTB | 7-task avg (%) | LAMBADA acc (%) | MBPP bits/byte | params | matched |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for v in by_sparsity([*measured, *extra]):
+        lam, m = v.get("lambada"), v.get("matched")
+        cells = [
+            v["variant"],
+            _num(v.get("ppl_wikitext2")),
+            _num(v.get("ppl_ptb")),
+            _pm(v["average"], v.get("average_se")) if "average" in v else "-",
+            _pm(lam[0], lam[1]) if lam else "-",
+            _bpb(v.get("bpb", {}).get("mbpp_bpb")),
+            f"{int(float(v['params_after'])) / 1e6:.1f} M" if v.get("params_after") else "-",
+            "" if m is None else ("yes" if m else "**no**"),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    for sparsity in config.sparsities:
+        for lora in ("", " + LoRA"):
+            ours = next((v for v in measured if v["variant"] == f"nirvana s={sparsity:g} gamma*{lora}"), None)
+            if ours is None:
+                continue
+            for b in measured:
+                same = _f(b.get("sparsity")) == sparsity and b["variant"].endswith(" + LoRA") == bool(lora)
+                if b.get("method") in ("llm-pruner", "flap") and same:
+                    facts = _versus(ours, b, per)
+                    if facts:
+                        lines.append(f"- {sparsity:.0%}, {ours['variant']} − {b['variant']}: " + "; ".join(facts) + ".")
+    if pending_rows:
+        lines += ["", f"{pending_rows} rows of the grid are not measured yet ('-' above); the verdict is partial."]
+    return "\n".join(lines) + "\n"
+
+
 def write_report(rows: list[dict], config) -> tuple[Path, str]:
     """Write `baselines-<model>.md` and `.png` beside the CSV; return (markdown path, markdown text)."""
     csv = Path(config.csv_path)
@@ -299,4 +413,4 @@ def write_report(rows: list[dict], config) -> tuple[Path, str]:
     return md, text
 
 
-__all__ = ["MATCH_TOLERANCE", "ablations", "markdown", "matched", "plot", "variants", "write_report"]
+__all__ = ["MATCH_TOLERANCE", "ablations", "markdown", "matched", "plot", "readme_summary", "variants", "write_report"]

@@ -9,10 +9,13 @@ batch 16 x 128 tokens). Every row holds WikiText-2 test and PTB validation perpl
 `--tokens` tokens, 512-token windows) before and after, the held-out loss before and after, the
 training speed, and the seven-task zero-shot average (`acc7`, percent, the paper's metric per task,
 the first `--acc-limit` examples of each task from the local data through lm-evaluation-harness)
-before and after with its standard error. Loss curves go to `curves/<row>.json`; rows are written
+before and after with its standard error, and MBPP gold bits per byte (`mbpp_bpb`, the first
+`--bpb-limit` problems, OLMES's 3-shot prompt; lower is better) before and after, each problem's
+value in `curves/<row>.json` so the report pairs differences by problem. Loss curves go there too; rows are written
 to the CSV as they finish (`nirvana.bench.base`) and a rerun skips rows already there. A row written without
 `acc7` (or with another `--acc-limit`) is re-measured whole when accuracy is asked for, and
-replaced in place: the run is seeded, so its perplexities come out again as a check. The markdown
+replaced in place: the run is seeded, so its perplexities come out again as a check. The same
+holds for a row without gold BPB (or at another `--bpb-limit`) when BPB is asked for. The markdown
 and the plot are rebuilt from the CSV and curves after every row, or alone with `--report-only`.
 """
 
@@ -27,6 +30,7 @@ from pathlib import Path
 
 import torch
 
+from nirvana.accuracy.gold import paired_difference
 from nirvana.accuracy.harness import run_accuracy
 from nirvana.bench.base import Benchmark, Measured
 from nirvana.bench.environment import machine_label
@@ -76,6 +80,11 @@ COLUMNS = (
     "acc7_before_stderr",
     "acc7_after_stderr",
     "acc_limit",
+    "mbpp_bpb_before",
+    "mbpp_bpb_after",
+    "mbpp_bpb_before_stderr",
+    "mbpp_bpb_after_stderr",
+    "bpb_limit",
     "tokens_trained",
     "tokens_per_s",
     "train_seconds",
@@ -112,6 +121,7 @@ class RecoveryBenchConfig:
     threads: int | None = None
     acc_limit: int = 200  # examples per zero-shot task for acc7 (0: no accuracy)
     acc_batch_size: int = 8
+    bpb_limit: int = 500  # MBPP gold bits-per-byte problems before and after (0: none)
     out_dir: Path = DEFAULT_OUT
     note: str = ""
     recovery: dict = field(default_factory=dict)  # RecoveryConfig overrides
@@ -138,10 +148,12 @@ def row_name(row: dict) -> str:
 
 
 def is_done(row: dict, config: RecoveryBenchConfig) -> bool:
-    """A row needs no rerun: it exists and holds acc7 at this acc_limit (or accuracy is not asked for)."""
-    if not config.acc_limit:
-        return True
-    return bool(row.get("acc7_after")) and str(row.get("acc_limit")) == str(config.acc_limit)
+    """A row needs no rerun: it holds acc7 at this acc_limit and gold BPB at this bpb_limit (each when asked for)."""
+    acc = not config.acc_limit or (bool(row.get("acc7_after")) and str(row.get("acc_limit")) == str(config.acc_limit))
+    bpb = not config.bpb_limit or (
+        bool(row.get("mbpp_bpb_after")) and str(row.get("bpb_limit")) == str(config.bpb_limit)
+    )
+    return acc and bpb
 
 
 class RecoveryBench(Benchmark):
@@ -186,6 +198,15 @@ def acc7(model, tokenizer, config: RecoveryBenchConfig, log, label: str) -> tupl
     return round(100 * avg["value"], 2), se
 
 
+def gold_bpb(model, tokenizer, config: RecoveryBenchConfig, log, label: str) -> dict:
+    """MBPP gold bits per byte on the first bpb_limit problems: {value, stderr, values (per problem)}."""
+    t0 = time.perf_counter()
+    result = run_accuracy(model, tokenizer, "mbpp_bpb", limit=config.bpb_limit, batch_size=1, source="local")
+    r = result["tasks"]["mbpp_bpb"]
+    log(f"  {label}: MBPP bits/byte {r['bpb']:.4f} +- {r['bpb_stderr']:.4f} ({time.perf_counter() - t0:.0f} s)")
+    return {"value": round(r["bpb"], 4), "stderr": round(r["bpb_stderr"], 4), "values": r["bpb_per_example"]}
+
+
 class RecoveryWorker:
     """The dense model, perplexity texts and training windows every row shares."""
 
@@ -225,6 +246,9 @@ class RecoveryWorker:
         )
         if config.acc_limit:
             row["acc7_before"], row["acc7_before_stderr"] = acc7(pruned, lm.tokenizer, config, log, "before")
+        bpb = {}
+        if config.bpb_limit:
+            bpb["before"] = gold_bpb(pruned, lm.tokenizer, config, log, "before")
         result = recover(
             pruned, data, rc, inplace=True, progress=lambda s: log(f"  {criterion} {sparsity}: {s.message}")
         )
@@ -237,6 +261,11 @@ class RecoveryWorker:
         if config.acc_limit:
             row["acc7_after"], row["acc7_after_stderr"] = acc7(result.model, lm.tokenizer, config, log, "after")
             row["acc_limit"] = config.acc_limit
+        if config.bpb_limit:
+            bpb["after"] = gold_bpb(result.model, lm.tokenizer, config, log, "after")
+            for when, b in bpb.items():
+                row[f"mbpp_bpb_{when}"], row[f"mbpp_bpb_{when}_stderr"] = b["value"], b["stderr"]
+            row["bpb_limit"] = config.bpb_limit
         s = result.summary()
         row.update(
             heldout_before=round(s["heldout_before"], 4),
@@ -250,6 +279,8 @@ class RecoveryWorker:
             load_avg="/".join(f"{x:.1f}" for x in os.getloadavg()),
         )
         curve = {"train_loss": s["train_loss"], "heldout_loss": s["heldout_loss"], "data": s["data"]}
+        if bpb:
+            curve["mbpp_bpb_per_problem"] = {when: b["values"] for when, b in bpb.items()}
         message = (
             f"{criterion} {allocation} {sparsity}: wt2 {row['ppl_wikitext2_before']} -> {row['ppl_wikitext2_after']}, "
             f"ptb {row['ppl_ptb_before']} -> {row['ppl_ptb_after']} ({row['seconds']} s)"
@@ -280,17 +311,18 @@ def write_report(rows: list[dict], config: RecoveryBenchConfig) -> Path:
     lines += [
         "",
         "| criterion | allocation | sparsity | WT2 before | WT2 after | PTB before | PTB after | held-out loss | "
-        "tokens | tok/s | acc7 before | acc7 after |",
-        "|---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|",
+        "tokens | tok/s | acc7 before | acc7 after | MBPP bits/byte before | after |",
+        "|---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         lines.append(
             f"| {r['criterion']} | {r['allocation']} | {r['sparsity']} | {r['ppl_wikitext2_before']} | "
             f"{r['ppl_wikitext2_after']} | {r['ppl_ptb_before']} | {r['ppl_ptb_after']} | "
             f"{r['heldout_before']} -> {r['heldout_after']} | {r['tokens_trained']} | {r['tokens_per_s']} | "
-            f"{acc7_text(r, 'acc7_before')} | {acc7_text(r, 'acc7_after')} |"
+            f"{acc7_text(r, 'acc7_before')} | {acc7_text(r, 'acc7_after')} | "
+            f"{acc7_text(r, 'mbpp_bpb_before')} | {acc7_text(r, 'mbpp_bpb_after')} |"
         )
-    lines += ["", *rankings(rows)]
+    lines += ["", *rankings(rows), *bpb_lines(rows, out)]
     if rows:
         lines += ["", f"Machine: {rows[-1]['machine']}. Row time and the load average (1/5/15 min) at its end:", ""]
         lines += [f"- {row_name(r)}: {r['seconds']} s, load {r['load_avg']}" for r in rows]
@@ -300,8 +332,35 @@ def write_report(rows: list[dict], config: RecoveryBenchConfig) -> Path:
     return md
 
 
+def bpb_lines(rows: list[dict], out: Path) -> list[str]:
+    """Gold BPB differences paired by problem: each row after − before, and NIRVANA − Taylor after, per sparsity."""
+    per = {}
+    for r in rows:
+        path = out / "curves" / f"{row_name(r)}.json"
+        if r.get("mbpp_bpb_after") and path.exists():
+            per[(r["criterion"], r["allocation"], float(r["sparsity"]))] = json.loads(path.read_text()).get(
+                "mbpp_bpb_per_problem", {}
+            )
+    if not per:
+        return []
+    lines = ["", "MBPP gold bits per byte, differences paired by problem (mean ± se; negative = lower = better):", ""]
+    for (criterion, allocation, sparsity), v in per.items():
+        if "before" in v and "after" in v:
+            d = paired_difference(v["after"], v["before"])
+            lines.append(
+                f"- {criterion} {allocation} {sparsity:g}: after − before {d['mean']:+.4f} ± {d['stderr']:.4f}"
+            )
+    for sparsity in sorted({k[2] for k in per}):
+        a, b = per.get(("nirvana", "global", sparsity), {}), per.get(("taylor", "global", sparsity), {})
+        for when in ("before", "after"):
+            if when in a and when in b:
+                d = paired_difference(a[when], b[when])
+                lines.append(f"- sparsity {sparsity:g}, NIRVANA − Taylor {when}: {d['mean']:+.4f} ± {d['stderr']:.4f}")
+    return lines
+
+
 def acc7_text(row: dict, column: str) -> str:
-    """`acc7_before` / `acc7_after` of a row as 'value +- stderr' (percent), or '-' when not measured."""
+    """A measured column of a row as 'value +- stderr' (`acc7_*`: percent; `mbpp_bpb_*`: bits/byte), or '-'."""
     if not row.get(column):
         return "-"
     se = row.get(f"{column}_stderr")

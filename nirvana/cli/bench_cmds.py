@@ -90,12 +90,11 @@ RECOVERY_FLAGS = {
     "seed": "",
     "tokens": "perplexity tokens per dataset",
     "acc_limit": "examples per zero-shot task for the 7-task average (0: skip it)",
+    "bpb_limit": "MBPP gold bits-per-byte problems before and after (0: skip)",
     "threads": "",
     "out_dir": "",
 }
-ACCURACY_FLAGS = {
-    "model": "",
-    "sparsities": "",
+TASK_FLAGS = {  # the task rows of `bench accuracy` and `bench baselines`
     "limit": "examples per zero-shot task (the first N)",
     "lambada_limit": "LAMBADA examples (0: skip)",
     "mbpp_limit": "MBPP problems (0: skip; needs --allow-code-execution)",
@@ -104,20 +103,19 @@ ACCURACY_FLAGS = {
     "batch_size": "harness batch size",
     "bpb_batch_size": "harness batch size of the bits-per-byte rows",
     "allow_code_execution": "run MBPP's generated code in the sandbox",
-    "out_dir": "",
 }
+TASK_LIMITS = ("limit", "lambada_limit", "mbpp_limit", "bpb_limit", "gsm8k_bpb_limit")
+ACCURACY_FLAGS = {"model": "", "sparsities": "", **TASK_FLAGS, "out_dir": ""}
 BASELINES_FLAGS = {
     "model": "",
     "sparsities": "",
     "tokens": "perplexity tokens per dataset (WikiText-2, PTB)",
-    "limit": "examples per zero-shot task (the first N)",
-    "lambada_limit": "LAMBADA examples (0: skip)",
-    "mbpp_limit": "MBPP problems (0: skip; needs --allow-code-execution)",
-    "batch_size": "harness batch size",
-    "allow_code_execution": "run MBPP's generated code in the sandbox",
+    **TASK_FLAGS,
     "samples": "calibration sequences N (the same batch for every method)",
     "seq_len": "calibration tokens per sequence T",
     "use_score_cache": "reuse cached scores (the pruning time then leaves out scoring)",
+    "lora_sparsities": "sparsities whose methods are measured again after the default LoRA budget",
+    "lora_data": "LoRA training documents (see `recover --data`)",
     "speed_repeats": "timed speed repeats per model (median reported)",
     "threads": "torch CPU threads (default: torch's choice)",
     "out_dir": "",
@@ -258,6 +256,7 @@ def cmd_recovery(args) -> int:
         raise InvalidInput(
             f"--acc-limit must be 0 (no accuracy) or a positive number of examples per task, got {args.acc_limit}."
         )
+    check_limits(args, ("bpb_limit",))
     md = run_or_report(RECOVERY, config_from_args(RecoveryBenchConfig, args), args.report_only)
     print(md.read_text())
     return 0
@@ -285,7 +284,7 @@ def check_limits(args, flags: tuple[str, ...]) -> None:
 
 
 def accuracy_config(args) -> AccuracyConfig:
-    check_limits(args, ("limit", "lambada_limit", "mbpp_limit", "bpb_limit", "gsm8k_bpb_limit"))
+    check_limits(args, TASK_LIMITS)
     best = {s: g for s, g in kl_best_gammas(args.model).items() if s in args.sparsities}
     allowed = code_execution_allowed(args.allow_code_execution)
     return config_from_args(AccuracyConfig, args, allow_code_execution=allowed, best_gamma=best)
@@ -313,7 +312,7 @@ def _add_baselines(bench_sub) -> None:
 
 
 def baselines_config(args) -> BaselinesConfig:
-    check_limits(args, ("limit", "lambada_limit", "mbpp_limit"))
+    check_limits(args, TASK_LIMITS)
     if args.tokens < 1:
         raise InvalidInput(f"--tokens must be a positive number of tokens, got {args.tokens}.")
     if args.threads is not None and args.threads < 1:
