@@ -18,11 +18,18 @@ import streamlit as st
 import nirvana.bench.baselines as bench
 from nirvana.accuracy.tasks import ZEROSHOT7
 from nirvana.bench.accuracy_report import SHORT
+from nirvana.bench.base import pending
 from nirvana.bench.baselines_report import ablations, by_sparsity, variants
 from nirvana.bench.rows import read_rows
 from ui.errors import guard
 
-OTHER_MEASURES = {"ppl": "perplexity + speed", "lambada_openai": "LAMBADA", "mbpp": "MBPP"}
+OTHER_MEASURES = {
+    "ppl": "perplexity + speed",
+    "lambada_openai": "LAMBADA",
+    "mbpp": "MBPP pass@1",
+    "mbpp_bpb": "MBPP bits/byte",
+    "gsm8k_bpb": "GSM8K bits/byte",
+}
 
 
 def committed(directory: Path | None = None) -> list[Path]:
@@ -59,6 +66,9 @@ def table(rows: list[dict], extra: list[dict]) -> pd.DataFrame:
         line["Avg 7 (%)"] = _pct(v.get("average"))
         line["Avg ± se"] = _pct(v.get("average_se"))
         line["MBPP pass@1 (%)"] = _pct(mbpp[0]) if mbpp else None
+        bpb = v.get("bpb", {}).get("mbpp_bpb")
+        line["MBPP bits/byte"] = _number(bpb[0], 3) if bpb and bpb[0] is not None else None
+        line["± se (bits/byte)"] = _number(bpb[1], 3) if bpb and bpb[1] is not None else None
         line["params (M)"] = _number(float(v["params_after"]) / 1e6, 1) if v.get("params_after") else None
         line["achieved block sparsity"] = _number(v.get("achieved_block_sparsity"), 4)
         matched = v.get("matched")
@@ -68,18 +78,19 @@ def table(rows: list[dict], extra: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def planned(rows: list[dict], model: str) -> tuple[int, dict[str, list[str]]]:
-    """(rows the benchmark plans with its defaults, {variant: the measures of it not in the CSV yet})."""
-    with_code = any(r.get("measure") == "mbpp" for r in rows)  # MBPP rows are planned only with code execution
+def planned(path: Path, rows: list[dict], model: str) -> tuple[int, dict[str, list[str]]]:
+    """(rows the benchmark plans with its defaults, {variant: the measures of it not in the CSV at `path` yet})."""
+    with_code = any(r.get("measure") == "mbpp" for r in rows)  # MBPP pass@1 is planned only with code execution
     config = bench.BaselinesConfig(
-        model=model, best_gamma=bench.best_gammas(model, bench.SPARSITIES), allow_code_execution=with_code
+        model=model,
+        out_dir=path.parent,
+        best_gamma=bench.best_gammas(model, bench.SPARSITIES),
+        allow_code_execution=with_code,
     )
-    have = {(r["model"], r["variant"], r["measure"], r["limit"]) for r in rows}
-    jobs = bench.plan_jobs(config)
+    jobs = bench.BASELINES.jobs(config)
     missing: dict[str, list[str]] = {}
-    for job in jobs:
-        if bench.BASELINES.key(config, job) not in have:
-            missing.setdefault(job.variant.name, []).append(job.measure)
+    for job in pending(bench.BASELINES, config, jobs):
+        missing.setdefault(job.variant.name, []).append(job.measure)
     return len(jobs), missing
 
 
@@ -100,16 +111,33 @@ def _measures(measures: list[str]) -> str:
 def _caption(rows: list[dict]) -> str:
     ppl = next((r for r in rows if r["measure"] == "ppl"), rows[0])
     task = next((r for r in rows if r["measure"] in ZEROSHOT7), None)
+    gold = next((r for r in rows if r["measure"] == "mbpp_bpb"), None)
+    lora = next((r for r in rows if r.get("lora")), None)
     finished = sorted(r["finished_utc"] for r in rows)
-    tasks = f"the first {task['limit']} examples of each zero-shot task (lm-eval, the paper's metric), " if task else ""
-    return (
+    parts = [
         f"Measured by `python -m nirvana bench baselines --model {ppl['model']}` ({finished[0]} – {finished[-1]} UTC, "
         f"{ppl['machine']}): every method pruned on the same calibration batch at the same target block sparsity "
-        f"(matched = achieved block-parameter sparsity within 1% of the target); perplexity on the first "
-        f"{int(float(ppl['ppl_tokens'] or ppl['limit'])):,} tokens of WikiText-2 test and PTB validation, {tasks}"
-        "± one standard error for the 7-task average. Ablation rows (another criterion under NIRVANA's allocation) "
-        "are read from the committed quality and accuracy grids, not re-run. Empty cells: not measured yet."
+        "(matched = achieved block-parameter sparsity within 1% of the target).",
+        f"Perplexity on the first {int(float(ppl['ppl_tokens'] or ppl['limit'])):,} tokens of WikiText-2 test and PTB "
+        "validation.",
+    ]
+    if task:
+        parts.append(
+            f"Zero-shot: the first {task['limit']} examples of each task (lm-eval, the paper's metric), the 7-task "
+            "average with ± one standard error."
+        )
+    if gold:
+        parts.append(
+            f"MBPP bits/byte: the gold answer's bits per byte under OLMES's 3-shot prompt, the first {gold['limit']} "
+            "problems, lower is better."
+        )
+    if lora:
+        parts.append(f"'+ LoRA' rows: the same model after the recovery module's default LoRA budget ({lora['lora']}).")
+    parts.append(
+        "Ablation rows (another criterion under NIRVANA's allocation) are read from the committed quality and "
+        "accuracy grids, not re-run. Empty cells: not measured yet."
     )
+    return " ".join(parts)
 
 
 def evidence(model: str | None = None) -> None:
@@ -129,7 +157,7 @@ def evidence(model: str | None = None) -> None:
         if rows:
             name = rows[0]["model"]
             extra = ablations(name, bench.SPARSITIES)
-            frame, (total, missing) = table(rows, extra), planned(rows, name)
+            frame, (total, missing) = table(rows, extra), planned(path, rows, name)
     if g.failed:
         return
     if not rows:
