@@ -135,7 +135,7 @@ def _caption(rows: list[dict]) -> str:
         parts.append(f"'+ LoRA' rows: the same model after the recovery module's default LoRA budget ({lora['lora']}).")
     parts.append(
         "Ablation rows (another criterion under NIRVANA's allocation) are read from the committed quality and "
-        "accuracy grids, not re-run. Empty cells: not measured yet."
+        "accuracy grids, not re-run. A cell shown as None: not measured yet."
     )
     return " ".join(parts)
 
