@@ -36,7 +36,7 @@ def test_a_baseline_sweeps_sparsity_from_one_scoring(tiny_with_tokenizer_dir, tm
     assert code == 0, err
     rows = json.loads(out.read_text())["rows"]
     assert [(r["axis"], r["method"], r["sparsity"]) for r in rows] == [
-        ("dense", "flap", 0.0),
+        ("dense", "dense", 0.0),
         ("sparsity", "flap", 0.2),
         ("sparsity", "flap", 0.5),
     ]
@@ -56,7 +56,7 @@ def test_nirvana_sweep_keeps_gamma_and_says_its_method(tiny_with_tokenizer_dir, 
     assert code == 0, err
     rows = json.loads(out.read_text())["rows"]
     assert [(r["axis"], r["method"]) for r in rows] == [
-        ("dense", "nirvana"),
+        ("dense", "dense"),
         ("sparsity", "nirvana"),
         ("gamma", "nirvana"),
     ]
@@ -81,7 +81,11 @@ def test_bad_sweep_input_exits_2_and_writes_nothing(more, message, tmp_path):
     assert not out.exists()
 
 
-def test_sweep_settings_refuse_gammas_for_a_baseline():
-    with pytest.raises(InvalidInput, match="sweeps sparsity only"):
-        SweepSettings((0.2,), (1.0,), Allocation(0.5), "kl", method="llm-pruner")
-    assert SweepSettings((0.2,), (), Allocation(0.5), "kl", method="llm-pruner").method == "llm-pruner"
+def test_sweep_settings_check_the_method_and_a_baseline_has_no_gamma_points():
+    from nirvana.search.sweep import sweep_points
+
+    with pytest.raises(InvalidInput, match="unknown method"):
+        SweepSettings((0.2,), (), Allocation(0.5), "kl", method="sparsegpt")
+    # the app passes its gamma field for every series: a baseline's sweep simply has no gamma axis
+    flap = SweepSettings((0.2,), (1.0,), Allocation(0.5), "kl", method="flap")
+    assert [axis for axis, _ in sweep_points(flap)] == ["dense", "sparsity"]

@@ -65,6 +65,11 @@ def centre_sparsity(args) -> float:
 def sweep_settings(args) -> SweepSettings:
     if args.metric not in QUALITY:
         raise InvalidInput(f"unknown --metric {args.metric!r}; accepted: {', '.join(QUALITY)}.")
+    if args.method != "nirvana" and args.gammas:
+        raise InvalidInput(
+            f"gamma is NIRVANA's attention / MLP split; method {args.method!r} allocates its own way, so it "
+            "sweeps --sparsities only: drop --gammas."
+        )
     return SweepSettings(
         sparsities=tuple(args.sparsities),
         gammas=tuple(args.gammas),

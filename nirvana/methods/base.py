@@ -83,6 +83,7 @@ class Method:
     color: str
     description: str  # one line: what it does differently from NIRVANA
     reference: str  # the repository and files it follows (docs/BASELINES.md)
+    explain: str  # "how to read it": two sentences on what it does differently from NIRVANA (app, help, docs)
 
 
 def check_sparsity_value(sparsity: float) -> None:

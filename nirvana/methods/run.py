@@ -24,7 +24,7 @@ from nirvana.models.fingerprint import model_fingerprint
 from nirvana.models.shapes import ModelShape, model_shape
 from nirvana.progress import Progress
 from nirvana.pruning.plan import PruningPlan
-from nirvana.pruning.slicing import add_output_biases, apply_plan
+from nirvana.pruning.slicing import add_output_biases, apply_plan, plan_signature
 from nirvana.scoring.scores import Scores, score_cache_path
 
 
@@ -130,13 +130,20 @@ def apply_method_plan(model: nn.Module, plan: PruningPlan, scores: Scores | None
 
 
 def method_prune_and_measure(
-    model: nn.Module, scores: Scores, measure, sparsity: float, name: str, config, *, shape=None
+    model: nn.Module, scores: Scores, measure, sparsity: float, name: str, config, *, shape=None, memo=None
 ):
     """(plan, measure(pruned copy)): one sweep point of a baseline, its copy freed afterwards
-    (`nirvana.pruning.slicing.prune_and_measure` is NIRVANA's)."""
+    (`nirvana.pruning.slicing.prune_and_measure` is NIRVANA's). With `memo` (plan signature ->
+    result), a plan already measured is not sliced again."""
     plan = method_plan(scores, shape or model_shape(model), sparsity, name, config)
+    key = plan_signature(plan)
+    if memo is not None and key in memo:
+        return plan, memo[key]
     pruned = apply_method_plan(model, plan, scores)
     try:
-        return plan, measure(pruned)
+        result = measure(pruned)
     finally:
         del pruned
+    if memo is not None:
+        memo[key] = result
+    return plan, result

@@ -3,8 +3,11 @@
 Orchestration only: every point is one `prune_and_measure` (allocate, slice, measure: `perplexity`
 or `kl_to_dense`, and `measure_speed`). Scores are not recomputed: one set of cached scores
 serves every point. The dense model is measured once as the reference point (sparsity 0).
-A baseline method (`SweepSettings.method`: LLM-Pruner, FLAP) sweeps sparsity only, each point its
-own allocation of the method's cached scores (`nirvana.methods.run.method_prune_and_measure`).
+
+`method` (a `nirvana.methods` name) sweeps a baseline the same way from its own scores: its
+allocation and compensation (FLAP's biases) at each sparsity
+(`nirvana.methods.run.method_prune_and_measure`). Gamma does not apply to a baseline, so its sweep
+has no gamma axis.
 """
 
 from __future__ import annotations
@@ -12,7 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from nirvana.accuracy.harness import run_accuracy
-from nirvana.errors import InvalidInput
 from nirvana.measure.flops import ideal_speedup
 from nirvana.measure.kl import DenseReference, kl_to_dense
 from nirvana.measure.perplexity import perplexity
@@ -54,25 +56,21 @@ class SweepSettings:
     speed: bool = True
     speed_new_tokens: int = 8
     acc_limit: int = 20  # lm-eval axes (ACCURACY_AXES): the first N examples of each task
-    # A baseline (nirvana.methods) sweeps sparsity only, re-allocating its cached scores at each point.
-    method: str = "nirvana"
-    method_settings: dict | None = None
+    method: str = "nirvana"  # a nirvana.methods name; a baseline needs that method's scores
+    method_settings: dict | None = None  # the baseline's config as JSON (None: its defaults)
+    dense: bool = True  # measure the dense reference point (off for the second method of one comparison)
 
     def __post_init__(self) -> None:
         method_config(self.method, self.method_settings)  # unknown method or setting: InvalidInput
-        if self.method != "nirvana" and self.gammas:
-            raise InvalidInput(
-                f"gamma is NIRVANA's attention / MLP split; method {self.method!r} allocates its own way, so it "
-                "sweeps sparsity only: drop the gamma values."
-            )
 
 
 def sweep_points(settings: SweepSettings) -> list[tuple[str, Allocation]]:
     """(axis, allocation) of every point: the dense reference, the sparsity sweep, the gamma sweep."""
     centre = settings.allocation
-    points = [("dense", replace(centre, sparsity=0.0))]
+    points = [("dense", replace(centre, sparsity=0.0))] if settings.dense else []
     points += [("sparsity", replace(centre, sparsity=s)) for s in settings.sparsities if s > 0]
-    points += [("gamma", replace(centre, gamma=g)) for g in settings.gammas]
+    if settings.method == "nirvana":  # gamma is NIRVANA's budget split; a baseline allocates its own way
+        points += [("gamma", replace(centre, gamma=g)) for g in settings.gammas]
     return points
 
 
@@ -84,8 +82,8 @@ def run_sweep(lm, scores, settings: SweepSettings, progress=None) -> list[dict]:
     if settings.metric == "kl":
         anchor = anchor_batch(lm.tokenizer, AnchorSpec(samples=settings.anchor_samples, seq_len=settings.anchor_len))
         reference = DenseReference(lm.model, anchor.input_ids)
-    rows, measured = [], {}  # plan signature -> (quality, decode speed): identical plans are measured once
     config = method_config(settings.method, settings.method_settings)
+    rows, measured = [], {}  # plan signature -> (quality, decode speed): identical plans are measured once
     for i, (axis, allocation) in enumerate(points):
         step = sub_progress(progress, i / len(points), (i + 1) / len(points), f"point {i + 1}/{len(points)}: ")
 
@@ -95,18 +93,18 @@ def run_sweep(lm, scores, settings: SweepSettings, progress=None) -> list[dict]:
 
         if axis == "dense":
             plan, (quality, decode) = None, measure(lm.model)
-        elif settings.method != "nirvana":
-            plan, (quality, decode) = method_prune_and_measure(
-                lm.model, scores, measure, allocation.sparsity, settings.method, config, shape=shape
-            )
-        else:
+        elif settings.method == "nirvana":
             plan, (quality, decode) = prune_and_measure(
                 lm.model, scores, measure, allocation, shape=shape, memo=measured
             )
+        else:
+            plan, (quality, decode) = method_prune_and_measure(
+                lm.model, scores, measure, allocation.sparsity, settings.method, config, shape=shape, memo=measured
+            )
         rows.append(
             {
+                "method": "dense" if axis == "dense" else settings.method,
                 "axis": axis,
-                "method": settings.method,
                 "sparsity": allocation.sparsity,
                 "gamma": allocation.gamma if settings.method == "nirvana" else None,
                 "achieved_block_sparsity": 0.0 if plan is None else plan.stats["achieved_block_sparsity"],
