@@ -160,3 +160,17 @@ def test_bad_settings_are_rejected(kwargs, match):
     shape = make_shape()
     with pytest.raises(InvalidInput, match=match):
         allocate(make_scores(shape), shape, Allocation(**kwargs))
+
+
+def test_one_kv_group_per_layer_keeps_attention_and_says_the_target_is_missed():
+    # Gemma-3-270M has one KV group per layer: gamma* ranks some of them, the minimum keeps them all
+    shape = make_shape(L=24, hkv=1, g=4, inter=256)
+    plan = allocate(make_scores(shape), shape, Allocation(0.3, align=8))
+    assert all(len(layer.kept_kv_groups) == 1 for layer in plan.layers)
+    assert plan.stats["ranked_attn_pruned"] > 0
+    assert plan.stats["achieved_block_sparsity"] < 0.3 - 0.01
+    assert any("one KV group" in n and "falls short" in n for n in plan.stats["notes"])
+    # with enough gamma the MLP takes the whole budget and nothing is said
+    big = allocate(make_scores(shape), shape, Allocation(0.3, gamma=1000, align=8))
+    assert big.stats["ranked_attn_pruned"] == 0 and big.stats["notes"] == []
+    assert big.stats["achieved_block_sparsity"] > plan.stats["achieved_block_sparsity"] + 0.01
