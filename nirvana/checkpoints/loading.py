@@ -77,9 +77,10 @@ def embedded_model_dir(name: str, progress=None) -> Path:
     """Safetensors copy of an embedded GGUF model, converting it on first use (atomically)."""
     target = cache_dir() / "models" / name
     if not is_converted(target):
+        source = embedded_gguf_file(name, cache_dir() / "models")  # its packages are checked first
         if progress:
-            progress(0.0, f"Converting the embedded GGUF of {name} to safetensors (once, ~20 s)")
-        convert_gguf(embedded_gguf_file(name), target)
+            progress(0.0, f"Converting the embedded GGUF of {name} to safetensors (once, 20 s to 2 min)")
+        convert_gguf(source, target)
     return target
 
 
