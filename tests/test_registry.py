@@ -110,3 +110,18 @@ def test_a_failed_assembly_leaves_nothing(fake_assembled, tmp_path):
     with pytest.raises(ModelNotFound, match=r"could not assemble fake\.gguf.*sha256.*--no-deps fake-chunks"):
         embedded_gguf_file(fake_assembled, cache)
     assert not any((cache / "assembled").iterdir())
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma3_text"])
+def test_a_folders_modeling_code_is_imported_apart_from_its_load(tmp_path, monkeypatch, family):
+    """`import_seconds` times the family's modeling module; gemma3_text's lives in transformers.models.gemma3."""
+    from nirvana.checkpoints.loading import _import_model_code
+    from tests.tiny import tiny_config
+
+    tiny_config(family).save_pretrained(tmp_path)
+    imported: list[str] = []
+    real = importlib.import_module
+    monkeypatch.setattr(importlib, "import_module", lambda name, *a, **k: imported.append(name) or real(name, *a, **k))
+    assert _import_model_code(str(tmp_path)) > 0
+    module = {"llama": "llama", "gemma3_text": "gemma3"}[family]
+    assert f"transformers.models.{module}.modeling_{module}" in imported
