@@ -19,6 +19,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from nirvana.methods import METHODS
 from nirvana.scoring.criteria import CRITERIA
 
 KEPT = "#2a9d8f"
@@ -30,6 +31,7 @@ PRUNED_OVERLAY = [[0.0, "rgba(0,0,0,0)"], [1.0, "rgba(20,20,20,0.72)"]]
 NEURON_MODES = ("sorted", "index")
 # One colour per pruning criterion (its `Criterion.color` row), shared by the app and the benchmark plots.
 CRITERION_COLORS = {name: c.color for name, c in CRITERIA.items()}
+METHOD_COLORS = {name: m.color for name, m in METHODS.items()}  # and per pruning method (`Method.color`)
 
 
 def as_array(x) -> np.ndarray:
@@ -207,11 +209,14 @@ def kept_units_bars(
     uniform_neurons: Sequence[int] | None = None,
     title: str = "Kept units per layer",
     compare: tuple[str, Sequence[int], Sequence[int]] | None = None,
+    methods: Sequence[tuple[str, Sequence[int], Sequence[int]]] = (),
 ) -> go.Figure:
     """Kept KV groups and kept neurons per layer (bars: global ranking; markers: uniform allocation).
 
     `compare = (criterion, kept_kv, kept_neurons)` adds a second criterion's global allocation as
-    diamonds, so two criteria's per-layer cuts can be read against each other.
+    diamonds, so two criteria's per-layer cuts can be read against each other. `methods`, rows of
+    `(method name, kept_kv, kept_neurons)`, add other pruning methods' plans at the same target as
+    lines in their colours (LLM-Pruner's flat band, FLAP's adaptive layers).
     """
     layers = list(range(len(kept_kv)))
     fig = make_subplots(
@@ -240,6 +245,10 @@ def kept_units_bars(
         name, kv, neurons = compare
         marker = {"symbol": "diamond", "size": 7, "color": CRITERION_COLORS.get(name, PRUNED)}
         overlays.append((kv, neurons, f"{name} (global)", name, {"mode": "markers", "marker": marker}))
+    for name, kv, neurons in methods:
+        color = METHOD_COLORS.get(name, PRUNED)
+        style = {"mode": "lines+markers", "line": {"color": color}, "marker": {"symbol": "square", "size": 6}}
+        overlays.append((kv, neurons, METHODS[name].label if name in METHODS else name, name, style))
     for kv, neurons, name, group, style in overlays:
         for row, values in ((1, kv), (2, neurons)):
             trace = go.Scatter(
@@ -308,6 +317,47 @@ def sweep_chart(
         )
     fig.update_layout(showlegend=False)
     return _layout(fig, title, 340)
+
+
+def methods_sweep_chart(
+    lines: dict[str, tuple[Sequence[float], dict[str, Sequence[float | None]]]],
+    *,
+    x_title: str,
+    title: str,
+    log_y: Sequence[str] = (),
+) -> go.Figure:
+    """One subplot per measure, one line per method: `lines = {method name: (xs, {measure: ys})}`.
+
+    The sweep with methods as series: each method's points share the x axis (target sparsity), in
+    the method's colour, so LLM-Pruner, FLAP and NIRVANA read against each other on every measure.
+    """
+    names = list(dict.fromkeys(m for _, series in lines.values() for m in series))
+    fig = make_subplots(rows=1, cols=len(names), subplot_titles=names, horizontal_spacing=0.1)
+    for method, (xs, series) in lines.items():
+        label = METHODS[method].label if method in METHODS else method
+        for col, name in enumerate(names, start=1):
+            if name not in series:
+                continue
+            fig.add_trace(
+                go.Scatter(
+                    x=list(xs),
+                    y=list(series[name]),
+                    mode="lines+markers",
+                    name=label,
+                    legendgroup=method,
+                    showlegend=col == 1,
+                    marker_color=METHOD_COLORS.get(method, UNIFORM),
+                    hovertemplate=f"{label}<br>{x_title} %{{x:.3g}}<br>{name} %{{y:.4g}}<extra></extra>",
+                ),
+                1,
+                col,
+            )
+    for col, name in enumerate(names, start=1):
+        fig.update_xaxes(title_text=x_title, row=1, col=col)
+        if name in log_y:
+            fig.update_yaxes(type="log", row=1, col=col)
+    fig.update_layout(legend={"orientation": "h", "y": -0.25})
+    return _layout(fig, title, 380)
 
 
 def criteria_chart(

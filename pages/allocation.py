@@ -17,7 +17,7 @@ from nirvana.models.shapes import ModelShape
 from nirvana.pruning.allocation import Allocation, default_gamma
 from nirvana.pruning.plan import MAX_SPARSITY
 from nirvana.pruning.slicing import planned_shape
-from ui import frame, resources, state
+from ui import frame, methods, resources, state
 from ui.errors import guard
 
 ALIGNS = (1, 8, 16, 64, 128)
@@ -40,7 +40,9 @@ The analytic default $\gamma^\ast = 3Ig / (2dH_{kv}(g+1)^2)$ balances the two so
 KV group and a neuron cost the same per parameter, corrected for grouped-query attention.
 
 **How to read it.** Bars: units each layer keeps under global ranking; dotted markers: the
-*uniform* allocation (the same sparsity in every layer) for contrast. On the heatmaps, darkened
+*uniform* allocation (the same sparsity in every layer) for contrast; solid lines: the other
+pruning methods chosen above, at the same target (LLM-Pruner's flat band with untouched first and
+last layers, FLAP's adaptive layers), each from its own scores. On the heatmaps, darkened
 cells (and crosses) are the units that go. *Achieved* block sparsity differs slightly from the
 target because units are whole and neurons are aligned; the *total* parameter reduction is
 smaller still, because embeddings are never pruned.
@@ -154,8 +156,56 @@ def _metrics(shape: ModelShape, plan, uniform) -> None:
         st.warning(note)
 
 
+def _method_picker(lm) -> dict[str, tuple[dict, tuple]]:
+    """The baselines to draw beside NIRVANA: {name: (settings, (scores key, scores))}, scored once (cached)."""
+    st.session_state.setdefault("alloc_methods", [])
+    chosen = st.multiselect(
+        "Draw beside NIRVANA (other pruning methods, each with its own scores)",
+        methods.baselines(),
+        format_func=methods.label,
+        key="alloc_methods",
+        help="Each method is scored once on the Saliency page's calibration batch (cached); "
+        "the sliders then only re-allocate.",
+    )
+    settings = methods.boxes(chosen)
+    scored = methods.score_methods(lm, settings, "Allocation") if settings else {}
+    return {name: (settings[name], entry) for name, entry in scored.items()}
+
+
+def _method_plans(chosen: dict, shape: ModelShape, sparsity: float) -> list:
+    """Each chosen baseline's plan at `sparsity` from its cached scores; a method that cannot reach it says so."""
+    plans = []
+    for name, (settings, entry) in chosen.items():
+        with guard(f"allocating with {methods.label(name)} at sparsity {sparsity:.2f}") as g:
+            plan = methods.plan(entry, shape, name, settings, sparsity)
+        if not g.failed:
+            plans.append((name, plan))
+    return plans
+
+
+def _method_table(plan, others: list, shape: ModelShape) -> None:
+    rows = [("NIRVANA (this page's plan)", plan)] + [(methods.label(n), p) for n, p in others]
+    st.dataframe(
+        [
+            {
+                "method": name,
+                "achieved block sparsity": round(p.stats["achieved_block_sparsity"], 4),
+                "KV groups pruned": p.stats["kv_groups_pruned"],
+                "neurons pruned": p.stats["neurons_pruned"],
+                "layers untouched": sum(
+                    kv == shape.num_kv_heads[i] and n == shape.intermediate[i]
+                    for i, (kv, n) in enumerate(zip(p.kept_kv_groups, p.kept_neurons))
+                ),
+                "parameters after (M)": round(p.stats["params_after"] / 1e6, 3),
+            }
+            for name, p in rows
+        ],
+        hide_index=True,
+    )
+
+
 @st.fragment
-def _interactive(scores_key: str, scores, shape: ModelShape) -> None:
+def _interactive(scores_key: str, scores, shape: ModelShape, chosen: dict) -> None:
     """Sliders and everything they drive. A fragment: a slider move reruns only this part of the page."""
     sparsity, gamma, align = _sliders(shape, scores.criterion)
     with guard("allocating the pruning budget") as g:
@@ -173,6 +223,7 @@ def _interactive(scores_key: str, scores, shape: ModelShape) -> None:
         with guard("allocating for the second criterion"):
             other = resources.plan_for(scores2, key2, shape.to_dict(), allocation)
             compare = (scores2.criterion, other.kept_kv_groups, other.kept_neurons)
+    others = _method_plans(chosen, shape, sparsity)
     left, right = st.columns([1, 1])
     left.plotly_chart(
         charts.kept_units_bars(
@@ -184,9 +235,13 @@ def _interactive(scores_key: str, scores, shape: ModelShape) -> None:
             uniform.kept_neurons,
             title=f"Kept units per layer at s = {sparsity:.2f}, γ = {gamma:.2f}",
             compare=compare,
+            methods=[(name, p.kept_kv_groups, p.kept_neurons) for name, p in others],
         ),
         key="kept_bars",
     )
+    if others:
+        with left:
+            _method_table(plan, others, shape)
     if compare is not None:
         left.caption(
             f"Diamonds: {compare[0]} (the second criterion of the Saliency page) ranked globally at the same "
@@ -217,8 +272,11 @@ def main() -> None:
     scored = frame.scored_model()
     if scored is None:
         return
-    _, scores_key, scores, shape = scored
-    _interactive(scores_key, scores, shape)
+    lm, scores_key, scores, shape = scored
+    chosen = {}
+    with guard("choosing the methods to compare"):
+        chosen = _method_picker(lm)
+    _interactive(scores_key, scores, shape, chosen)
 
 
 main()

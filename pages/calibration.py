@@ -139,6 +139,7 @@ def _results(lm, selection) -> None:
                 state.put("scores", result)
                 state.put("scores2", None)
                 state.put("calib_info", {**batch.describe(), "fallback_reason": batch.fallback_reason})
+                state.put("calib_batch", batch)  # the baseline methods score on the same batch
                 state.clear("plan", "pruned", "evals", "sweep")
                 st.success("Scores now come from the chosen batch: the Allocation page uses them.")
                 st.page_link("pages/allocation.py", label="Go to Allocation", icon=":material/tune:")

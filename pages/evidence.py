@@ -19,7 +19,7 @@ from nirvana.bench.gamma import committed_gamma, kl_at
 from nirvana.bench.quality import read_rows
 from nirvana.bench.quality_report import committed_reports, config_from_rows, summarize, verdicts
 from nirvana.bench.speed import committed_speed
-from ui import accuracy, frame, recovery
+from ui import accuracy, baselines, frame, recovery
 from ui.errors import guard
 
 EXPLANATION = """
@@ -35,6 +35,11 @@ use global allocation, dashed lines uniform. Three claims of the paper are count
 grid: NIRVANA's saliency beats weight magnitude; global allocation beats uniform; the
 calibration batch chosen by KL beats a randomly drawn one (the median of the K candidates).
 Where NIRVANA does not win (on SmolLM2-135M, loss-Taylor does), this page says so.
+
+**The paper's baselines.** `benchmarks/baselines/` (`python -m nirvana bench baselines`) puts
+NIRVANA beside LLM-Pruner and FLAP, each reproduced from its authors' code (docs/BASELINES.md),
+at the same target sparsity on the same calibration batch; the table lists which of its planned
+rows are still missing.
 
 **Reproduce.** `python -m nirvana bench quality --model smollm2-135m` (about 75 minutes on a
 2-core CPU; resumable), then reload this page.
@@ -241,6 +246,7 @@ def main() -> None:
             "No quality benchmark in `benchmarks/quality/` yet. Run "
             "`python -m nirvana bench quality --model smollm2-135m` and reload this page."
         )
+        baselines.evidence("smollm2-135m")
         _accuracy("smollm2-135m")
         _speed()
         recovery.evidence()
@@ -261,6 +267,7 @@ def main() -> None:
     _curves(rows, summary)
     _winners(summary)
     _ablations(summary)
+    baselines.evidence(rows[0]["model"])
     _gamma(rows[0]["model"])
     _accuracy(rows[0]["model"])
     _speed()

@@ -14,11 +14,12 @@ import streamlit as st
 from nirvana.errors import NirvanaError
 from nirvana.measure.compare import accuracy_rows, bpb_rows, generation_rows, perplexity_pair, speed_rows, speed_table
 from nirvana.measure.flops import ideal_speedup
+from nirvana.methods import METHODS
 from nirvana.models.shapes import count_parameters, model_shape
-from nirvana.pipeline import prune
+from nirvana.pipeline import PruneSettings, prune
 from nirvana.progress import sub_progress
 from nirvana.store.paths import cache_dir
-from ui import accuracy, evals, frame, recovery, runs, state
+from ui import accuracy, evals, frame, methods, recovery, runs, state
 from ui.errors import guard
 from ui.progress import progress_status
 
@@ -46,6 +47,40 @@ A100 figures are shown for reference only: different model, hardware and batch.
 """
 
 
+def _store(lm, result, request: dict | None = None) -> None:
+    """The session's pruned copy (a `PruneResult`), recorded as a run; `request`: a baseline's settings."""
+    plan, model = result.plan, result.model
+    params, seconds = result.report["params_after"], result.report["timings"]["slice"]
+    state.put(
+        "pruned",
+        {
+            "plan_key": evals.plan_key(plan),
+            "model_key": evals.pruned_model_key(state.spec().key, plan),
+            "plan": plan,
+            "request": request,
+            "model": model,
+            "params": params,
+            "seconds": seconds,
+            "report": result.report,
+            "run_id": runs.record_session_run(
+                "prune", lm, plan, {"params_after": params, "slice_seconds": seconds}, result.report
+            ),
+        },
+    )
+    state.clear("evals")
+
+
+def _pruned_summary(lm, pruned: dict, where) -> None:
+    dense_params = count_parameters(lm.model)
+    added = pruned["report"].get("added_bias_params") or 0
+    where.success(
+        f"Pruned copy: {pruned['params'] / 1e6:.2f} M parameters (dense {dense_params / 1e6:.2f} M, "
+        f"−{1 - pruned['params'] / dense_params:.1%}), sliced in {pruned['seconds']:.2f} s."
+        + (f" It carries {added:,} added bias parameters (o_proj / down_proj compensation)." if added else "")
+        + (f" Recorded as run `{pruned['run_id']}` (Runs page)." if pruned.get("run_id") else "")
+    )
+
+
 def _apply(lm, plan) -> None:
     key = evals.plan_key(plan)
     pruned = state.get("pruned")
@@ -54,34 +89,70 @@ def _apply(lm, plan) -> None:
     label = "Apply the plan again" if current else "Apply the plan (slice a copy)"
     if row[0].button(label, type="primary" if not current else "secondary", key="apply_plan"):
         with guard("applying the plan") as g, st.spinner("Slicing a copy of the model…"):
-            result = prune(lm, plan=plan)  # slices a copy: the cached dense model stays as it is
+            # slices a copy: the cached dense model stays as it is; a FLAP plan (a past run's) needs its scores
+            result = prune(lm, plan=plan, scores=methods.plan_scores(plan))
         if not g.failed:
-            model, params, seconds = result.model, result.report["params_after"], result.report["timings"]["slice"]
-            state.put(
-                "pruned",
-                {
-                    "plan_key": key,
-                    "model_key": evals.pruned_model_key(state.spec().key, plan),
-                    "model": model,
-                    "params": params,
-                    "seconds": seconds,
-                    "report": result.report,
-                    "run_id": runs.record_session_run(
-                        "prune", lm, plan, {"params_after": params, "slice_seconds": seconds}, result.report
-                    ),
-                },
-            )
-            state.clear("evals")
+            _store(lm, result)
     pruned = state.get("pruned")
     if pruned is not None and pruned["plan_key"] != key:
         row[1].warning("The plan changed since the model was pruned: apply it again to compare the new plan.")
     elif pruned is not None:
-        dense_params = count_parameters(lm.model)
-        row[1].success(
-            f"Pruned copy: {pruned['params'] / 1e6:.2f} M parameters (dense {dense_params / 1e6:.2f} M, "
-            f"−{1 - pruned['params'] / dense_params:.1%}), sliced in {pruned['seconds']:.2f} s."
-            + (f" Recorded as run `{pruned['run_id']}` (Runs page)." if pruned.get("run_id") else "")
+        _pruned_summary(lm, pruned, row[1])
+
+
+def _method_choice() -> str:
+    """The method picker (every row of `nirvana.methods.METHODS`) and its "how to read it" box."""
+    st.session_state.setdefault("prune_method", methods.NIRVANA)
+    c = st.columns([1, 3])
+    name = c[0].selectbox(
+        "Pruning method",
+        list(METHODS),
+        format_func=methods.label,
+        key="prune_method",
+        help="NIRVANA applies the Allocation page's plan; another method prunes with its own scores and allocation "
+        "at the target below, on the Saliency page's calibration batch.",
+    )
+    methods.how_to_read([name], c[1])
+    return name
+
+
+def _baseline(lm, name: str):
+    """Prune with baseline `name` (its scores cached, then its allocation and compensation); the plan of the
+    session's pruned copy when it was made with these settings, else None."""
+    label = methods.label(name)
+    c = st.columns([3, 3, 2])
+    st.session_state.setdefault("method_sparsity", float(st.session_state.get("sparsity", 0.2)))
+    sparsity = c[0].slider(
+        "Target sparsity s (fraction of block weights removed)", 0.0, 0.9, step=0.01, key="method_sparsity"
+    )
+    settings = methods.settings_input(name, c[1])
+    if settings is None:
+        return None
+    request = {"method": name, "sparsity": float(sparsity), "settings": settings}
+    pruned = state.get("pruned")
+    current = pruned is not None and pruned.get("request") == request
+    if c[2].button(f"Prune with {label}", type="secondary" if current else "primary", key="prune_with_method"):
+        with guard(f"pruning with {label}") as g, progress_status(f"Pruning with {label}") as progress:
+            methods.check(lm, name, settings, float(sparsity))  # before scoring: a layer range, a bias, a target
+            batch = methods.calibration_batch(lm)
+            _, scores = methods.scores_for(lm, name, settings, batch, sub_progress(progress, 0.0, 0.9, "scores: "))
+            prune_settings = PruneSettings(sparsity=float(sparsity), method=name, method_settings=settings)
+            result = prune(lm, prune_settings, scores=scores)  # a copy: the shared dense model stays as it is
+        if not g.failed:
+            _store(lm, result, request)
+            current = True
+    pruned = state.get("pruned")
+    if pruned is not None and current:
+        plan = pruned["plan"]
+        st.markdown(
+            f"Plan: **{label}** at target sparsity **{sparsity:.2f}** → **{plan.stats['achieved_block_sparsity']:.1%}**"
+            f" of block weights removed ({plan.stats['total_param_reduction']:.1%} of all parameters)."
         )
+        _pruned_summary(lm, pruned, st)
+        return plan
+    if pruned is not None:
+        st.warning(f"The session's pruned copy was made with other settings: prune with {label} to compare these.")
+    return None
 
 
 def _evals() -> dict:
@@ -127,7 +198,7 @@ def _perplexity(lm, pruned) -> None:
             runs.record_session_run(
                 "eval",
                 lm,
-                state.get("plan"),
+                pruned["plan"],
                 {"ppl_dense": dense["ppl"], "ppl_pruned": after["ppl"], "dataset": dataset, "tokens": after["tokens"]},
                 metrics={"dense": dense, "pruned": after},
             )
@@ -363,11 +434,17 @@ def _accuracy(lm, pruned) -> None:
                 st.caption(f"{task}: {row['sandbox']['line']}")
 
 
+def _stem(plan) -> str:
+    """`s0.20-g2.25` for a NIRVANA plan, `flap-s0.20` for another method's (gamma does not apply to it)."""
+    s = plan.settings
+    return f"s{s.sparsity:.2f}-g{s.gamma:.2f}" if s.method == methods.NIRVANA else f"{s.method}-s{s.sparsity:.2f}"
+
+
 def _save(lm, plan, pruned) -> None:
     st.download_button(
         "Download plan JSON",
         plan.to_json,
-        file_name=f"plan-s{plan.settings.sparsity:.2f}-g{plan.settings.gamma:.2f}.json",
+        file_name=f"plan-{_stem(plan)}.json",
         mime="application/json",
         key="download_plan",
         on_click="ignore",
@@ -375,7 +452,7 @@ def _save(lm, plan, pruned) -> None:
     if pruned is None:
         return
     name = re.sub(r"[^A-Za-z0-9_.-]+", "-", state.spec().name.strip("/").split("/")[-1])
-    default = cache_dir() / "pruned" / f"{name}-s{plan.settings.sparsity:.2f}-g{plan.settings.gamma:.2f}"
+    default = cache_dir() / "pruned" / f"{name}-{_stem(plan)}"
     folder = st.text_input("Save the pruned model to", value=str(default), key="save_dir")
     if st.button("Save pruned model", key="save_pruned"):
         from nirvana.checkpoints.pruned import save_pruned
@@ -392,20 +469,31 @@ def _save(lm, plan, pruned) -> None:
 def main() -> None:
     st.title("5 · Prune & compare")
     frame.explain(EXPLANATION)
-    plan = frame.need_plan()
-    lm = state.model() if plan is not None else None
-    if lm is None:
-        return
-    s = plan.settings
-    st.markdown(
-        f"Plan: sparsity **{s.sparsity:.2f}**, γ **{s.gamma:.2f}**, align {s.align}, criterion "
-        f"`{s.criterion}` → **{plan.stats['achieved_block_sparsity']:.1%}** of block weights removed "
-        f"({plan.stats['total_param_reduction']:.1%} of all parameters)."
-    )
-    with guard("applying the plan"):
-        _apply(lm, plan)
+    name = _method_choice()
+    if name == methods.NIRVANA:
+        plan = frame.need_plan()
+        lm = state.model() if plan is not None else None
+        if lm is None:
+            return
+        s = plan.settings
+        if s.method != methods.NIRVANA:  # reopened from a past run (Runs page)
+            st.info(f"The session's plan was made by {methods.label(s.method)} (a past run); it is applied as it is.")
+        st.markdown(
+            f"Plan: sparsity **{s.sparsity:.2f}**, γ **{s.gamma:.2f}**, align {s.align}, criterion "
+            f"`{s.criterion}` → **{plan.stats['achieved_block_sparsity']:.1%}** of block weights removed "
+            f"({plan.stats['total_param_reduction']:.1%} of all parameters)."
+        )
+        with guard("applying the plan"):
+            _apply(lm, plan)
+    else:
+        lm = state.model()
+        if lm is None:
+            return
+        plan = None
+        with guard(f"pruning with {methods.label(name)}"):
+            plan = _baseline(lm, name)
     pruned = state.get("pruned")
-    if pruned is not None and pruned["plan_key"] != evals.plan_key(plan):
+    if plan is None or (pruned is not None and pruned["plan_key"] != evals.plan_key(plan)):
         pruned = None
     if pruned is not None:
         tabs = st.tabs(
@@ -425,7 +513,7 @@ def main() -> None:
             _paper_reference()
         with tabs[6]:
             _save(lm, plan, pruned)
-    else:
+    elif plan is not None:
         _save(lm, plan, None)
 
 

@@ -100,6 +100,7 @@ def _compute(lm, choice: dict) -> None:
     state.put("scores", results[0])
     state.put("scores2", results[1] if len(results) > 1 else None)
     state.put("calib_info", {**batch.describe(), "fallback_reason": batch.fallback_reason})
+    state.put("calib_batch", batch)  # the baseline methods score on the same batch
     state.clear("plan", "pruned", "evals", "sweep")  # they were built on the previous scores
 
 

@@ -6,13 +6,17 @@ from ui import routing
 
 routing.require()  # first, before the heavy imports: see ui/routing.py
 
+from dataclasses import replace
+
 import pandas as pd
 import streamlit as st
 
 from nirvana import charts
+from nirvana.methods import METHODS
 from nirvana.models.shapes import ModelShape
+from nirvana.progress import sub_progress
 from nirvana.search.sweep import ACCURACY_AXES, QUALITY, SweepSettings, run_sweep, sweep_points
-from ui import frame, resources, state
+from ui import frame, methods, resources, state
 from ui.errors import guard
 from ui.progress import progress_status
 
@@ -28,6 +32,13 @@ better). A point is *Pareto-optimal* when no other point is both faster and bett
 them. Targets worth choosing lie on that line. **Click a point** (or pick it in the list) to load its
 plan on the Allocation and Prune pages.
 
+**Methods as series.** Choose several pruning methods: each is one line on the sparsity charts, in
+its colour, and its points join the Pareto chart. A baseline (LLM-Pruner, FLAP) is scored once on
+the Saliency page's calibration batch (cached) and re-allocated from those scores at each sparsity,
+as NIRVANA is; γ is NIRVANA's own budget split, so only NIRVANA has the γ chart. A sparsity that
+a method cannot reach (LLM-Pruner's same-ratio-per-layer steps) is left out of its line, and the
+page says so.
+
 **Careful with speed on a shared CPU:** single short runs are noisy; use the Prune page's repeated
 measurement for the figure you report.
 """
@@ -42,7 +53,7 @@ def _floats(text: str) -> tuple[float, ...]:
     return tuple(values)
 
 
-def _controls(shape: ModelShape) -> SweepSettings | None:
+def _controls(shape: ModelShape, gamma_axis: bool = True) -> SweepSettings | None:
     centre = state.allocation(shape)
     if centre is None:
         return None
@@ -55,7 +66,12 @@ def _controls(shape: ModelShape) -> SweepSettings | None:
     c = st.columns([2, 3, 3, 2, 2])
     metric = c[0].radio("Quality", list(QUALITY), format_func=QUALITY.get, key="sweep_metric")
     sparsities = c[1].text_input(f"Sparsities (at γ = {gamma:.2f})", key="sweep_sparsities")
-    gammas = c[2].text_input(f"γ values (at sparsity {sparsity:.2f}; γ* = {gamma_star:.2f})", key="sweep_gammas")
+    gammas = c[2].text_input(
+        f"γ values (NIRVANA at sparsity {sparsity:.2f}; γ* = {gamma_star:.2f})",
+        key="sweep_gammas",
+        disabled=not gamma_axis,
+        help=None if gamma_axis else "γ is NIRVANA's budget split: choose NIRVANA to sweep it",
+    )
     if metric in ACCURACY_AXES:  # lm-eval tasks: the first N examples (problems) of each
         st.session_state.setdefault("sweep_acc_limit", 20)
         acc_limit = c[3].number_input("Examples per task", 1, 10_000, step=10, key="sweep_acc_limit")
@@ -83,40 +99,47 @@ def _controls(shape: ModelShape) -> SweepSettings | None:
     )
 
 
+def _series_of(points, quality: str, has_speed: bool) -> dict:
+    """The measures of a sweep chart ({subplot title: values}) for `points` (rows of one line)."""
+    out = {quality: points["quality"].tolist()}
+    if has_speed:
+        out["decode tokens/s (batch 1)"] = points["decode_tokens_per_s"].tolist()
+    out["ideal speed-up (FLOPs)"] = points["ideal_speedup"].tolist()
+    return out
+
+
 def _charts(rows: list[dict], settings: dict) -> None:
     frame_ = pd.DataFrame(rows)
     centre = settings["allocation"]
     quality = QUALITY[settings["metric"]]
     has_speed = frame_["decode_tokens_per_s"].notna().all()
-    axes = (
-        ("sparsity", ["dense", "sparsity"], "target sparsity", f"Against sparsity (γ = {centre.gamma:.2f})", {}),
-        (
-            "gamma",
-            ["gamma"],
-            "γ",
-            f"Against γ (sparsity {centre.sparsity:.2f})",
-            {"marker_x": centre.gamma_default, "marker_label": "γ*"},
-        ),
-    )
-    for col, axis_names, x_title, title, marker in axes:
-        points = frame_[frame_.axis.isin(axis_names)].sort_values(col)
-        if not len(points):
-            continue
-        series = {quality: points["quality"].tolist()}
-        if has_speed:
-            series["decode tokens/s (batch 1)"] = points["decode_tokens_per_s"].tolist()
-        series["ideal speed-up (FLOPs)"] = points["ideal_speedup"].tolist()
+    log_y = (quality,) if settings["metric"] == "perplexity" else ()
+    dense = frame_[frame_.axis == "dense"]
+    lines = {}
+    for name in settings["methods"]:  # one line per method, each from the dense point (sparsity 0)
+        own = frame_[(frame_.axis == "sparsity") & (frame_.method == name)]
+        if len(own):
+            points = pd.concat([dense, own]).sort_values("sparsity")
+            lines[name] = (points["sparsity"].tolist(), _series_of(points, quality, has_speed))
+    if lines:
+        at = f" (NIRVANA at γ = {centre.gamma:.2f})" if methods.NIRVANA in lines else ""
+        title = f"Against sparsity{at}"
+        figure = charts.methods_sweep_chart(lines, x_title="target sparsity", title=title, log_y=log_y)
+        st.plotly_chart(figure, key="sweep_sparsity")
+    points = frame_[frame_.axis == "gamma"].sort_values("gamma")  # NIRVANA only: gamma is its budget split
+    if len(points):
         figure = charts.sweep_chart(
-            points[col].tolist(),
-            series,
-            x_title=x_title,
-            title=title,
-            log_y=(quality,) if settings["metric"] == "perplexity" else (),
-            **marker,
+            points["gamma"].tolist(),
+            _series_of(points, quality, has_speed),
+            x_title="γ",
+            title=f"Against γ (sparsity {centre.sparsity:.2f})",
+            log_y=log_y,
+            marker_x=centre.gamma_default,
+            marker_label="γ*",
         )
-        st.plotly_chart(figure, key=f"sweep_{col}")
+        st.plotly_chart(figure, key="sweep_gamma")
     x_col, x_title = ("decode_tokens_per_s", "decode tokens/s") if has_speed else ("ideal_speedup", "ideal speed-up")
-    labels = [f"{r['axis']}: s={r['sparsity']:.2f}, γ={r['gamma']:.2f}" for r in rows]
+    labels = [_label(r) for r in rows]
     event = st.plotly_chart(
         charts.pareto_chart(
             frame_[x_col].tolist(),
@@ -147,36 +170,107 @@ def _charts(rows: list[dict], settings: dict) -> None:
         _load(rows[pick])
 
 
+def _label(row: dict) -> str:
+    if row["method"] == "dense":
+        return "dense (the reference)"
+    if row["method"] == methods.NIRVANA:
+        return f"{row['axis']}: s={row['sparsity']:.2f}, γ={row['gamma']:.2f}"
+    return f"{methods.label(row['method'])}: s={row['sparsity']:.2f}"
+
+
 def _load(row: dict) -> None:
-    """Set the Allocation sliders to the point; the Allocation page then rebuilds the same plan."""
+    """NIRVANA (or dense): set the Allocation sliders to the point, the page rebuilds the same plan. Another
+    method: set Prune & compare to it at that sparsity (its settings box keeps the sweep's settings)."""
+    if row["method"] not in (methods.NIRVANA, "dense"):
+        st.session_state.prune_method = row["method"]
+        st.session_state.method_sparsity = float(row["sparsity"])
+        st.switch_page("pages/prune.py")
     st.session_state.sparsity = float(row["sparsity"])
-    st.session_state.gamma = float(row["gamma"])
+    if row["gamma"] is not None:  # the dense point of a sweep without NIRVANA has none
+        st.session_state.gamma = float(row["gamma"])
+    st.session_state.prune_method = methods.NIRVANA
     state.clear("pruned", "evals")
     st.session_state.pop("plan", None)
     st.switch_page("pages/allocation.py")
 
 
+def _method_picker() -> dict[str, dict]:
+    """{name: settings} of the methods to sweep (every row of METHODS can be chosen), with their boxes."""
+    st.session_state.setdefault("sweep_methods", [methods.NIRVANA])
+    chosen = st.multiselect("Methods (one series each)", list(METHODS), format_func=methods.label, key="sweep_methods")
+    return methods.boxes(chosen)
+
+
+def _series(lm, settings: SweepSettings, chosen: dict[str, dict]) -> list[tuple[str, SweepSettings]]:
+    """One `SweepSettings` per method (the dense point with the first only), each baseline's sparsities cut to
+    those it can reach; what it cannot reach is said in an error box."""
+    out = []
+    for name, method_settings in chosen.items():
+        sparsities = settings.sparsities
+        if name != methods.NIRVANA:
+            reachable, refused = [], []
+            for s in settings.sparsities:
+                with guard(f"{methods.label(name)} at sparsity {s:g}") as g:
+                    methods.check(lm, name, method_settings, s)
+                (refused if g.failed else reachable).append(s)
+            sparsities = tuple(reachable)
+            if not sparsities:
+                continue
+        series = replace(settings, sparsities=sparsities, method=name, method_settings=method_settings or None)
+        out.append((name, replace(series, dense=not out)))
+    return out
+
+
+def _run(lm, nirvana_scores, settings: SweepSettings, chosen: dict[str, dict]) -> None:
+    series = _series(lm, settings, chosen)
+    if not series:
+        return
+    baselines = {name: chosen[name] for name, _ in series if name != methods.NIRVANA}
+    scored = methods.score_methods(lm, baselines, "Sweep") if baselines else {}
+    series = [(name, s) for name, s in series if name == methods.NIRVANA or name in scored]
+    with (
+        guard("running the sweep") as g,
+        progress_status("Sweep") as progress,
+        resources.hold_device(lm.model, progress),
+    ):
+        rows, total = [], sum(len(sweep_points(s)) for _, s in series)
+        done = 0
+        for name, s in series:
+            n = len(sweep_points(s))
+            step = sub_progress(progress, done / total, (done + n) / total, f"{methods.label(name)}: ")
+            scores = nirvana_scores if name == methods.NIRVANA else scored[name][1]
+            rows += run_sweep(lm, scores, s, step)
+            done += n
+    if not g.failed:
+        state.put("sweep", (rows, {**settings.__dict__, "methods": [name for name, _ in series]}))
+        st.session_state.pop("sweep_pick", None)
+
+
 def main() -> None:
     st.title("6 · Sweep")
     frame.explain(EXPLANATION)
-    scored = frame.scored_model()
-    if scored is None:
+    chosen = _method_picker()
+    if not chosen:
+        st.info("Choose at least one method (with valid settings) to sweep.")
         return
-    lm, _, scores, shape = scored
-    settings = _controls(shape)
+    nirvana_scores = None
+    if methods.NIRVANA in chosen:
+        scored = frame.scored_model()
+        if scored is None:
+            return
+        lm, _, nirvana_scores, shape = scored
+    else:
+        lm = state.model()
+        if lm is None:
+            return
+        shape = ModelShape.from_dict(resources.shape_dict(lm, state.spec().key))
+    settings = _controls(shape, gamma_axis=methods.NIRVANA in chosen)
     if settings is None:
         return
-    st.caption(f"{len(sweep_points(settings))} points (the dense model first, as the reference).")
+    count = sum(len(sweep_points(replace(settings, method=name, dense=i == 0))) for i, name in enumerate(chosen))
+    st.caption(f"{count} points (the dense model first, as the reference).")
     if st.button("Run sweep", type="primary", key="run_sweep"):
-        with (
-            guard("running the sweep") as g,
-            progress_status("Sweep") as progress,
-            resources.hold_device(lm.model, progress),
-        ):
-            rows = run_sweep(lm, scores, settings, progress)
-        if not g.failed:
-            state.put("sweep", (rows, settings.__dict__.copy()))
-            st.session_state.pop("sweep_pick", None)
+        _run(lm, nirvana_scores, settings, chosen)
     result = state.get("sweep")
     if result is not None:
         with guard("drawing the sweep"):

@@ -23,7 +23,7 @@ from nirvana.bench.gpu import GPU, GpuBenchConfig
 from nirvana.bench.quality import QUALITY
 from nirvana.bench.quality_config import QualityConfig
 from nirvana.bench.recovery import RECOVERY, RecoveryBenchConfig
-from nirvana.bench.rows import read_rows, row_key, store_row
+from nirvana.bench.rows import read_rows, row_key, store_row, write_rows
 from nirvana.bench.speed import SPEED, SpeedBenchConfig
 from nirvana.errors import NirvanaError
 from nirvana.search.calibration import AnchorSpec
@@ -207,8 +207,13 @@ def test_a_row_that_stops_early_is_not_written(tmp_path, monkeypatch):
 
 
 def test_store_row_rewrites_a_file_read_back_byte_for_byte(tmp_path):
-    src = ROOT / "benchmarks" / "accuracy" / "accuracy-smollm2-135m.csv"
-    path = tmp_path / src.name
+    committed = ROOT / "benchmarks" / "accuracy" / "accuracy-smollm2-135m.csv"
+    # the committed file under the current header (a CSV older than a column gains it, its rows kept)
+    src = tmp_path / "src.csv"
+    write_rows(src, read_rows(committed), ACCURACY.columns)
+    old = read_rows(committed)
+    assert [{k: r[k] for k in old[0]} for r in read_rows(src)] == old
+    path = tmp_path / committed.name
     shutil.copy(src, path)
     rows = read_rows(path)
     store_row(path, rows[3], ACCURACY.columns, ACCURACY.key_columns)  # the same row in its own place

@@ -33,21 +33,28 @@ def test_job_order_perplexity_of_every_method_first_then_zero_shot_then_fifty_pe
     assert names[40:45] == [(n, "lambada_openai") for n in first]
     assert names[45:50] == [(n, "mbpp_bpb") for n in first]  # gold BPB on MBPP's 500 problems
     assert {j.limit for j in jobs if j.measure == "mbpp_bpb"} == {500}
+    lora = [f"{n} + LoRA" for n in first[1:]]  # each method at 20% again after the default LoRA budget
+    assert names[50:54] == [(n, "ppl") for n in lora]
+    assert names[54 : 54 + 28] == [(n, t) for n in lora for t in ZEROSHOT7]
+    assert names[82:86] == [(n, "mbpp_bpb") for n in lora]
     fifty = [n.replace("0.2", "0.5").replace("gamma=8", "gamma=4") for n in first[1:]]
-    assert names[50:54] == [(n, "ppl") for n in fifty]
-    assert len(jobs) == 5 * (1 + 7 + 1 + 1) + 4 * (1 + 7 + 1 + 1)
+    assert names[86:90] == [(n, "ppl") for n in fifty]
+    assert len(jobs) == 5 * (1 + 7 + 1 + 1) + 4 * (1 + 7 + 1) + 4 * (1 + 7 + 1 + 1)
+    assert not any(j.variant.lora for j in plan_jobs(BaselinesConfig(lora_sparsities=(), best_gamma=BEST)))
     assert not any(j.measure in ("mbpp", "gsm8k_bpb") for j in jobs)  # pass@1 only with --allow-code-execution
     allowed = plan_jobs(BaselinesConfig(out_dir=tmp_path, best_gamma=BEST, allow_code_execution=True))
-    assert [j.measure for j in allowed[-9:]] == ["mbpp"] * 9 and allowed[:-9] == jobs
+    assert [j.measure for j in allowed[-13:]] == ["mbpp"] * 13 and allowed[:-13] == jobs
     assert [j.measure for j in plan_jobs(BaselinesConfig(lambada_limit=0))].count("lambada_openai") == 0
     gold = [j.measure for j in plan_jobs(BaselinesConfig(bpb_limit=0, gsm8k_bpb_limit=50, best_gamma=BEST))]
-    assert gold.count("mbpp_bpb") == 0 and gold.count("gsm8k_bpb") == 9
+    assert gold.count("mbpp_bpb") == 0 and gold.count("gsm8k_bpb") == 13
 
 
 def test_llm_pruner_at_fifty_percent_uses_the_shorter_attention_range_and_says_so():
     jobs = plan_jobs(BaselinesConfig(best_gamma=BEST))
     (llm50,) = {j.variant for j in jobs if j.variant.method == "llm-pruner" and j.variant.sparsity == 0.5}
-    (llm20,) = {j.variant for j in jobs if j.variant.method == "llm-pruner" and j.variant.sparsity == 0.2}
+    (llm20,) = {
+        j.variant for j in jobs if j.variant.method == "llm-pruner" and j.variant.sparsity == 0.2 and not j.variant.lora
+    }
     assert json.loads(llm50.settings) == {"attn_layers": [4, 19]} and llm20.settings == ""
     settings = llm50.prune_settings(32, 128, use_cache=False)
     assert isinstance(settings, PruneSettings) and settings.config.attn_layers == (4, 19)
@@ -182,7 +189,9 @@ def test_ablations_are_read_from_the_committed_grids():
 
 
 def test_run_writes_each_row_and_the_report_with_a_fake_worker(tmp_path, monkeypatch):
-    config = BaselinesConfig(model="m", out_dir=tmp_path, sparsities=(0.2,), lambada_limit=0, bpb_limit=0)
+    config = BaselinesConfig(
+        model="m", out_dir=tmp_path, sparsities=(0.2,), lambada_limit=0, bpb_limit=0, lora_sparsities=()
+    )
     ran = []
 
     class Fake:
@@ -217,3 +226,34 @@ def test_bad_flags_exit_2_with_a_message_and_write_nothing(argv, words, tmp_path
     err = capsys.readouterr().err
     assert all(w in err for w in words) and "Traceback" not in err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_lora_row_prunes_then_recovers_with_the_default_budget(tiny_with_tokenizer_dir, tmp_path):
+    from nirvana.bench.baselines import BaselineJob, BaselinesWorker
+    from nirvana.recovery.config import RecoveryConfig
+
+    corpus = tmp_path / "train.txt"
+    corpus.write_text("\n".join(f"Line {i}: pruning and recovering small language models." for i in range(400)))
+    config = BaselinesConfig(
+        model=str(tiny_with_tokenizer_dir),
+        out_dir=tmp_path,
+        tokens=256,
+        window=64,
+        samples=2,
+        seq_len=16,
+        speed_repeats=1,
+        speed_prompt_len=8,
+        speed_new_tokens=2,
+        lora_data=str(corpus),
+        threads=1,
+    )
+    worker = BaselinesWorker(config, lambda m: None)
+    plain = worker.run(BaselineJob(config.model, Variant("flap", 0.2), "ppl", config.tokens)).row
+    job = BaselineJob(config.model, Variant("flap", 0.2, lora=True), "ppl", config.tokens)
+    row = worker.run(job).row
+    assert row["variant"] == "flap s=0.2 + LoRA" and row["method"] == "flap"
+    steps = RecoveryConfig().total_steps
+    assert row["lora"].startswith("r8 a16") and f"{steps} steps" in row["lora"] and row["lora_seconds"] > 0
+    # the same pruned model (same facts, same calibration), then trained: its perplexity moves
+    assert row["params_after"] == plain["params_after"] and row["added_bias_params"] == plain["added_bias_params"]
+    assert row["ppl_wikitext2"] != plain["ppl_wikitext2"]

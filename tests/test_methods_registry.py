@@ -154,27 +154,3 @@ def test_cli_prunes_with_flap_and_a_plan_reapplies_with_its_score_file(folders, 
     second = load_pruned(tmp_path / "g").model
     for (name, a), (_, b) in zip(first.state_dict().items(), second.state_dict().items()):
         assert torch.equal(a, b), name
-
-
-@pytest.mark.parametrize("name", ["llm-pruner", "flap"])
-def test_the_memory_guard_checks_every_method_before_scoring(name, monkeypatch):
-    """A backward pass (LLM-Pruner) is planned with gradient buffers, a forward-only one (FLAP) without."""
-    from conftest import random_batch
-
-    from nirvana.errors import OutOfMemory
-    from nirvana.guard import memory
-    from nirvana.methods.run import method_scores
-
-    model = tiny_model("llama", num_hidden_layers=4)
-    seen = {}
-    real = memory.estimate_scoring
-
-    def spy(*args, **kwargs):
-        seen["backward"] = kwargs["backward"]
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(memory, "estimate_scoring", spy)
-    monkeypatch.setattr(memory, "available_bytes", lambda device="cpu": 1000)
-    with pytest.raises(OutOfMemory):
-        method_scores(model, name, method_config(name), random_batch(n=3, t=8), use_cache=False)
-    assert seen["backward"] is METHODS[name].uses_gradients

@@ -211,8 +211,9 @@ def _collect(lm, pruned: dict, job: RecoveryJob) -> None:
         state.put("recovery_rate", 4 * pruned["params"] * result.tokens_per_second)
     key = content_key("recovered", pruned["model_key"], job.config.to_dict(), job.data_source, result.steps_done)
     settings = {"recovery": job.config.to_dict(), "data": job.data_source}
+    plan = pruned.get("plan") or state.get("plan")  # the pruned copy's plan (another method's too)
     run_id = runs.record_session_run(
-        "recover", lm, state.get("plan"), brief_summary(result), metrics=result.summary(), settings=settings
+        "recover", lm, plan, brief_summary(result), metrics=result.summary(), settings=settings
     )
     state.put("recovered", {"model": result.model, "key": key, "run_id": run_id})
     state.clear("rec_ppl_result")
@@ -257,7 +258,7 @@ def _save(lm, pruned: dict, result: RecoveryResult) -> None:
     folder = st.text_input("Save the recovered model to", value=str(default), key="rec_save_dir")
     if st.button("Save recovered model", key="rec_save"):
         with guard("saving the recovered model") as g, st.spinner("Writing safetensors…"):
-            plan = state.get("plan")
+            plan = pruned.get("plan") or state.get("plan")
             path = save_recovered(result, lm.tokenizer, plan, folder, base_model=lm.name, allow_partial=True)
         if not g.failed:
             st.success(f"Saved to `{path}` (model/, plan.json, recovery.json). Load it on the Model page.")

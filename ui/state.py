@@ -16,6 +16,7 @@ import streamlit as st
 import torch
 
 from nirvana.checkpoints.loading import DEFAULT_MODEL
+from nirvana.methods import METHODS
 from nirvana.pruning.allocation import Allocation
 from ui.errors import guard
 from ui.resources import ModelSpec, is_loaded, load, mark_loaded
@@ -30,9 +31,11 @@ PERSISTENT_WIDGETS = (
     *("ppl_dataset", "ppl_tokens", "ppl_window", "prompts", "max_new_tokens", "chat_template"),
     *("speed_batches", "speed_new_tokens", "speed_repeats"),
     *("sweep_metric", "sweep_sparsities", "sweep_gammas", "sweep_tokens", "sweep_speed"),
-    *("evidence_measure", "evidence_criteria", "evidence_alloc"),
+    *("evidence_measure", "evidence_criteria", "evidence_alloc", "evidence_baselines"),
+    *("alloc_methods", "prune_method", "method_sparsity", "sweep_methods"),
+    *(f"method_settings_{name}" for name in METHODS),  # ui.methods.settings_key: one box per method
 )
-RESULT_KEYS = ("scores", "scores2", "calib_info", "plan", "pruned", "evals", "kl_selection", "sweep")
+RESULT_KEYS = ("scores", "scores2", "calib_info", "calib_batch", "plan", "pruned", "evals", "kl_selection", "sweep")
 
 
 def default_spec() -> ModelSpec:

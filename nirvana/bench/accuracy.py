@@ -38,11 +38,12 @@ from nirvana.accuracy.tasks import BPB_TASKS, ZEROSHOT7
 from nirvana.bench.accuracy_report import write_report
 from nirvana.bench.base import Benchmark, Measured
 from nirvana.bench.environment import machine_label
-from nirvana.bench.rows import read_rows
+from nirvana.bench.methods import METHOD_COLUMNS, NIRVANA, MethodChoice, settings_json
+from nirvana.bench.rows import read_rows, row_key
 from nirvana.checkpoints.loading import load_model
 from nirvana.errors import NirvanaError, OutOfMemory
 from nirvana.models.shapes import count_parameters, model_shape
-from nirvana.pipeline import score, scoring
+from nirvana.pipeline import score
 from nirvana.pruning.allocation import Allocation
 from nirvana.pruning.slicing import slice_at
 from nirvana.scoring.criteria import CRITERIA
@@ -56,6 +57,8 @@ COLUMNS = (
     "model",
     "variant",
     "criterion",
+    "method",
+    "method_settings",
     "allocation",
     "sparsity",
     "gamma",
@@ -84,7 +87,7 @@ COLUMNS = (
     "finished_utc",
     "machine",
 )
-KEY = ("model", "variant", "task", "limit")
+KEY = ("model", "variant", "task", "limit", *METHOD_COLUMNS)
 
 
 @dataclass(frozen=True)
@@ -94,11 +97,15 @@ class Variant:
     sparsity: float = 0.0
     gamma: float | None = None  # None: the analytic gamma*
     gamma_label: str = ""
+    method: MethodChoice = NIRVANA  # a baseline: criterion is its name, allocation "method"
 
     @property
     def name(self) -> str:
         if self.criterion == "dense":
             return "dense"
+        if not self.method.is_nirvana:  # its settings tell rows of two configurations apart
+            defaults = self.method.settings == settings_json(self.method.method)
+            return f"{self.method.method} s={self.sparsity:g}" + ("" if defaults else f" {self.method.settings}")
         if self.allocation == "uniform":  # the same share of every layer: gamma plays no part
             return f"{self.criterion} uniform s={self.sparsity:g}"
         return f"{self.criterion} s={self.sparsity:g} {self.gamma_label or 'gamma*'}"
@@ -129,6 +136,9 @@ class AccuracyConfig:
     out_dir: Path = DEFAULT_OUT
     note: str = ""
     best_gamma: dict = field(default_factory=dict)  # sparsity -> KL-best gamma of nirvana
+    # The pruned models' method: NIRVANA's criteria grid, or one baseline at every sparsity (nirvana.bench.methods).
+    method: str = "nirvana"
+    method_settings: dict | None = None
 
     @property
     def csv_path(self) -> Path:
@@ -165,8 +175,13 @@ def variants_for(sparsity: float, best_gamma: dict) -> list[Variant]:
 
 
 def plan_jobs(config: AccuracyConfig) -> list[AccuracyJob]:
-    """The rows in priority order (see the module docstring)."""
+    """The rows in priority order (see the module docstring); a baseline method: dense and its models."""
     dense = Variant("dense")
+    choice = MethodChoice.of(config.method, config.method_settings)
+    if not choice.is_nirvana:
+        return _method_jobs(
+            config, [dense] + [Variant(choice.method, "method", s, method=choice) for s in config.sparsities]
+        )
     blocks = [[dense, *variants_for(config.sparsities[0], config.best_gamma)]]
     blocks += [variants_for(s, config.best_gamma) for s in config.sparsities[1:]]
     # Dense, NIRVANA and loss-Taylor (the perplexity winner) at the first sparsity, all seven tasks each:
@@ -190,6 +205,18 @@ def plan_jobs(config: AccuracyConfig) -> list[AccuracyJob]:
     return jobs
 
 
+def _method_jobs(config: AccuracyConfig, models: list[Variant]) -> list[AccuracyJob]:
+    """A baseline's grid: the seven tasks model by model, then LAMBADA, MBPP and the gold bits per byte."""
+    job = partial(AccuracyJob, config.model)
+    jobs = [job(v, t, config.limit) for v in models for t in ZEROSHOT7]
+    if config.lambada_limit:
+        jobs += [job(v, "lambada_openai", config.lambada_limit) for v in models]
+    if config.mbpp_limit and config.allow_code_execution:
+        jobs += [job(v, "mbpp", config.mbpp_limit) for v in models]
+    gold = [(t, n) for t, n in (("mbpp_bpb", config.bpb_limit), ("gsm8k_bpb", config.gsm8k_bpb_limit)) if n]
+    return jobs + [job(v, t, n) for v in models for t, n in gold]
+
+
 def committed_accuracy(model: str, out_dir: Path = DEFAULT_OUT) -> list[dict] | None:
     """Rows of the committed accuracy benchmark of `model`, or None when there is none."""
     path = Path(out_dir) / f"accuracy-{model.replace('/', '_')}.csv"
@@ -210,7 +237,10 @@ class AccuracyBench(Benchmark):
         return plan_jobs(config)
 
     def key(self, config: AccuracyConfig, job: AccuracyJob) -> tuple[str, ...]:
-        return (job.model, job.variant.name, job.task, str(job.limit))
+        cells = job.variant.method.cells() if job.variant.criterion != "dense" else {}
+        return row_key(
+            {"model": job.model, "variant": job.variant.name, "task": job.task, "limit": job.limit, **cells}, KEY
+        )
 
     def label(self, job: AccuracyJob) -> str:
         return f"{job.variant.name} {job.task}"
@@ -250,8 +280,11 @@ class AccuracyWorker:
         self.shape = model_shape(self.lm.model)
         self.anchor = anchor_batch(self.lm.tokenizer, AnchorSpec())
         self.machine = machine_label()
-        self._scores: dict[str, object] = {}
+        self._scores: dict[tuple, object] = {}
         self._current: tuple[Variant, object, dict] | None = None
+        choice = MethodChoice.of(config.method, config.method_settings)
+        for s in config.sparsities:  # a baseline's refusals (layer range, biases, reachable target) come first
+            choice.check(self.lm.model, s)
 
     def run(self, job: AccuracyJob) -> Measured:
         model, facts = self.model(job.variant)
@@ -279,22 +312,23 @@ class AccuracyWorker:
         )
         return Measured(row, message, files)
 
-    def scores(self, criterion: str):
+    def scores(self, criterion: str, method: MethodChoice = NIRVANA):
 
-        if criterion not in self._scores:
+        key = (criterion, method)
+        if key not in self._scores:
             batch = None
-            if CRITERIA[criterion].needs_data:
+            if not method.is_nirvana or CRITERIA[criterion].needs_data:
                 batch = candidate_batch(
                     self.lm.tokenizer, self.anchor, source=AnchorSpec().source, samples=32, seq_len=128, seed=0
                 )
             t = time.perf_counter()
             try:
-                self._scores[criterion] = score(self.lm, scoring(criterion), batch=batch)[0]
+                self._scores[key] = score(self.lm, method.scoring(criterion), batch=batch)[0]
             except OutOfMemory as exc:  # the machine is shared: micro-batches of 8 need ~1/4 of the memory
                 self.log(f"{criterion} scores: {str(exc)[:80]}...; retrying with micro-batches of 8")
-                self._scores[criterion] = score(self.lm, scoring(criterion, micro_batch=8), batch=batch)[0]
+                self._scores[key] = score(self.lm, method.scoring(criterion, micro_batch=8), batch=batch)[0]
             self.log(f"{criterion} scores: {time.perf_counter() - t:.0f} s")
-        return self._scores[criterion]
+        return self._scores[key]
 
     def model(self, variant: Variant):
         """(model, facts) for `variant`; the last pruned model is kept for the next row."""
@@ -304,11 +338,16 @@ class AccuracyWorker:
         if self._current is not None and self._current[0] == variant:
             return self._current[1], self._current[2]
         self._current = None
-        allocation = Allocation(variant.sparsity, variant.gamma, 8, variant.allocation).resolve(self.shape)
-        scores = self.scores(variant.criterion)
-        plan, pruned = slice_at(self.lm.model, scores, allocation, self.shape)
+        scores = self.scores(variant.criterion, variant.method)
+        if variant.method.is_nirvana:
+            allocation = Allocation(variant.sparsity, variant.gamma, 8, variant.allocation).resolve(self.shape)
+            plan, pruned = slice_at(self.lm.model, scores, allocation, self.shape)
+            gamma = round(allocation.gamma, 4)
+        else:
+            plan, pruned = variant.method.slice(self.lm.model, scores, variant.sparsity, self.shape)
+            gamma = ""
         facts = {
-            "gamma": round(allocation.gamma, 4),
+            "gamma": gamma,
             "params_after": count_parameters(pruned),
             "achieved_block_sparsity": round(plan.stats["achieved_block_sparsity"], 4),
         }
@@ -323,6 +362,7 @@ def _row(config, job: AccuracyJob, result: dict, facts: dict, machine: str) -> d
         "model": job.model,
         "variant": variant.name,
         "criterion": variant.criterion,
+        **(variant.method.cells() if variant.criterion != "dense" else {}),
         "allocation": variant.allocation,
         "sparsity": variant.sparsity,
         "gamma": facts.get("gamma", ""),

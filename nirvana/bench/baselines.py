@@ -19,10 +19,15 @@ One CSV row per model x measure (`benchmarks/baselines/baselines-<model>.csv`, r
   gold bits per byte of MBPP (`mbpp_bpb`, the first `bpb_limit` problems; GSM8K's with
   `--gsm8k-bpb-limit`), each problem's value in `bpb-<model>.json` beside the CSV so the report pairs
   differences by problem, and MBPP pass@1 (only with `--allow-code-execution`, in the sandbox).
+Then, at 20% (`lora_sparsities`), each method once more after the recovery module's default LoRA
+budget (`RecoveryConfig()`: 16 steps of 16 x 128 tokens, r 8, seed 0) on the same offline
+training windows (`--lora-data`, the calibration pool by default, as `bench recovery` uses):
+variant "<name> + LoRA", perplexity, the seven tasks and gold BPB, nothing else changed.
 Every row carries the parameter counts and pruning facts of its model.
 Order (so a run cut short is still useful): the `ppl` rows at the first sparsity (dense first),
 then the zero-shot tasks there method by method (each method's 7-task average as early as
-possible), then LAMBADA there, then gold BPB there; then the same at the next sparsity; MBPP last.
+possible), then LAMBADA there, then gold BPB there, then the LoRA rows there; then the same at the
+next sparsity; MBPP last.
 The markdown table (methods as rows, metrics as columns, +- standard errors) and the PNG are
 rebuilt after every row (`nirvana.bench.baselines_report`).
 """
@@ -33,7 +38,7 @@ import datetime as dt
 import json
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 
@@ -52,6 +57,9 @@ from nirvana.errors import InvalidInput, NirvanaError
 from nirvana.measure.speed import measure_speed
 from nirvana.models.shapes import count_block_parameters, count_parameters
 from nirvana.pipeline import PruneSettings, prune
+from nirvana.recovery.config import RecoveryConfig
+from nirvana.recovery.data import load_documents
+from nirvana.recovery.run import run_recovery
 from nirvana.store.paths import benchmarks_dir
 
 DEFAULT_OUT = benchmarks_dir("baselines")
@@ -98,6 +106,8 @@ COLUMNS = (
     "achieved_block_param_sparsity",
     "added_bias_params",
     "prune_seconds",
+    "lora",
+    "lora_seconds",
     "score_seconds",
     "score_cached",
     "seconds",
@@ -117,14 +127,17 @@ class Variant:
     gamma: float | None = None
     gamma_label: str = ""
     settings: str = ""  # the method's settings as JSON ("" = its defaults): a string keeps the job hashable
+    lora: bool = False  # recovered with the default LoRA budget after pruning
 
     @property
     def name(self) -> str:
         if self.method == "dense":
             return "dense"
         if self.method == "nirvana":
-            return f"nirvana s={self.sparsity:g} {self.gamma_label or 'gamma*'}"
-        return f"{self.method} s={self.sparsity:g}"
+            name = f"nirvana s={self.sparsity:g} {self.gamma_label or 'gamma*'}"
+        else:
+            name = f"{self.method} s={self.sparsity:g}"
+        return f"{name} + LoRA" if self.lora else name
 
     def prune_settings(self, samples: int, seq_len: int, use_cache: bool) -> PruneSettings:
         settings = json.loads(self.settings) if self.settings else None
@@ -166,6 +179,8 @@ class BaselinesConfig:
     samples: int = 32  # calibration N x T, the same batch for every method
     seq_len: int = 128
     use_score_cache: bool = False  # off: every prune is scored afresh, so the pruning time is measured
+    lora_sparsities: tuple[float, ...] = (0.2,)  # each method again after the default LoRA budget (empty: none)
+    lora_data: str = "calibration"  # recovery training documents (`recover --data`)
     speed_prompt_len: int = 128
     speed_new_tokens: int = 32
     speed_repeats: int = 3
@@ -217,6 +232,12 @@ def plan_jobs(config: BaselinesConfig) -> list[BaselineJob]:
         if config.lambada_limit:
             jobs += [job(v, "lambada_openai", config.lambada_limit) for v in block]
         jobs += [job(v, task, n) for task, n in config.gold_tasks for v in block]
+        if s in config.lora_sparsities:
+            recovered = [replace(v, lora=True) for v in pruned]
+            everyone += recovered
+            jobs += [job(v, "ppl", config.tokens) for v in recovered]
+            jobs += [job(v, t, config.limit) for v in recovered for t in ZEROSHOT7]
+            jobs += [job(v, task, n) for task, n in config.gold_tasks for v in recovered]
     if config.mbpp_limit and config.allow_code_execution:
         jobs += [job(v, "mbpp", config.mbpp_limit) for v in everyone]
     return jobs
@@ -262,6 +283,7 @@ class BaselinesWorker:
         self._texts: dict[str, object] = {}
         self.machine = machine_label()
         self._current: tuple[Variant, object, dict] | None = None
+        self._documents = None  # recovery training documents, loaded on the first LoRA row
 
     def texts(self, name: str):
         if name not in self._texts:
@@ -305,8 +327,26 @@ class BaselinesWorker:
             score_cached=c.use_score_cache,
         )
         self.log(f"{variant.name}: pruned in {seconds:.0f} s, achieved {facts['achieved_block_sparsity']}")
-        self._current = (variant, result.model, facts)
-        return result.model, facts
+        model = result.model
+        if variant.lora:
+            model, facts = self.recovered(model, facts)
+        self._current = (variant, model, facts)
+        return model, facts
+
+    def recovered(self, pruned, facts: dict):
+        """`pruned` after the recovery module's default LoRA budget, merged; the facts gain what it cost."""
+        rc = RecoveryConfig()
+        if self._documents is None:
+            self._documents = load_documents(self.config.lora_data)
+        t = time.perf_counter()
+        result = run_recovery(pruned, self.lm.tokenizer, rc, self._documents, inplace=True)
+        if not result.complete:
+            raise NirvanaError(f"LoRA recovery did not finish ({result.message}); the row is not written.")
+        s = result.summary()
+        self.log(f"  LoRA: {s['tokens_trained']} tokens in {s['train_seconds']:.0f} s")
+        budget = f"{rc.total_steps} steps x {rc.batch_size}x{rc.seq_len}"
+        lora = f"r{rc.r} a{rc.alpha:g} lr{rc.lr:g} {budget} ({self.config.lora_data})"
+        return result.model, {**facts, "lora": lora, "lora_seconds": round(time.perf_counter() - t, 1)}
 
     def run(self, job: BaselineJob) -> Measured:
         model, facts = self.model(job.variant)

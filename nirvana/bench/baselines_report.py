@@ -347,6 +347,61 @@ def plot(rows: list[dict], config, path: Path, extra: list[dict] | None = None) 
     return path
 
 
+def _versus(a: dict, b: dict, per: dict) -> list[str]:
+    """What separates NIRVANA entry `a` from baseline `b`, from the measured values only."""
+    out = []
+    pa, pb = _f(a.get("ppl_wikitext2")), _f(b.get("ppl_wikitext2"))
+    if pa is not None and pb is not None:
+        out.append(f"WikiText-2 perplexity {pa:.2f} vs {pb:.2f} ({'NIRVANA' if pa < pb else 'baseline'} lower)")
+    if "average" in a and "average" in b and a.get("average_se") and b.get("average_se"):
+        d, se = a["average"] - b["average"], math.hypot(a["average_se"], b["average_se"])
+        word = "resolved" if abs(d) > 2 * se else "within 2 se: not resolved"
+        out.append(f"7-task average {100 * d:+.1f} ± {100 * se:.1f} points ({word})")
+    p = _paired(per, a["variant"], b["variant"], "mbpp_bpb")
+    if p is not None:
+        out.append(f"MBPP bits/byte {_diff(p)} (paired)")
+    return out
+
+
+def readme_summary(rows: list[dict], config, pending_rows: int | None = None, extra: list[dict] | None = None) -> str:
+    """The README's answer to "does NIRVANA beat LLM-Pruner and FLAP?", generated from the CSV (no figure typed)."""
+    measured = variants(rows)
+    extra = ablations(config.model, config.sparsities) if extra is None else extra
+    per = per_problem(config)
+    lines = [
+        "| model | WikiText-2 | PTB | 7-task avg (%) | LAMBADA acc (%) | MBPP bits/byte | params | matched |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for v in by_sparsity([*measured, *extra]):
+        lam, m = v.get("lambada"), v.get("matched")
+        cells = [
+            v["variant"],
+            _num(v.get("ppl_wikitext2")),
+            _num(v.get("ppl_ptb")),
+            _pm(v["average"], v.get("average_se")) if "average" in v else "-",
+            _pm(lam[0], lam[1]) if lam else "-",
+            _bpb(v.get("bpb", {}).get("mbpp_bpb")),
+            f"{int(float(v['params_after'])) / 1e6:.1f} M" if v.get("params_after") else "-",
+            "" if m is None else ("yes" if m else "**no**"),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    for sparsity in config.sparsities:
+        for lora in ("", " + LoRA"):
+            ours = next((v for v in measured if v["variant"] == f"nirvana s={sparsity:g} gamma*{lora}"), None)
+            if ours is None:
+                continue
+            for b in measured:
+                same = _f(b.get("sparsity")) == sparsity and b["variant"].endswith(" + LoRA") == bool(lora)
+                if b.get("method") in ("llm-pruner", "flap") and same:
+                    facts = _versus(ours, b, per)
+                    if facts:
+                        lines.append(f"- {sparsity:.0%}, {ours['variant']} − {b['variant']}: " + "; ".join(facts) + ".")
+    if pending_rows:
+        lines += ["", f"{pending_rows} rows of the grid are not measured yet ('-' above); the verdict is partial."]
+    return "\n".join(lines) + "\n"
+
+
 def write_report(rows: list[dict], config) -> tuple[Path, str]:
     """Write `baselines-<model>.md` and `.png` beside the CSV; return (markdown path, markdown text)."""
     csv = Path(config.csv_path)
@@ -358,4 +413,4 @@ def write_report(rows: list[dict], config) -> tuple[Path, str]:
     return md, text
 
 
-__all__ = ["MATCH_TOLERANCE", "ablations", "markdown", "matched", "plot", "variants", "write_report"]
+__all__ = ["MATCH_TOLERANCE", "ablations", "markdown", "matched", "plot", "readme_summary", "variants", "write_report"]

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from nirvana.bench.base import Benchmark, Measured, run
 from nirvana.bench.environment import machine_label
+from nirvana.bench.methods import nirvana_only
 from nirvana.checkpoints.loading import load_model
 from nirvana.errors import InvalidInput
 from nirvana.measure.kl import DenseReference
@@ -48,8 +49,11 @@ class GammaBenchConfig:
     anchor_samples: int = AnchorSpec.samples
     anchor_seq_len: int = AnchorSpec.seq_len
     out_dir: Path = DEFAULT_OUT
+    method: str = "nirvana"  # gamma is NIRVANA's split: a baseline is refused (nirvana.bench.methods)
+    method_settings: dict | None = None
 
     def __post_init__(self) -> None:
+        nirvana_only("gamma", "KL to dense over a grid of gamma (NIRVANA's attention / MLP split)", self.method)
         unknown = [c for c in self.criteria if c not in CRITERIA]
         if unknown:
             raise InvalidInput(f"unknown criteria {unknown}; accepted: {', '.join(CRITERIA)}.")

@@ -35,9 +35,12 @@ import torch
 from transformers import AutoModelForCausalLM, LlamaConfig
 
 from nirvana.bench.base import Measured, WholeRun, progress_log
+from nirvana.bench.methods import NIRVANA, MethodChoice
 from nirvana.checkpoints.loading import resolve_device
+from nirvana.data.calibration import CalibrationBatch
 from nirvana.guard.memory import oom_guard
 from nirvana.measure.speed import device_info, measure_speeds
+from nirvana.methods.run import method_scores
 from nirvana.models.shapes import count_block_parameters, count_parameters
 from nirvana.models.weights import input_device
 from nirvana.progress import sub_progress
@@ -49,6 +52,9 @@ from nirvana.store.paths import benchmarks_dir
 
 DEFAULT_OUT = benchmarks_dir("gpu")  # the checkout's benchmarks/gpu; ./benchmarks/gpu when installed
 SPARSITIES = (0.2, 0.5)
+
+
+CALIBRATION = (8, 64)  # a baseline's random-id calibration batch [N, T]
 
 
 @dataclass(frozen=True)
@@ -64,6 +70,13 @@ class GpuBenchConfig:
     repeats: int | None = None
     sparsities: tuple[float, ...] = SPARSITIES
     out: Path | None = None  # None: DEFAULT_OUT
+    # The pruned models' method (nirvana.bench.methods): NIRVANA's allocation of seeded random scores,
+    # or a baseline scored on random token ids (random weights: only the shape its allocation gives matters).
+    method: str = "nirvana"
+    method_settings: dict | None = None
+
+    def __post_init__(self) -> None:
+        MethodChoice.of(self.method, self.method_settings)  # an unknown method or setting: before any building
 
 
 @dataclass(frozen=True)
@@ -173,10 +186,23 @@ def weight_bytes(model) -> int:
     return total
 
 
-def prune(model, sparsity: float, align: int = 8, seed: int = 0):
-    """Random scores -> real allocation (global, default gamma, `align`) -> physically sliced copy."""
-    scores = compute_scores(model, "random", seed=seed, use_cache=False)
-    plan, pruned = slice_at(model, scores, Allocation(sparsity, align=align))
+def prune(model, sparsity: float, align: int = 8, seed: int = 0, method: MethodChoice = NIRVANA):
+    """Random scores -> real allocation (global, default gamma, `align`) -> physically sliced copy.
+
+    A baseline `method` scores `CALIBRATION` random token ids (seeded) and slices with its own
+    allocation and compensation (FLAP's biases): the pruned shape is that method's.
+    """
+    if method.is_nirvana:
+        scores = compute_scores(model, "random", seed=seed, use_cache=False)
+        plan, pruned = slice_at(model, scores, Allocation(sparsity, align=align))
+        return pruned, plan
+    method.check(model, sparsity)
+    vocab = model.get_input_embeddings().num_embeddings
+    ids = torch.randint(0, vocab, CALIBRATION, generator=torch.Generator().manual_seed(seed))
+    scores = method_scores(
+        model, method.method, method.config, CalibrationBatch(ids, "random-ids", seed), use_cache=False
+    )
+    plan, pruned = method.slice(model, scores, sparsity)
     return pruned, plan
 
 
@@ -215,6 +241,7 @@ def run_gpu_bench(config: GpuBenchConfig = GpuBenchConfig(), progress=None) -> d
     """Build, prune and time dense vs pruned; return the JSON-ready result (see module docstring)."""
 
     device = resolve_device(config.device)
+    choice = MethodChoice.of(config.method, config.method_settings)
     prompt_len, new_tokens, repeats = config.prompt_len, config.new_tokens, config.repeats
     if config.tiny:
         dtype = torch.float32 if not device.startswith("cuda") else torch.bfloat16
@@ -231,7 +258,7 @@ def run_gpu_bench(config: GpuBenchConfig = GpuBenchConfig(), progress=None) -> d
         for s in config.sparsities:
             say(0.1, f"pruning at {s:.0%}")
             name = f"pruned-{round(s * 100)}"
-            models[name], plans[name] = prune(dense, s)
+            models[name], plans[name] = prune(dense, s, method=choice)
         build_seconds = time.perf_counter() - start
         speeds = measure_speeds(
             models,
@@ -253,7 +280,11 @@ def run_gpu_bench(config: GpuBenchConfig = GpuBenchConfig(), progress=None) -> d
         "architecture": "tiny Llama (Llama-3.1-8B layout)" if config.tiny else "Llama-3.1-8B (random weights)",
         "config": {k: v for k, v in values.items() if k != "rope_parameters"},
         "dtype": str(dtype).replace("torch.", ""),
-        "weights": "random (seed 0); scores: seeded random criterion; allocation: global, default gamma, align 8",
+        "weights": "random (seed 0); scores: seeded random criterion; allocation: global, default gamma, align 8"
+        if choice.is_nirvana
+        else f"random (seed 0); scores: {choice.method} on {CALIBRATION[0]} x {CALIBRATION[1]} random token ids "
+        "(seed 0); its own allocation",
+        **choice.cells(),
         "throughput_definition": "prefill tokens per second of one forward over batch x prompt_len tokens",
         "memory_definition": "model weights + peak allocation growth during its runs (other models excluded)",
         "measured_utc": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -272,6 +303,7 @@ def write_result(result: dict, out: Path | None = None) -> Path:
     device = result["environment"]["device"]
     tiny = result["architecture"].startswith("tiny")
     stem = ("tiny-" + ("cuda" if str(device).startswith("cuda") else "cpu")) if tiny else "llama-3.1-8b"
-    path = out / f"{stem}.json"
+    method = result.get("method", "nirvana")
+    path = out / (f"{stem}.json" if method == "nirvana" else f"{stem}-{method}.json")
     path.write_text(json.dumps(result, indent=2) + "\n")
     return path

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from nirvana.bench.base import Benchmark, Measured
 from nirvana.bench.environment import machine_label
+from nirvana.bench.methods import NIRVANA, MethodChoice
 from nirvana.bench.quality_config import COLUMNS, KEY, QualityConfig
 from nirvana.bench.quality_report import write_report
 from nirvana.bench.rows import read_rows, row_key
@@ -39,7 +40,7 @@ from nirvana.data.text import load_text
 from nirvana.measure.kl import DenseReference, kl_to_dense
 from nirvana.measure.perplexity import perplexity
 from nirvana.models.shapes import count_parameters, model_shape
-from nirvana.pipeline import score, scoring
+from nirvana.pipeline import score
 from nirvana.pruning.allocation import Allocation
 from nirvana.pruning.slicing import prune_and_measure
 from nirvana.scoring.criteria import CRITERIA
@@ -55,6 +56,7 @@ class QualityJob:
     allocation: str  # "global" | "uniform" | "-" (dense)
     calib_seed: int | None  # None for data-free criteria and dense
     sparsity: float
+    method: MethodChoice = NIRVANA  # a baseline: criterion is its name, allocation "method"
 
 
 def plan_jobs(config: QualityConfig) -> list[QualityJob]:
@@ -72,6 +74,9 @@ def plan_jobs(config: QualityConfig) -> list[QualityJob]:
     half = max(1, len(order) // 2)
     job = partial(QualityJob, config.model)
     jobs = [job("dense", "-", None, 0.0)]
+    choice = MethodChoice.of(config.method, config.method_settings)
+    if not choice.is_nirvana:  # a baseline has no criteria, allocations or KL selection: one row per sparsity
+        return jobs + [job(choice.method, "method", 0, s, choice) for s in order]
     for group in (order[:half], order[half:]):
         jobs += [job(c, "global", seed0(c), s) for s in group for c in config.criteria]
         jobs += [job(c, "uniform", seed0(c), s) for s in group for c in config.uniform_criteria]
@@ -90,6 +95,7 @@ def _fmt_key(config: QualityConfig, job: QualityJob) -> dict:
         "sparsity": job.sparsity,
         "token_budget": config.tokens,
         "anchor": config.anchor_label,
+        **({"method": "", "method_settings": ""} if job.criterion == "dense" else job.method.cells()),
     }
 
 
@@ -137,6 +143,9 @@ class QualityWorker:
         # Tokenizing all of WikiText-2 test takes ~2 s; each row needs only the first `tokens` tokens.
         self.texts = {name: text_prefix(load_text(name), self.lm.tokenizer, config.tokens) for name in config.datasets}
         self.machine = machine_label()
+        choice = MethodChoice.of(config.method, config.method_settings)
+        for s in config.sparsities:  # a baseline's refusals (layer range, biases, reachable target) before any row
+            choice.check(self.lm.model, s)
 
     @property
     def reference(self):
@@ -148,9 +157,9 @@ class QualityWorker:
             self.log(f"dense anchor log-probs: {time.perf_counter() - t:.0f} s")
         return self._reference
 
-    def scores(self, criterion: str, seed: int | None):
+    def scores(self, criterion: str, seed: int | None, method: MethodChoice = NIRVANA):
 
-        key = (criterion, seed)
+        key = (criterion, seed, method)
         if key not in self._scores:
             batch = None
             if seed is not None:
@@ -159,7 +168,7 @@ class QualityWorker:
                     self.lm.tokenizer, self.anchor, source=c.pool, samples=c.samples, seq_len=c.seq_len, seed=seed
                 )
             t = time.perf_counter()
-            self._scores[key] = score(self.lm, scoring(criterion, seed=seed or 0), batch=batch)[0]
+            self._scores[key] = score(self.lm, method.scoring(criterion, seed=seed or 0), batch=batch)[0]
             hit = self._scores[key].meta.get("cache_hit")
             self.log(f"{criterion} scores (seed {seed}): {'cache' if hit else f'{time.perf_counter() - t:.0f} s'}")
         return self._scores[key]
@@ -186,19 +195,26 @@ class QualityWorker:
                 gamma="",
             )
         else:
-            scores = self.scores(job.criterion, job.calib_seed)
-            allocation = Allocation(job.sparsity, c.gamma, c.align, job.allocation).resolve(self.shape)
+            scores = self.scores(job.criterion, job.calib_seed, job.method)
 
             def measure(pruned):
                 quality = {"kl": kl_to_dense(pruned, self.reference), **self.perplexities(pruned)}
                 return quality, count_parameters(pruned)
 
-            plan, (measured, params_after) = prune_and_measure(
-                self.lm.model, scores, measure, allocation, shape=self.shape
-            )
+            if job.method.is_nirvana:
+                allocation = Allocation(job.sparsity, c.gamma, c.align, job.allocation).resolve(self.shape)
+                plan, (measured, params_after) = prune_and_measure(
+                    self.lm.model, scores, measure, allocation, shape=self.shape
+                )
+                gamma = round(allocation.gamma, 4)
+            else:
+                plan, pruned = job.method.slice(self.lm.model, scores, job.sparsity, self.shape)
+                measured, params_after = measure(pruned)
+                del pruned
+                gamma = ""
             row.update(measured)
             row.update(
-                gamma=round(allocation.gamma, 4),
+                gamma=gamma,
                 achieved_block_sparsity=round(plan.stats["achieved_block_sparsity"], 4),
                 total_param_reduction=round(1 - params_after / self.shape.total_params, 4),
                 params_after=params_after,

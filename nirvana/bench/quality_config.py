@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nirvana.bench.methods import METHOD_COLUMNS
 from nirvana.scoring.criteria import CRITERIA
 from nirvana.search.calibration import AnchorSpec
 from nirvana.store.paths import benchmarks_dir
@@ -21,6 +22,8 @@ DEFAULT_OUT = benchmarks_dir("quality")  # the checkout's benchmarks/quality; ./
 COLUMNS = (
     "model",
     "criterion",
+    "method",
+    "method_settings",
     "allocation",
     "calib_seed",
     "sparsity",
@@ -40,7 +43,7 @@ COLUMNS = (
     "finished_utc",
     "machine",
 )
-KEY = ("model", "criterion", "allocation", "calib_seed", "sparsity", "token_budget", "anchor")
+KEY = ("model", "criterion", "allocation", "calib_seed", "sparsity", "token_budget", "anchor", *METHOD_COLUMNS)
 
 
 @dataclass
@@ -65,6 +68,10 @@ class QualityConfig:
     datasets: tuple[str, ...] = DATASETS
     out_dir: Path = DEFAULT_OUT
     note: str = ""  # free text for the report header (e.g. why the budget was reduced)
+    # The pruned rows' method: NIRVANA's grid of criteria, or one baseline at every sparsity
+    # (criterion = the method's name, allocation "method": its own; nirvana.bench.methods).
+    method: str = "nirvana"
+    method_settings: dict | None = None
 
     @property
     def anchor_label(self) -> str:

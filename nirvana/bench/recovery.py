@@ -34,6 +34,7 @@ from nirvana.accuracy.gold import paired_difference
 from nirvana.accuracy.harness import run_accuracy
 from nirvana.bench.base import Benchmark, Measured
 from nirvana.bench.environment import machine_label
+from nirvana.bench.methods import METHOD_COLUMNS, NIRVANA, MethodChoice
 from nirvana.bench.quality import evaluate_ppl, text_prefix
 from nirvana.bench.rows import row_key
 from nirvana.checkpoints.loading import load_model
@@ -61,6 +62,8 @@ DATASETS = ("wikitext2", "ptb")
 COLUMNS = (
     "model",
     "criterion",
+    "method",
+    "method_settings",
     "allocation",
     "sparsity",
     "steps",
@@ -94,7 +97,7 @@ COLUMNS = (
     "machine",
     "load_avg",
 )
-KEY = ("model", "criterion", "allocation", "sparsity", "steps", "data", "seed", "token_budget")
+KEY = ("model", "criterion", "allocation", "sparsity", "steps", "data", "seed", "token_budget", *METHOD_COLUMNS)
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,7 @@ class RecoveryJob:
     criterion: str
     allocation: str
     sparsity: float
+    method: MethodChoice = NIRVANA  # a baseline: criterion is its name, allocation "method"
 
 
 @dataclass
@@ -121,17 +125,21 @@ class RecoveryBenchConfig:
     threads: int | None = None
     acc_limit: int = 200  # examples per zero-shot task for acc7 (0: no accuracy)
     acc_batch_size: int = 8
-    bpb_limit: int = 500  # MBPP gold bits-per-byte problems before and after (0: none)
+    bpb_limit: int = 0  # MBPP gold bits-per-byte problems before and after (0: none; the README's run: 500)
     out_dir: Path = DEFAULT_OUT
     note: str = ""
     recovery: dict = field(default_factory=dict)  # RecoveryConfig overrides
+    # The pruned models' method: NIRVANA's rows above, or one baseline at each of their sparsities.
+    method: str = "nirvana"
+    method_settings: dict | None = None
 
     @property
     def csv_path(self) -> Path:
         return Path(self.out_dir) / "recovery.csv"
 
-    def key(self, criterion: str, allocation: str, sparsity: float) -> dict:
+    def key(self, criterion: str, allocation: str, sparsity: float, method: MethodChoice = NIRVANA) -> dict:
         return {
+            **method.cells(),
             "model": self.model,
             "criterion": criterion,
             "allocation": allocation,
@@ -165,10 +173,14 @@ class RecoveryBench(Benchmark):
     report_each_row = True
 
     def jobs(self, config: RecoveryBenchConfig) -> list[RecoveryJob]:
+        choice = MethodChoice.of(config.method, config.method_settings)
+        if not choice.is_nirvana:  # the baseline at each sparsity of the rows, in their order
+            sparsities = dict.fromkeys(float(s) for _, _, s in config.jobs)
+            return [RecoveryJob(config.model, choice.method, "method", s, choice) for s in sparsities]
         return [RecoveryJob(config.model, *job) for job in config.jobs]
 
     def key(self, config: RecoveryBenchConfig, job: RecoveryJob) -> tuple[str, ...]:
-        return row_key(config.key(job.criterion, job.allocation, job.sparsity), KEY)
+        return row_key(config.key(job.criterion, job.allocation, job.sparsity, job.method), KEY)
 
     def complete(self, row: dict, config: RecoveryBenchConfig) -> bool:
         return is_done(row, config)
@@ -220,21 +232,21 @@ class RecoveryWorker:
         docs, info = load_documents(config.data)
         self.data = data_for(self.rc, lm.tokenizer, docs, info)  # the same windows, in the same order, for every row
         self.machine = machine_label()
+        for job in RECOVERY.jobs(config):  # a baseline's refusals (layer range, biases, target) before any row
+            job.method.check(lm.model, job.sparsity)
 
     def run(self, job: RecoveryJob) -> Measured:
         config, log, lm, rc, texts, data = self.config, self.log, self.lm, self.rc, self.texts, self.data
         criterion, allocation, sparsity = job.criterion, job.allocation, job.sparsity
         t0 = time.perf_counter()
-        settings = PruneSettings(
-            sparsity=sparsity,
-            criterion=criterion,
-            allocation=allocation,
-            samples=config.samples,
-            seq_len=config.seq_len,
-        )
+        if job.method.is_nirvana:
+            how = {"criterion": criterion, "allocation": allocation}
+        else:
+            how = {"method": job.method.method, "method_settings": json.loads(job.method.settings)}
+        settings = PruneSettings(sparsity=sparsity, samples=config.samples, seq_len=config.seq_len, **how)
         pruned_result = prune(lm, settings)  # a sliced copy: the dense model serves every row
         plan, pruned = pruned_result.plan, pruned_result.model
-        row = {**config.key(criterion, allocation, sparsity), "machine": self.machine}
+        row = {**config.key(criterion, allocation, sparsity, job.method), "machine": self.machine}
         row["achieved_block_sparsity"] = round(plan.stats["achieved_block_sparsity"], 4)
         row["params_after"] = count_parameters(pruned)
         for name in DATASETS:

@@ -23,9 +23,15 @@ def read_rows(path: str | Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
+# Key columns added after rows were committed, and what their empty cell means: a row written
+# before `method` existed was pruned by NIRVANA (and the dense row has no method at all).
+KEY_DEFAULTS = {"method": "nirvana", "method_settings": "{}"}
+
+
 def row_key(row: dict, key_columns: Sequence[str]) -> tuple[str, ...]:
-    """A row's key as the CSV spells it (strings), for rows read back and rows just measured alike."""
-    return tuple(str(row[k]) for k in key_columns)
+    """A row's key as the CSV spells it (strings), for rows read back and rows just measured alike;
+    a `KEY_DEFAULTS` column that is missing or empty takes its default, so old rows keep their key."""
+    return tuple(str(row.get(k) or KEY_DEFAULTS[k]) if k in KEY_DEFAULTS else str(row[k]) for k in key_columns)
 
 
 def store_row(path: str | Path, row: dict, columns: Sequence[str], key_columns: Sequence[str]) -> None:

@@ -23,18 +23,19 @@ from pathlib import Path
 import torch
 
 from nirvana.bench.base import Measured, WholeRun, progress_log
+from nirvana.bench.methods import MethodChoice
 from nirvana.checkpoints.loading import DEFAULT_MODEL, load_model
 from nirvana.errors import InvalidInput
 from nirvana.measure.flops import flops_per_token
 from nirvana.measure.speed import measure_speeds, speedup_rows
 from nirvana.models.shapes import model_shape
-from nirvana.pipeline import PruneSettings, score
-from nirvana.pruning.allocation import Allocation
-from nirvana.pruning.slicing import slice_at
+from nirvana.pipeline import score
 from nirvana.store.paths import benchmarks_dir
 
 DEFAULT_OUT = benchmarks_dir("speed")  # the checkout's benchmarks/speed; ./benchmarks/speed when installed
 COLUMNS = (
+    "method",
+    "method_settings",
     "sparsity",
     "achieved_block_sparsity",
     "params",
@@ -79,6 +80,11 @@ class SpeedBenchConfig:
     seq_len: int = 128
     seed: int = 0
     out: Path = DEFAULT_OUT
+    method: str = "nirvana"  # the pruned models' method (nirvana.bench.methods); a baseline writes speed-<method>.*
+    method_settings: dict | None = None
+
+    def __post_init__(self) -> None:
+        MethodChoice.of(self.method, self.method_settings)  # an unknown method or setting: before any loading
 
 
 @dataclass(frozen=True)
@@ -124,15 +130,17 @@ def pruned_models(lm, sparsities, settings: SpeedBenchConfig = SpeedBenchConfig(
     """{sparsity: (model, plan or None)}; sparsity 0 is the dense model itself. NIRVANA scores on the
     calibration batch of `settings`, scored once."""
     models = {0.0: (lm.model, None)} if 0 in sparsities else {}
+    choice = MethodChoice.of(settings.method, settings.method_settings)
+    for s in (s for s in sparsities if s > 0):  # a baseline's refusals come before any scoring
+        choice.check(lm.model, s)
     if any(s > 0 for s in sparsities):
         # Scores do not depend on the sparsity: one scoring serves every model.
         c = settings
-        calibration = PruneSettings(sparsity=0.0, calib=c.calib, samples=c.samples, seq_len=c.seq_len, seed=c.seed)
+        calibration = choice.scoring(calib=c.calib, samples=c.samples, seq_len=c.seq_len, seed=c.seed)
         scores, _ = score(lm, calibration, progress)
         shape = model_shape(lm.model)
         for s in (s for s in sparsities if s > 0):
-            plan, model = slice_at(lm.model, scores, Allocation(s), shape)
-            models[s] = (model, plan)
+            models[s] = tuple(reversed(choice.slice(lm.model, scores, s, shape)))  # (model, plan)
     return {s: models[s] for s in sparsities}
 
 
@@ -144,6 +152,7 @@ def run_speed_bench(lm, sparsities, settings: SpeedBenchConfig = SpeedBenchConfi
     if 0.0 not in sparsities:
         sparsities = [0.0, *sparsities]  # speed-ups need the dense reference
     c = settings
+    choice = MethodChoice.of(c.method, c.method_settings)
     models = pruned_models(lm, sparsities, settings, progress)
     speeds = measure_speeds(
         {s: m for s, (m, _) in models.items()},
@@ -161,6 +170,7 @@ def run_speed_bench(lm, sparsities, settings: SpeedBenchConfig = SpeedBenchConfi
         for row in speedup_rows(speeds[0.0], speeds[s], dense_shape, shape):
             rows.append(
                 {
+                    **choice.cells(),
                     "sparsity": s,
                     "achieved_block_sparsity": plan.stats["achieved_block_sparsity"] if plan else 0.0,
                     "params": shape.total_params,
@@ -180,8 +190,9 @@ def run_speed_bench(lm, sparsities, settings: SpeedBenchConfig = SpeedBenchConfi
             "samples": c.samples,
             "seq_len": c.seq_len,
             "seed": c.seed,
-            "criterion": "nirvana",
+            "criterion": "nirvana" if choice.is_nirvana else choice.method,
         },
+        **choice.cells(),
         "rows": rows,
         "raw": {str(s): v["results"] for s, v in speeds.items()},
     }
@@ -200,7 +211,8 @@ def markdown_table(result: dict) -> str:
         f"- prompt {m['prompt_len']} tokens, {m['new_tokens']} new tokens, {m['warmup']} warm-up, "
         f"median of {m['repeats']} repeats, all models interleaved",
         f"- peak memory: {m['memory_method']}",
-        f"- pruning: nirvana scores on {result['calibration']['source']} "
+        f"- pruning: {result.get('method', 'nirvana')} {result.get('method_settings', '')} scores on "
+        f"{result['calibration']['source']} "
         f"{result['calibration']['samples']}x{result['calibration']['seq_len']}, seed {result['calibration']['seed']}",
         "- ideal = dense FLOPs / pruned FLOPs of the phase (nirvana.measure.flops.phase_flops); "
         "speed-up = pruned / dense tok/s (wall clock); CPU-time speed-up = the same from process CPU seconds "
@@ -259,14 +271,16 @@ def committed_speed(directory: Path | None = None) -> dict | None:
 def write_outputs(result: dict, out_dir: Path) -> list[Path]:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    md = out_dir / "speed.md"
+    method = result.get("method", "nirvana")
+    stem = "speed" if method == "nirvana" else f"speed-{method}"  # NIRVANA's committed speed.* stay as they are
+    md = out_dir / f"{stem}.md"
     md.write_text(markdown_table(result))
-    csv_path = out_dir / "speed.csv"
+    csv_path = out_dir / f"{stem}.csv"
     with open(csv_path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
         writer.writeheader()
         for r in result["rows"]:
             writer.writerow({k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()})
-    raw = out_dir / "speed.json"
+    raw = out_dir / f"{stem}.json"
     raw.write_text(json.dumps(result, indent=2, default=str))
-    return [md, csv_path, raw, plot(result, out_dir / "speed.png")]
+    return [md, csv_path, raw, plot(result, out_dir / f"{stem}.png")]

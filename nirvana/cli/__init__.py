@@ -12,12 +12,21 @@ import os
 import sys
 import textwrap
 
-from nirvana.cli import bench_cmds, calib_cmds, eval_cmds, export_cmds, model_cmds, prune_cmds, recover_cmds
+from nirvana.cli import (
+    bench_cmds,
+    calib_cmds,
+    eval_cmds,
+    export_cmds,
+    model_cmds,
+    prune_cmds,
+    recover_cmds,
+    sweep_cmds,
+)
 from nirvana.errors import NirvanaError
 from nirvana.guard.memory import oom_guard
 
 # Modules that each register one or more subcommands, in the order `--help` lists them.
-COMMAND_MODULES = (model_cmds, prune_cmds, recover_cmds, calib_cmds, eval_cmds, bench_cmds, export_cmds)
+COMMAND_MODULES = (model_cmds, prune_cmds, recover_cmds, calib_cmds, eval_cmds, sweep_cmds, bench_cmds, export_cmds)
 
 
 def build_parser() -> argparse.ArgumentParser:

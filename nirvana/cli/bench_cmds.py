@@ -29,6 +29,7 @@ from nirvana.checkpoints.loading import resolve_device
 from nirvana.cli.common import add_model_args, config_from_args
 from nirvana.cli.flags import add_config_flags
 from nirvana.errors import InvalidInput
+from nirvana.methods import METHODS
 from nirvana.search.calibration import AnchorSpec
 
 # Help text per config field that has a flag ("" for none); the type and default are the field's.
@@ -114,11 +115,17 @@ BASELINES_FLAGS = {
     "samples": "calibration sequences N (the same batch for every method)",
     "seq_len": "calibration tokens per sequence T",
     "use_score_cache": "reuse cached scores (the pruning time then leaves out scoring)",
+    "lora_sparsities": "sparsities whose methods are measured again after the default LoRA budget",
+    "lora_data": "LoRA training documents (see `recover --data`)",
     "speed_repeats": "timed speed repeats per model (median reported)",
     "threads": "torch CPU threads (default: torch's choice)",
     "out_dir": "",
 }
 NOTE_FLAG = {"note": "a line of context for the report header"}
+METHOD_FLAGS = {
+    "method": f"pruning method of the pruned models: {', '.join(METHODS)} (docs/BASELINES.md)",
+    "method_settings": 'the method\'s own settings as JSON, e.g. \'{"taylor": "param_mix"}\' (llm-pruner)',
+}
 
 
 def register(sub) -> None:
@@ -146,6 +153,7 @@ def _add_speed(bench_sub) -> None:
     p = bench_sub.add_parser("speed", help="prune at several sparsities; measure prefill/decode speed and memory")
     add_model_args(p)
     add_config_flags(p, SpeedBenchConfig, SPEED_FLAGS)
+    add_config_flags(p, SpeedBenchConfig, METHOD_FLAGS)
     p.add_argument("--json", action="store_true", help="print the raw result as JSON")
     p.set_defaults(func=cmd_speed)
 
@@ -171,6 +179,7 @@ def cmd_speed(args) -> int:
 def _add_gpu(bench_sub) -> None:
     p = bench_sub.add_parser("gpu", help="Llama-3.1-8B throughput/memory, dense vs pruned 20%%/50%% (--tiny on CPU)")
     add_config_flags(p, GpuBenchConfig, GPU_FLAGS)
+    add_config_flags(p, GpuBenchConfig, METHOD_FLAGS)
     p.set_defaults(func=cmd_gpu)
 
 
@@ -196,6 +205,7 @@ def _add_quality(bench_sub) -> None:
     add_config_flags(p, QualityConfig, QUALITY_FLAGS)
     add_config_flags(p, AnchorSpec, ANCHOR_FLAGS, prefix="anchor_")
     add_config_flags(p, QualityConfig, QUALITY_MORE_FLAGS)
+    add_config_flags(p, QualityConfig, METHOD_FLAGS)
     p.add_argument("--report-only", action="store_true", help="rebuild markdown and plots from the CSV")
     add_config_flags(p, QualityConfig, NOTE_FLAG)
     p.set_defaults(func=cmd_quality)
@@ -220,6 +230,7 @@ def cmd_quality(args) -> int:
 def _add_gamma(bench_sub) -> None:
     p = bench_sub.add_parser("gamma", help="KL to dense over a gamma grid per criterion and sparsity (JSON, md, PNG)")
     add_config_flags(p, GammaBenchConfig, GAMMA_FLAGS)
+    add_config_flags(p, GammaBenchConfig, METHOD_FLAGS)
     p.set_defaults(func=cmd_gamma)
 
 
@@ -242,6 +253,7 @@ def cmd_gamma(args) -> int:
 def _add_recovery(bench_sub) -> None:
     p = bench_sub.add_parser("recovery", help="LoRA recovery of pruned models per criterion: perplexity before/after")
     add_config_flags(p, RecoveryBenchConfig, RECOVERY_FLAGS)
+    add_config_flags(p, RecoveryBenchConfig, METHOD_FLAGS)
     p.add_argument("--report-only", action="store_true", help="rebuild markdown and plot from the CSV")
     add_config_flags(p, RecoveryBenchConfig, {"note": ""})
     p.set_defaults(func=cmd_recovery)
@@ -268,6 +280,7 @@ def _add_accuracy(bench_sub) -> None:
         "accuracy", help="zero-shot accuracy, LAMBADA and MBPP of dense and pruned models (CSV, md, PNG)"
     )
     add_config_flags(p, AccuracyConfig, ACCURACY_FLAGS)
+    add_config_flags(p, AccuracyConfig, METHOD_FLAGS)
     p.add_argument("--report-only", action="store_true", help="rebuild markdown and plot from the CSV")
     add_config_flags(p, AccuracyConfig, NOTE_FLAG)
     p.set_defaults(func=cmd_accuracy)

@@ -9,6 +9,7 @@ parsed flags back into the dataclass, field by field.
     bool                        --name (store_true; the field's default must be False)
     int, float, str, Path       --name VALUE of that type
     X | None                    --name VALUE of type X (default None)
+    dict | None                 --name JSON (an object)
     tuple[float | int | str]    --name A,B,C (comma-separated; a tuple default stays a tuple)
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import types
 import typing
 from pathlib import Path
@@ -36,8 +38,23 @@ def _list_of(kind: type, example: str):
     return parse
 
 
+def json_object(text: str) -> dict:
+    """A flag holding a JSON object (`--method-settings`), or a clear argparse error (exit 2)."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(
+            f'not valid JSON ({exc.msg}); pass an object like \'{{"taylor": "param_mix"}}\''
+        ) from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"must be a JSON object, got {text!r}")
+    return value
+
+
+json_object.__name__ = "JSON object"
+
 # The argparse `type` of each field annotation that has a flag.
-SCALARS: dict[object, object] = {int: int, float: float, str: str, Path: Path}
+SCALARS: dict[object, object] = {int: int, float: float, str: str, Path: Path, dict: json_object}
 LISTS: dict[object, object] = {
     float: _list_of(float, "0.2,0.5"),
     int: _list_of(int, "1,8,32"),
@@ -64,6 +81,8 @@ def flag_kwargs(annotation, default) -> dict:
         (annotation,) = [a for a in typing.get_args(annotation) if a is not type(None)]
     if typing.get_origin(annotation) is tuple:
         return {"type": LISTS[typing.get_args(annotation)[0]]}
+    if annotation is dict:
+        return {"type": json_object, "metavar": "JSON"}
     return {"type": SCALARS[annotation]}
 
 

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import argparse
-import json
 import time
 from pathlib import Path
 
 from nirvana.checkpoints.pruned import save_prune_output
 from nirvana.cli.common import add_model_args, hold_device, load_from_args, print_json, stderr_progress
+from nirvana.cli.flags import json_object
 from nirvana.cli.recover_cmds import add_recovery_args, cli_progress, config_from_args
 from nirvana.errors import InvalidInput, NirvanaError
 from nirvana.methods import METHODS
@@ -30,7 +29,7 @@ def add_calibration_args(p) -> None:
     )
     p.add_argument(
         "--method-settings",
-        type=_json_object,
+        type=json_object,
         default=None,
         metavar="JSON",
         help='the method\'s own settings, e.g. \'{"taylor": "param_mix", "attn_layers": [4, 19]}\' (llm-pruner) or '
@@ -98,19 +97,6 @@ def settings_from_args(args, sparsity: float = 0.0) -> PruneSettings:
         method=args.method,
         method_settings=args.method_settings,
     )
-
-
-def _json_object(text: str) -> dict:
-    """--method-settings: a JSON object, or a clear argparse error (exit 2)."""
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise argparse.ArgumentTypeError(
-            f'not valid JSON ({exc.msg}); pass an object like \'{{"taylor": "param_mix"}}\''
-        ) from None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError(f"must be a JSON object, got {text!r}")
-    return value
 
 
 def cmd_score(args) -> int:

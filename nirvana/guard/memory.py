@@ -24,7 +24,9 @@ fragmentation and kernels' workspaces are not modelled.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 import psutil
@@ -161,6 +163,35 @@ def estimate_scoring(
     return est
 
 
+def estimate_forward_by_layer(
+    config,
+    *,
+    samples: int,
+    seq_len: int,
+    micro_batch: int = 0,
+    dtype: torch.dtype = torch.float32,
+    device: str = "cpu",
+    quantization: str | None = None,
+) -> MemoryEstimate:
+    """Planned peak of a no-grad pass through the decoder layers only (no lm_head, so no logits).
+
+    Only one layer's tensors are alive at a time: the residual stream and its norm, q/k/v (and
+    after RoPE), repeated k/v, the attention scores [Hq, T] (raw, masked and softmaxed: three
+    copies while the attention runs), the attention output, and the MLP's gate, up and their
+    product, for `micro_batch` (or all) sequences.
+    """
+    a = ArchSizes.from_config(config)
+    n = min(micro_batch or samples, samples)
+    d, hq, hkv = a.head_dim, a.num_heads, a.num_kv_heads
+    attention = 3 * hq * d + 2 * hkv * d + 2 * hq * d + 3 * hq * seq_len
+    per_token = 3 * a.hidden_size + attention + 3 * a.intermediate_size
+    est = MemoryEstimate("scoring", device)
+    est.components["activations (one layer)"] = n * seq_len * per_token * dtype_bytes(dtype)
+    if quantization:
+        est.notes.append(f"{quantization} weights are de-quantized one projection at a time")
+    return est
+
+
 def estimate_load(config, *, dtype: torch.dtype = torch.float32, quantization: str | None = None) -> MemoryEstimate:
     """Bytes the weights take once loaded (8-bit: 1 byte per block weight, 4-bit: ~0.5 + scales)."""
     a = ArchSizes.from_config(config)
@@ -240,13 +271,26 @@ def check_fits(estimate: MemoryEstimate, available: int | None = None, headroom:
 
 
 def check_scoring_memory(
-    model, samples: int, seq_len: int, *, micro_batch: int = 0, method: str = "autograd", backward: bool = True
+    model,
+    samples: int,
+    seq_len: int,
+    *,
+    micro_batch: int = 0,
+    method: str = "autograd",
+    backward: bool = True,
+    estimate: Callable[..., MemoryEstimate] | None = None,
 ) -> MemoryEstimate:
     """Estimate and check a scoring pass on a loaded model; suggest a micro-batch that would fit.
 
+    `estimate(config, *, samples, seq_len, micro_batch, dtype, device, quantization)` plans the
+    pass; the default is `estimate_scoring` with `method` and `backward` (NIRVANA's criteria). A
+    pruning method passes its own (`nirvana.methods.base.Method.memory`: LLM-Pruner's squared-gradient
+    buffers, FLAP's forward one layer at a time).
     For a model dispatched over several devices the free memory of all of them is pooled (an
     approximation: activations follow the layers, the logits land on the last device).
     """
+    if estimate is None:
+        estimate = functools.partial(estimate_scoring, method=method, backward=backward)
     devices = model_devices(model)
     weight = next((p for p in model.parameters() if p.is_floating_point()), None)
     dtype = weight.dtype if weight is not None else torch.float32
@@ -255,20 +299,18 @@ def check_scoring_memory(
         samples=samples,
         seq_len=seq_len,
         dtype=dtype,
-        method=method,
-        backward=backward,
         device=",".join(devices),
         quantization="quantized" if quant else None,
     )
     try:
-        return check_fits(estimate_scoring(model.config, micro_batch=micro_batch, **kwargs))
+        return check_fits(estimate(model.config, micro_batch=micro_batch, **kwargs))
     except OutOfMemory as exc:
         available = sum(available_bytes(dev) for dev in devices)
         hint = ""
         mb = micro_batch or samples
         while mb > 1:
             mb //= 2
-            if estimate_scoring(model.config, micro_batch=mb, **kwargs).total <= 0.9 * available:
+            if estimate(model.config, micro_batch=mb, **kwargs).total <= 0.9 * available:
                 hint = f" A micro-batch of {mb} would fit by this estimate."
                 break
         raise OutOfMemory(f"{exc}{hint}") from None

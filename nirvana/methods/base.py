@@ -64,6 +64,8 @@ class Method:
     `allocate(scores, shape, sparsity, config) -> PruningPlan`.
     `compensate(dense_model, plan, scores, config) -> Biases | None`: run on the dense model before
     slicing (it reads the weights that slicing removes); the biases are added to the sliced copy.
+    `memory(model_config, config, samples=N, seq_len=T, ...) -> MemoryEstimate`: what `score` adds
+    on top of the weights (nirvana.guard.memory), checked before any scoring.
     """
 
     name: str
@@ -74,10 +76,14 @@ class Method:
     compensate: Callable | None
     check: Callable | None  # (model, shape, sparsity, config) -> None; raises InvalidInput before any scoring
     needs_data: bool
-    uses_gradients: bool  # a backward pass (the memory guard plans for it)
+    uses_gradients: bool  # a backward pass
+    # (model_config, settings, *, samples, seq_len, micro_batch, dtype, device, quantization) -> MemoryEstimate:
+    # the planned peak of `score` above the loaded weights, which the memory guard checks before scoring.
+    memory: Callable
     color: str
     description: str  # one line: what it does differently from NIRVANA
     reference: str  # the repository and files it follows (docs/BASELINES.md)
+    explain: str  # "how to read it": two sentences on what it does differently from NIRVANA (app, help, docs)
 
 
 def check_sparsity_value(sparsity: float) -> None:

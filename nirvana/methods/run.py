@@ -10,6 +10,7 @@ NIRVANA goes through `nirvana.scoring.criteria.compute_scores` and `nirvana.prun
 
 from __future__ import annotations
 
+import functools
 import time
 
 import torch.nn as nn
@@ -23,7 +24,7 @@ from nirvana.models.fingerprint import model_fingerprint
 from nirvana.models.shapes import ModelShape, model_shape
 from nirvana.progress import Progress
 from nirvana.pruning.plan import PruningPlan
-from nirvana.pruning.slicing import add_output_biases, apply_plan
+from nirvana.pruning.slicing import add_output_biases, apply_plan, plan_signature
 from nirvana.scoring.scores import Scores, score_cache_path
 
 
@@ -70,7 +71,9 @@ def method_scores(
             progress(1.0, "scores loaded from cache")
         return cached
     n, t = batch.input_ids.shape
-    check_scoring_memory(model, n, t, micro_batch=micro_batch, backward=method.uses_gradients)
+    check_scoring_memory(
+        model, n, t, micro_batch=micro_batch, estimate=functools.partial(method.memory, settings=config)
+    )
     start = time.perf_counter()
     was_training = model.training
     model.eval()
@@ -124,3 +127,23 @@ def apply_method_plan(model: nn.Module, plan: PruningPlan, scores: Scores | None
     if biases:
         add_output_biases(pruned, biases)
     return pruned
+
+
+def method_prune_and_measure(
+    model: nn.Module, scores: Scores, measure, sparsity: float, name: str, config, *, shape=None, memo=None
+):
+    """(plan, measure(pruned copy)): one sweep point of a baseline, its copy freed afterwards
+    (`nirvana.pruning.slicing.prune_and_measure` is NIRVANA's). With `memo` (plan signature ->
+    result), a plan already measured is not sliced again."""
+    plan = method_plan(scores, shape or model_shape(model), sparsity, name, config)
+    key = plan_signature(plan)
+    if memo is not None and key in memo:
+        return plan, memo[key]
+    pruned = apply_method_plan(model, plan, scores)
+    try:
+        result = measure(pruned)
+    finally:
+        del pruned
+    if memo is not None:
+        memo[key] = result
+    return plan, result

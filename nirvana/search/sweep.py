@@ -3,6 +3,11 @@
 Orchestration only: every point is one `prune_and_measure` (allocate, slice, measure: `perplexity`
 or `kl_to_dense`, and `measure_speed`). Scores are not recomputed: one set of cached scores
 serves every point. The dense model is measured once as the reference point (sparsity 0).
+
+`method` (a `nirvana.methods` name) sweeps a baseline the same way from its own scores: its
+allocation and compensation (FLAP's biases) at each sparsity
+(`nirvana.methods.run.method_prune_and_measure`). Gamma does not apply to a baseline, so its sweep
+has no gamma axis.
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ from nirvana.measure.flops import ideal_speedup
 from nirvana.measure.kl import DenseReference, kl_to_dense
 from nirvana.measure.perplexity import perplexity
 from nirvana.measure.speed import measure_speed
+from nirvana.methods import method_config
+from nirvana.methods.run import method_prune_and_measure
 from nirvana.models.shapes import ModelShape, model_shape
 from nirvana.progress import sub_progress
 from nirvana.pruning.allocation import Allocation
@@ -49,14 +56,21 @@ class SweepSettings:
     speed: bool = True
     speed_new_tokens: int = 8
     acc_limit: int = 20  # lm-eval axes (ACCURACY_AXES): the first N examples of each task
+    method: str = "nirvana"  # a nirvana.methods name; a baseline needs that method's scores
+    method_settings: dict | None = None  # the baseline's config as JSON (None: its defaults)
+    dense: bool = True  # measure the dense reference point (off for the second method of one comparison)
+
+    def __post_init__(self) -> None:
+        method_config(self.method, self.method_settings)  # unknown method or setting: InvalidInput
 
 
 def sweep_points(settings: SweepSettings) -> list[tuple[str, Allocation]]:
     """(axis, allocation) of every point: the dense reference, the sparsity sweep, the gamma sweep."""
     centre = settings.allocation
-    points = [("dense", replace(centre, sparsity=0.0))]
+    points = [("dense", replace(centre, sparsity=0.0))] if settings.dense else []
     points += [("sparsity", replace(centre, sparsity=s)) for s in settings.sparsities if s > 0]
-    points += [("gamma", replace(centre, gamma=g)) for g in settings.gammas]
+    if settings.method == "nirvana":  # gamma is NIRVANA's budget split; a baseline allocates its own way
+        points += [("gamma", replace(centre, gamma=g)) for g in settings.gammas]
     return points
 
 
@@ -68,6 +82,7 @@ def run_sweep(lm, scores, settings: SweepSettings, progress=None) -> list[dict]:
     if settings.metric == "kl":
         anchor = anchor_batch(lm.tokenizer, AnchorSpec(samples=settings.anchor_samples, seq_len=settings.anchor_len))
         reference = DenseReference(lm.model, anchor.input_ids)
+    config = method_config(settings.method, settings.method_settings)
     rows, measured = [], {}  # plan signature -> (quality, decode speed): identical plans are measured once
     for i, (axis, allocation) in enumerate(points):
         step = sub_progress(progress, i / len(points), (i + 1) / len(points), f"point {i + 1}/{len(points)}: ")
@@ -78,15 +93,20 @@ def run_sweep(lm, scores, settings: SweepSettings, progress=None) -> list[dict]:
 
         if axis == "dense":
             plan, (quality, decode) = None, measure(lm.model)
-        else:
+        elif settings.method == "nirvana":
             plan, (quality, decode) = prune_and_measure(
                 lm.model, scores, measure, allocation, shape=shape, memo=measured
             )
+        else:
+            plan, (quality, decode) = method_prune_and_measure(
+                lm.model, scores, measure, allocation.sparsity, settings.method, config, shape=shape, memo=measured
+            )
         rows.append(
             {
+                "method": "dense" if axis == "dense" else settings.method,
                 "axis": axis,
                 "sparsity": allocation.sparsity,
-                "gamma": allocation.gamma,
+                "gamma": allocation.gamma if settings.method == "nirvana" else None,
                 "achieved_block_sparsity": 0.0 if plan is None else plan.stats["achieved_block_sparsity"],
                 "params": shape.total_params if plan is None else plan.stats["params_after"],
                 "quality": quality,

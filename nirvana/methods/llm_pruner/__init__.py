@@ -6,6 +6,7 @@ from nirvana.methods.base import Method
 from nirvana.methods.llm_pruner.allocation import allocate_llm_pruner, solve_ratio
 from nirvana.methods.llm_pruner.config import LLMPrunerConfig
 from nirvana.methods.llm_pruner.importance import taylor_scores
+from nirvana.methods.llm_pruner.memory import llm_pruner_memory
 
 
 def check(model, shape, sparsity: float, config: LLMPrunerConfig) -> None:
@@ -23,11 +24,16 @@ METHOD = Method(
     check=check,
     needs_data=True,
     uses_gradients=True,
+    memory=llm_pruner_memory,
     color="#ff7f0e",
     description="Taylor importance of the LM loss per coupled group; the same ratio in every layer of a range "
     "(first and last layers untouched), where NIRVANA ranks all layers together",
     reference="horseee/LLM-Pruner: llama3.py, hf_prune.py, LLMPruner/pruner/hf_llama_pruner.py, "
     "LLMPruner/torch_pruning/pruner/algorithms/metapruner.py",
+    explain="It scores each KV group and neuron by the first-order Taylor change of the language-model loss (it uses "
+    "the labels), where NIRVANA uses the model's output without labels. It removes the same fraction from every "
+    "layer of its range and never touches the first and last layers, where NIRVANA ranks all layers together and "
+    "lets each layer's width follow from the scores.",
 )
 
 __all__ = ["METHOD", "LLMPrunerConfig"]

@@ -14,6 +14,7 @@ from nirvana.models.shapes import ModelShape
 # `--taylor`: how W and its gradient G make an element's salience (TaylorImportance in
 # LLMPruner/pruner/hf_llama_pruner.py), and `--grouping_strategy`: how a group's vectors combine.
 TAYLOR_VARIANTS = ("param_first", "param_second", "param_mix", "vectorize")
+SECOND_ORDER = ("param_second", "param_mix")  # these accumulate per-example squared gradients (acc_grad)
 GROUP_REDUCTIONS = ("sum", "mean", "max", "prod")
 # How a KV group is credited with its query heads' importance: "group" = the heads HF's repeat_kv
 # gives it (query head h reads KV head h // g, the heads the reference removes with it);

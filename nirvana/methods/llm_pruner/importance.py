@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from nirvana.methods.llm_pruner.config import LLMPrunerConfig
+from nirvana.methods.llm_pruner.config import SECOND_ORDER, LLMPrunerConfig
 from nirvana.models.architectures import layer_projections
 from nirvana.models.shapes import model_shape
 from nirvana.models.weights import input_device
@@ -79,7 +79,7 @@ def taylor_scores(model, batch, config: LLMPrunerConfig, micro_batch: int = 0, p
     linears = [(name, lin) for proj in layer_projections(model) for name, lin in proj.named_linears().items()]
     with _only_block_weights_require_grad(model):
         acc = None
-        if config.taylor in ("param_second", "param_mix"):
+        if config.taylor in SECOND_ORDER:
             # llama3.py: one example at a time, grad^2 / N accumulated into acc_grad.
             acc = {lin: torch.zeros_like(lin.weight, dtype=torch.float32) for _, lin in linears}
             for j in range(n):

@@ -1,0 +1,106 @@
+"""Which pruning method a benchmark's pruned rows use (`--method`, `--method-settings`), and its cells.
+
+Every benchmark prunes with NIRVANA unless told otherwise. With a baseline method (LLM-Pruner,
+FLAP: `nirvana.methods.METHODS`) its pruned models come from that method's scores, allocation
+and compensation (`nirvana.methods.run`) on the same calibration batch, and every row records
+`method` and `method_settings` (the validated config as canonical JSON: sorted keys, defaults
+filled in, so `{}` and the spelled-out defaults are one key). Rows written before these columns
+existed have them empty and read as NIRVANA's (`nirvana.bench.rows.KEY_DEFAULTS`), so a resumed
+run neither repeats nor drops them. A benchmark whose axis only NIRVANA has (gamma) refuses a
+baseline with `nirvana_only`.
+
+    choice = MethodChoice.of("flap", {"metric": "WIFV"})
+    scores = choice.scores(lm, batch)                       # cached like any scoring
+    plan, pruned = choice.slice(lm.model, scores, 0.2)      # FLAP's allocation + its biases
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import torch.nn as nn
+
+from nirvana.errors import InvalidInput
+from nirvana.methods import get_method, method_config
+from nirvana.methods.base import MethodConfig
+from nirvana.methods.run import apply_method_plan, check_method, method_plan
+from nirvana.models.shapes import ModelShape, model_shape
+from nirvana.pipeline import PruneSettings, score
+from nirvana.pruning.allocation import Allocation
+from nirvana.pruning.slicing import slice_at
+
+METHOD_COLUMNS = ("method", "method_settings")
+
+
+def settings_json(method: str, settings: dict | None = None) -> str:
+    """The method's validated settings as canonical JSON: the CSV cell and the key part."""
+    return json.dumps(method_config(method, settings).to_dict(), sort_keys=True, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class MethodChoice:
+    """A method and its settings as plain values (a job field; `of` validates them)."""
+
+    method: str = "nirvana"
+    settings: str = "{}"  # canonical JSON (`settings_json`)
+
+    @classmethod
+    def of(cls, method: str = "nirvana", settings: dict | None = None) -> MethodChoice:
+        """Validate `method` and its `settings` (`InvalidInput` listing what is accepted)."""
+        return cls(method, settings_json(method, settings))
+
+    @property
+    def is_nirvana(self) -> bool:
+        return self.method == "nirvana"
+
+    @property
+    def config(self) -> MethodConfig:
+        return method_config(self.method, json.loads(self.settings))
+
+    @property
+    def label(self) -> str:
+        return get_method(self.method).label
+
+    def cells(self) -> dict:
+        """The row's `method` and `method_settings` cells."""
+        return {"method": self.method, "method_settings": self.settings}
+
+    def scoring(self, criterion: str = "nirvana", **settings) -> PruneSettings:
+        """Settings for `score` alone: NIRVANA with `criterion`, or this baseline (its criterion is its own)."""
+        if self.is_nirvana:
+            return PruneSettings(sparsity=0.0, criterion=criterion, **settings)
+        return PruneSettings(sparsity=0.0, method=self.method, method_settings=json.loads(self.settings), **settings)
+
+    def scores(self, lm, batch=None, **settings):
+        """This method's scores on `batch` (disk cache; NIRVANA's criterion "nirvana")."""
+        return score(lm, self.scoring(**settings), batch=batch)[0]
+
+    def check(self, model: nn.Module, sparsity: float) -> None:
+        """A baseline's model-dependent refusals (layer range, existing biases, reachable sparsity) before scoring."""
+        if not self.is_nirvana:
+            check_method(model, self.method, self.config, sparsity)
+
+    def slice(
+        self, model: nn.Module, scores, sparsity: float, shape: ModelShape | None = None, allocation=None
+    ) -> tuple:
+        """(plan, pruned copy) at `sparsity`: NIRVANA's `allocation` (default: gamma*, global, align 8),
+        or the baseline's own allocation and compensation (FLAP's biases)."""
+        shape = shape or model_shape(model)
+        if self.is_nirvana:
+            return slice_at(model, scores, (allocation or Allocation(sparsity)).resolve(shape), shape)
+        plan = method_plan(scores, shape, sparsity, self.method, self.config)
+        return plan, apply_method_plan(model, plan, scores)
+
+
+def nirvana_only(bench: str, what: str, method: str) -> None:
+    """Refuse a baseline for a benchmark whose axis only NIRVANA has (the message says what to run)."""
+    get_method(method)  # an unknown name gets the list of methods first
+    if method != "nirvana":
+        raise InvalidInput(
+            f"the {bench} benchmark measures {what}, which only NIRVANA has; method {method!r} has no such axis. "
+            "Drop --method (NIRVANA), or compare methods with `python -m nirvana bench baselines`."
+        )
+
+
+NIRVANA = MethodChoice()  # the default of every benchmark's jobs

@@ -1,0 +1,54 @@
+"""Blocks of the README generated from committed benchmark output, so no figure in them is typed by hand.
+
+    .venv/bin/python tests/readme_blocks.py          # print each block
+    .venv/bin/python tests/readme_blocks.py --write  # rewrite them in README.md in place
+
+A block sits between `<!-- generated: NAME -->` and `<!-- end: NAME -->`; tests/test_readme_blocks.py
+fails when one differs from what its benchmark's files say now.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+
+
+def baselines_smollm2() -> str:
+    from nirvana.bench.base import pending
+    from nirvana.bench.baselines import BASELINES, BaselinesConfig, best_gammas
+    from nirvana.bench.baselines_report import readme_summary
+    from nirvana.bench.rows import read_rows
+
+    config = BaselinesConfig(model="smollm2-135m", best_gamma=best_gammas("smollm2-135m", (0.2, 0.5)))
+    return readme_summary(read_rows(config.csv_path), config, len(pending(BASELINES, config)))
+
+
+BLOCKS = {"baselines-smollm2-135m": baselines_smollm2}
+
+
+def pattern(name: str) -> re.Pattern:
+    return re.compile(rf"(<!-- generated: {re.escape(name)} -->\n)(.*?)(<!-- end: {re.escape(name)} -->)", re.S)
+
+
+def current(text: str, name: str) -> str | None:
+    m = pattern(name).search(text)
+    return None if m is None else m.group(2)
+
+
+def rewrite(text: str) -> str:
+    for name, make in BLOCKS.items():
+        block = make()
+        text = pattern(name).sub(lambda m, b=block: m.group(1) + b + m.group(3), text)
+    return text
+
+
+if __name__ == "__main__":
+    if "--write" in sys.argv:
+        README.write_text(rewrite(README.read_text()))
+    else:
+        for name, make in BLOCKS.items():
+            print(f"<!-- generated: {name} -->\n{make()}<!-- end: {name} -->")

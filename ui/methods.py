@@ -1,0 +1,200 @@
+"""Pruning methods in the app: the picker, each method's "how to read it" box and settings, and a
+baseline's scores and plans (Allocation, Prune & compare, Sweep).
+
+Everything comes from the table `nirvana.methods.METHODS` (label, colour, `explain`, the typed
+config): a method added there appears here with no change. A baseline's scores are computed once
+per model + calibration batch + the settings that change them (`MethodConfig.score_key`), under a
+status box with progress, through the pipeline's `score` (the library's disk cache) and the shared
+`Memo`; its plans at each sparsity come from those cached scores (`method_plan`, milliseconds),
+so a slider move never recomputes them. Bad settings (an LLM-Pruner layer range outside the model,
+FLAP on a model whose o_proj has a bias, a sparsity the method cannot reach) are the library's
+`InvalidInput`, shown as an error box by `ui.errors.guard`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import fields
+
+import streamlit as st
+
+from nirvana.errors import InvalidInput
+from nirvana.methods import METHODS, method_config
+from nirvana.methods.run import check_method, method_plan
+from nirvana.models.shapes import ModelShape
+from nirvana.pipeline import PruneSettings, score
+from nirvana.progress import sub_progress
+from nirvana.scoring.scores import Scores, score_cache_path
+from nirvana.store.keys import content_key
+from ui import resources, state
+from ui.errors import guard
+from ui.progress import progress_status
+
+NIRVANA = "nirvana"
+
+
+def label(name: str) -> str:
+    return METHODS[name].label
+
+
+def baselines() -> list[str]:
+    """The methods other than NIRVANA (the ones drawn beside its plan)."""
+    return [name for name in METHODS if name != NIRVANA]
+
+
+def settings_key(name: str) -> str:
+    """One settings box per method, shared by every page (the same key keeps the same JSON)."""
+    return f"method_settings_{name}"
+
+
+def how_to_read(names, where=None) -> None:
+    """The "how to read it" box of each method: what it does differently from NIRVANA (`Method.explain`)."""
+    where = where or st
+    for name in names:
+        m = METHODS[name]
+        where.info(f"**How to read {m.label}.** {m.explain}", icon=":material/menu_book:")
+
+
+def boxes(chosen) -> dict[str, dict]:
+    """Side by side, each chosen method's "how to read it" box and settings; {name: settings} of the valid ones."""
+    out = {}
+    for name, col in zip(chosen, st.columns(len(chosen)) if chosen else []):
+        how_to_read([name], col)
+        given = settings_input(name, col)
+        if given is not None:
+            out[name] = given
+    return out
+
+
+def settings_input(name: str, where=None) -> dict | None:
+    """The method's settings as a JSON object (a text box; `{}` = its defaults), validated by its config.
+
+    None, with an error box saying what was wrong and what is accepted, when the text is not a valid
+    setting of the method. A method without settings (NIRVANA's are the page's sliders) gets `{}`.
+    """
+    where = where or st
+    names = [f.name for f in fields(METHODS[name].config)]
+    if not names:
+        return {}
+    key = settings_key(name)
+    st.session_state.setdefault(key, "{}")
+    defaults = json.dumps(METHODS[name].config().to_dict())
+    text = where.text_input(
+        f"{label(name)} settings (JSON)",
+        key=key,
+        help=f"A JSON object; {{}} keeps the defaults {defaults}. Keys: {', '.join(names)} (docs/BASELINES.md).",
+    )
+    with guard(f"reading the {label(name)} settings") as g:
+        data = parse_settings(name, text)
+    return None if g.failed else data
+
+
+def parse_settings(name: str, text: str) -> dict:
+    """The JSON text of a settings box, checked by the method's config (`InvalidInput` otherwise)."""
+    try:
+        data = json.loads(text.strip() or "{}")
+    except json.JSONDecodeError as exc:
+        raise InvalidInput(
+            f"the {label(name)} settings are not JSON ({exc.msg} at character {exc.pos}); write an object such as "
+            f'{{"{fields(METHODS[name].config)[0].name}": ...}}, or {{}} for the defaults.'
+        ) from None
+    method_config(name, data)  # a wrong key or value: InvalidInput naming what is accepted
+    return data
+
+
+def check(lm, name: str, settings: dict, sparsity: float) -> None:
+    """What the library refuses before any scoring (`InvalidInput`): the settings on this model, the target."""
+    check_method(lm.model, name, method_config(name, settings), sparsity)
+
+
+def calibration_batch(lm):
+    """The batch the session's saliency was computed on (so every method sees the same data), else the
+    Saliency page's defaults (WikiText-2 validation, the CPU-sized N x T, seed 0)."""
+    batch = state.get("calib_batch")
+    if batch is not None:
+        return batch
+    d = state.default_calibration()
+    return resources.calibration(
+        lm.tokenizer, state.spec().key, "wikitext2-valid", d["samples"], d["seq_len"], d["seed"]
+    )
+
+
+def _scores_key(name: str, settings: dict, batch) -> str:
+    """Model, method, the settings that change its scores, batch content: what the scores depend on."""
+    return content_key("method-scores", state.spec().key, name, method_config(name, settings).score_key(), batch.hash)
+
+
+def scores_for(lm, name: str, settings: dict, batch, progress=None):
+    """(key, scores) of baseline `name` on `batch`: the pipeline's `score` through the shared memo and the
+    library's disk cache, one job per device. Refuses bad settings before any scoring (`InvalidInput`)."""
+    key = _scores_key(name, settings, batch)
+    micro_batch = max(1, batch.shape[0] // 4)  # progress (and a chance to cancel) every quarter
+
+    def compute():
+        prune_settings = PruneSettings(sparsity=0.0, method=name, method_settings=settings, micro_batch=micro_batch)
+        with resources.hold_device(lm.model, progress):
+            return score(lm, prune_settings, progress, batch=batch)[0]
+
+    return key, resources.memo("scores").get_or_compute(key, compute)
+
+
+def cached_scores(name: str, settings: dict, batch):
+    """(key, scores) when they are already in the memo (no work), else None."""
+    key = _scores_key(name, settings, batch)
+    found = resources.memo("scores").get(key)
+    return None if found is None else (key, found)
+
+
+def score_methods(lm, chosen: dict[str, dict], title: str) -> dict[str, tuple[str, object]]:
+    """{name: (key, scores)} of the chosen baselines `{name: settings}`; the ones not cached yet are
+    computed under one status box with progress and a Cancel button. A method that fails shows its
+    error and is left out; the others are still returned."""
+    batch = calibration_batch(lm)
+    out, todo = {}, []
+    for name, settings in chosen.items():
+        with guard(f"checking the {label(name)} settings") as g:
+            # cached scores serve every setting that does not change them (a layer range): check each one anyway
+            check(lm, name, settings, 0.0)
+            found = cached_scores(name, settings, batch)
+        if g.failed:
+            continue
+        if found is not None:
+            out[name] = found
+        else:
+            todo.append(name)
+    if not todo:
+        return out
+    names = ", ".join(label(n) for n in todo)
+    with progress_status(f"{title}: scoring {names} on {batch.shape[0]}×{batch.shape[1]} tokens") as progress:
+        for i, name in enumerate(todo):
+            step = sub_progress(progress, i / len(todo), (i + 1) / len(todo), f"{label(name)}: ")
+            with guard(f"scoring with {label(name)}") as g:
+                result = scores_for(lm, name, chosen[name], batch, step)
+            if not g.failed:
+                out[name] = result
+    return out
+
+
+def plan_scores(plan):
+    """The scores a baseline plan was made from, when its compensation needs them (FLAP's biases) and the
+    library's disk cache still holds them (a plan reopened from a past run); else None."""
+    name = plan.settings.method
+    if name not in METHODS or METHODS[name].compensate is None:
+        return None
+    config = method_config(name, plan.settings.method_settings)
+    calibration_hash = (plan.settings.calibration or {}).get("hash")
+    path = score_cache_path(plan.fingerprint, name, calibration_hash, config.score_key())
+    return Scores.load(path) if path.with_suffix(".json").exists() else None
+
+
+@st.cache_data(max_entries=512, show_spinner=False)
+def plan_for(_scores, scores_key: str, shape: dict, name: str, settings_json: str, sparsity: float):
+    """`method_plan` (pure tensor work) cached by scores, settings and sparsity; `InvalidInput` when the method
+    cannot reach `sparsity` (errors are not cached)."""
+    config = method_config(name, json.loads(settings_json))
+    return method_plan(_scores, ModelShape.from_dict(shape), sparsity, name, config)
+
+
+def plan(entry: tuple[str, object], shape: ModelShape, name: str, settings: dict, sparsity: float):
+    key, scores = entry
+    return plan_for(scores, key, shape.to_dict(), name, json.dumps(settings, sort_keys=True), float(sparsity))
