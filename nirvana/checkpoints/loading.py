@@ -22,6 +22,7 @@ from urllib.parse import urlparse
 
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig
+from transformers.models.auto.configuration_auto import model_type_to_module_name
 
 from nirvana.checkpoints.gguf_cache import convert_gguf, gguf_model_dir, is_converted
 from nirvana.checkpoints.loaded import LoadedModel
@@ -77,9 +78,10 @@ def embedded_model_dir(name: str, progress=None) -> Path:
     """Safetensors copy of an embedded GGUF model, converting it on first use (atomically)."""
     target = cache_dir() / "models" / name
     if not is_converted(target):
+        source = embedded_gguf_file(name, cache_dir() / "models")  # its packages are checked first
         if progress:
-            progress(0.0, f"Converting the embedded GGUF of {name} to safetensors (once, ~20 s)")
-        convert_gguf(embedded_gguf_file(name), target)
+            progress(0.0, f"Converting the embedded GGUF of {name} to safetensors (once, 20 s to 2 min)")
+        convert_gguf(source, target)
     return target
 
 
@@ -233,8 +235,9 @@ def _import_model_code(name: str) -> float:
         folder = folder / "model"
     start = time.perf_counter()
     try:
-        model_type = json.loads((folder / "config.json").read_text())["model_type"]
-        importlib.import_module(f"transformers.models.{model_type}.modeling_{model_type}")
+        # gemma3_text lives in transformers.models.gemma3: the auto mapping's own name of the module.
+        module = model_type_to_module_name(json.loads((folder / "config.json").read_text())["model_type"])
+        importlib.import_module(f"transformers.models.{module}.modeling_{module}")
         importlib.import_module("transformers.models.auto.tokenization_auto")
     except (OSError, KeyError, ValueError, ImportError):
         return 0.0  # hub ids, GGUF files, first conversions: imported during the load instead

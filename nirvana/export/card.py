@@ -16,6 +16,7 @@ from pathlib import Path
 from huggingface_hub import ModelCard, ModelCardData
 
 from nirvana.errors import InvalidInput
+from nirvana.models.registry import REGISTRY
 from nirvana.pruning.plan import PruningPlan
 from nirvana.store.paths import cache_dir
 
@@ -30,8 +31,8 @@ class BaseModel:
     license: str | None = None
 
 
-# Registry names whose Hub source and license are known.
-KNOWN_BASES = {"smollm2-135m": BaseModel("HuggingFaceTB/SmolLM2-135M-Instruct", "apache-2.0")}
+# Registry names whose Hub source and license are known (read from the registry's rows).
+KNOWN_BASES = {name: BaseModel(e.base_model, e.license) for name, e in REGISTRY.items() if e.base_model}
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _CACHE_SNAPSHOT = re.compile(r"models--([^/]+)--([^/]+)/snapshots/")
 

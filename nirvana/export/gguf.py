@@ -22,6 +22,7 @@ from nirvana.errors import InvalidInput, UnsupportedArchitecture
 from nirvana.export.card import KNOWN_BASES, resolve_base_model
 from nirvana.export.hub import pruned_model_folder
 from nirvana.models.registry import embedded_gguf_file
+from nirvana.store.paths import cache_dir
 
 ARCH = "deci"
 DTYPES = ("f32", "f16")
@@ -51,7 +52,7 @@ def default_tokenizer_gguf(folder: Path) -> Path | None:
     base = resolve_base_model(str(folder)).repo_id
     for name, known in KNOWN_BASES.items():
         if base and base == known.repo_id:
-            return embedded_gguf_file(name)
+            return embedded_gguf_file(name, cache_dir() / "models")
     return None
 
 
