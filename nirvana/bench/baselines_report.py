@@ -355,11 +355,13 @@ def _versus(a: dict, b: dict, per: dict) -> list[str]:
         out.append(f"WikiText-2 perplexity {pa:.2f} vs {pb:.2f} ({'NIRVANA' if pa < pb else 'baseline'} lower)")
     if "average" in a and "average" in b and a.get("average_se") and b.get("average_se"):
         d, se = a["average"] - b["average"], math.hypot(a["average_se"], b["average_se"])
-        word = "resolved" if abs(d) > 2 * se else "within 2 se: not resolved"
+        word = (
+            f"resolved, {'NIRVANA' if d > 0 else 'baseline'} higher" if abs(d) > 2 * se else "within 2 se: not resolved"
+        )
         out.append(f"7-task average {100 * d:+.1f} ± {100 * se:.1f} points ({word})")
     p = _paired(per, a["variant"], b["variant"], "mbpp_bpb")
     if p is not None:
-        out.append(f"MBPP bits/byte {_diff(p)} (paired)")
+        out.append(f"MBPP bits/byte {_diff(p)}, paired ({'NIRVANA' if p['mean'] < 0 else 'baseline'} lower)")
     return out
 
 
