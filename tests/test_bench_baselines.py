@@ -257,3 +257,23 @@ def test_a_lora_row_prunes_then_recovers_with_the_default_budget(tiny_with_token
     # the same pruned model (same facts, same calibration), then trained: its perplexity moves
     assert row["params_after"] == plain["params_after"] and row["added_bias_params"] == plain["added_bias_params"]
     assert row["ppl_wikitext2"] != plain["ppl_wikitext2"]
+
+
+def test_readme_summary_verdicts_come_from_the_rows(tmp_path):
+    from nirvana.bench.baselines_report import readme_summary
+
+    config = BaselinesConfig(model="m", out_dir=tmp_path, sparsities=(0.2,), lambada_limit=0, bpb_limit=0)
+    rows = (
+        _rows("dense", 0.0, 0.0, "dense", 20.0, 0.5)
+        + _rows("nirvana", 0.2, 0.2, "nirvana s=0.2 gamma*", 60.0, 0.50)
+        + _rows("llm-pruner", 0.2, 0.2, "llm-pruner s=0.2", 40.0, 0.40)
+        + _rows("flap", 0.2, 0.2, "flap s=0.2", 80.0, 0.49)
+    )
+    text = readme_summary(rows, config, pending_rows=3, extra=[])
+    llm = next(line for line in text.splitlines() if "− llm-pruner s=0.2" in line)
+    flap = next(line for line in text.splitlines() if "− flap s=0.2" in line)
+    # averages 50 vs 40 with se 3.5/sqrt(7) each: +10.0 ± 1.9 points, resolved; 50 vs 49: not resolved
+    assert "60.00 vs 40.00 (baseline lower)" in llm and "+10.0 ± 1.9 points (resolved, NIRVANA higher)" in llm
+    assert "60.00 vs 80.00 (NIRVANA lower)" in flap and "+1.0 ± 1.9 points (within 2 se: not resolved)" in flap
+    assert "3 rows of the grid are not measured yet" in text
+    assert "| nirvana s=0.2 gamma* | 60.00 | 120.00 | 50.0 ± 1.3 |" in text
