@@ -59,6 +59,7 @@ def test_llm_pruner_at_fifty_percent_uses_the_shorter_attention_range_and_says_s
     settings = llm50.prune_settings(32, 128, use_cache=False)
     assert isinstance(settings, PruneSettings) and settings.config.attn_layers == (4, 19)
     assert settings.method == "llm-pruner" and settings.gamma is None and settings.use_cache is False
+    assert settings.micro_batch == 0 and llm50.prune_settings(32, 128, False, micro_batch=4).micro_batch == 4
     kl = Variant("nirvana", 0.5, 4.0, "gamma=4 (KL-best)").prune_settings(32, 128, True)
     assert (kl.gamma, kl.method, kl.method_settings) == (4.0, "nirvana", None)
 

@@ -139,10 +139,11 @@ class Variant:
             name = f"{self.method} s={self.sparsity:g}"
         return f"{name} + LoRA" if self.lora else name
 
-    def prune_settings(self, samples: int, seq_len: int, use_cache: bool) -> PruneSettings:
+    def prune_settings(self, samples: int, seq_len: int, use_cache: bool, micro_batch: int = 0) -> PruneSettings:
         settings = json.loads(self.settings) if self.settings else None
         return PruneSettings(
             sparsity=self.sparsity,
+            micro_batch=micro_batch,
             gamma=self.gamma,
             samples=samples,
             seq_len=seq_len,
@@ -179,6 +180,7 @@ class BaselinesConfig:
     samples: int = 32  # calibration N x T, the same batch for every method
     seq_len: int = 128
     use_score_cache: bool = False  # off: every prune is scored afresh, so the pruning time is measured
+    micro_batch: int = 0  # calibration sequences per scoring forward/backward (0: all; big vocabularies need 4)
     lora_sparsities: tuple[float, ...] = (0.2,)  # each method again after the default LoRA budget (empty: none)
     lora_data: str = "calibration"  # recovery training documents (`recover --data`)
     speed_prompt_len: int = 128
@@ -311,7 +313,7 @@ class BaselinesWorker:
         self._current = None
         c = self.config
         t = time.perf_counter()
-        result = prune(self.lm, variant.prune_settings(c.samples, c.seq_len, c.use_score_cache))
+        result = prune(self.lm, variant.prune_settings(c.samples, c.seq_len, c.use_score_cache, c.micro_batch))
         seconds = time.perf_counter() - t
         r = result.report
         facts = {k: r[k] for k in ("params_before", "params_after", "block_params_before", "block_params_after")}

@@ -115,6 +115,7 @@ BASELINES_FLAGS = {
     "samples": "calibration sequences N (the same batch for every method)",
     "seq_len": "calibration tokens per sequence T",
     "use_score_cache": "reuse cached scores (the pruning time then leaves out scoring)",
+    "micro_batch": "calibration sequences per scoring forward/backward (0: all at once)",
     "lora_sparsities": "sparsities whose methods are measured again after the default LoRA budget",
     "lora_data": "LoRA training documents (see `recover --data`)",
     "speed_repeats": "timed speed repeats per model (median reported)",
