@@ -24,7 +24,7 @@ from nirvana.models.fingerprint import model_fingerprint
 from nirvana.models.shapes import ModelShape, model_shape
 from nirvana.progress import Progress
 from nirvana.pruning.plan import PruningPlan
-from nirvana.pruning.slicing import add_output_biases, apply_plan, plan_signature
+from nirvana.pruning.slicing import add_output_biases, apply_plan, measure_plan
 from nirvana.scoring.scores import Scores, score_cache_path
 
 
@@ -136,14 +136,4 @@ def method_prune_and_measure(
     (`nirvana.pruning.slicing.prune_and_measure` is NIRVANA's). With `memo` (plan signature ->
     result), a plan already measured is not sliced again."""
     plan = method_plan(scores, shape or model_shape(model), sparsity, name, config)
-    key = plan_signature(plan)
-    if memo is not None and key in memo:
-        return plan, memo[key]
-    pruned = apply_method_plan(model, plan, scores)
-    try:
-        result = measure(pruned)
-    finally:
-        del pruned
-    if memo is not None:
-        memo[key] = result
-    return plan, result
+    return plan, measure_plan(plan, lambda: apply_method_plan(model, plan, scores), measure, memo)

@@ -194,17 +194,23 @@ def prune_and_measure(
     same counts) is not sliced or measured again.
     """
     plan = allocate(scores, shape or model_shape(model), allocation)
+    return plan, measure_plan(plan, lambda: apply_plan(model, plan), measure, memo)
+
+
+def measure_plan(plan: PruningPlan, make: Callable[[], nn.Module], measure: Callable[[nn.Module], T], memo=None) -> T:
+    """measure(make()) with the sliced copy freed afterwards; with `memo`, a plan already measured
+    (same `plan_signature`) is neither sliced nor measured again. Every method's sweep point uses it."""
     key = plan_signature(plan) if memo is not None else None
     if memo is not None and key in memo:
-        return plan, memo[key]
-    pruned = apply_plan(model, plan)
+        return memo[key]
+    pruned = make()
     try:
         value = measure(pruned)
     finally:
         del pruned
     if memo is not None:
         memo[key] = value
-    return plan, value
+    return value
 
 
 def plan_signature(plan: PruningPlan) -> tuple:
