@@ -34,7 +34,7 @@ from nirvana.checkpoints.loaded import LoadedModel
 from nirvana.data.calibration import CalibrationBatch, calibration_batch
 from nirvana.errors import InvalidInput, PlanMismatch
 from nirvana.methods import METHODS, get_method, method_config
-from nirvana.methods.run import apply_method_plan, check_method, method_plan, method_scores
+from nirvana.methods.run import apply_method_plan, check_method, method_plan, method_scores, rotation_plan
 from nirvana.models.architectures import layer_projections
 from nirvana.models.fingerprint import model_fingerprint
 from nirvana.models.shapes import ModelShape, count_block_parameters, count_parameters, model_shape
@@ -71,8 +71,8 @@ class PruneSettings:
     micro_batch: int = 0  # sequences per forward/backward (0 = all at once)
     select_calib: int = 0  # K candidate batches for KL-guided calibration (0 = off)
     use_cache: bool = True
-    method: str = "nirvana"  # nirvana.methods.METHODS: nirvana, llm-pruner, flap
-    method_settings: dict | None = None  # the method's config as JSON (LLMPrunerConfig, FLAPConfig fields)
+    method: str = "nirvana"  # nirvana.methods.METHODS: nirvana, llm-pruner, flap, slicegpt
+    method_settings: dict | None = None  # the method's config as JSON (LLMPrunerConfig, FLAPConfig, SliceGPTConfig)
 
     def __post_init__(self) -> None:
         method_config(self.method, self.method_settings)  # unknown method or bad settings: InvalidInput
@@ -277,6 +277,8 @@ def prune(
 
 def _prune_with_method(lm, settings, *, scores=None, plan=None, inplace=False, progress=None) -> PruneResult:
     """`prune` for a baseline method (LLM-Pruner, FLAP): its checks, scores, allocation and compensation."""
+    if get_method(plan.settings.method if plan is not None else settings.method).rotation is not None:
+        return _prune_with_rotation(lm, settings, scores=scores, plan=plan, inplace=inplace, progress=progress)
     shape = model_shape(lm.model)
     timings: dict[str, float] = {}
     t = time.perf_counter()
@@ -300,6 +302,44 @@ def _prune_with_method(lm, settings, *, scores=None, plan=None, inplace=False, p
     if progress:
         progress(1.0, f"pruned to {report['params_after'] / 1e6:.1f} M parameters")
     return PruneResult(pruned, plan, report, scores, None)
+
+
+def _prune_with_rotation(lm, settings, *, scores=None, plan=None, inplace=False, progress=None) -> PruneResult:
+    """`prune` for a rotating method (SliceGPT): plan the widths, then rotate and slice on the calibration batch."""
+    name = plan.settings.method if plan is not None else settings.method
+    if scores is not None:
+        raise InvalidInput(f"method {name!r} prunes without unit scores; drop the scores (--scores).")
+    if settings is None or settings.method != name:
+        raise InvalidInput(
+            f"a {name} plan is applied by rotating on calibration data: pass --method {name} and the calibration "
+            "settings (--calib, --samples, --seq-len, --seed) with the plan."
+        )
+    shape = model_shape(lm.model)
+    timings: dict[str, float] = {"score": 0.0}
+    t = time.perf_counter()
+    if plan is None:
+        check_method(lm.model, name, settings.config, settings.sparsity)  # before drawing any data
+    batch, _ = calibration_for(lm, settings, progress)
+    if plan is None:
+        plan = rotation_plan(lm.model, name, settings.config, settings.sparsity, batch)
+    elif (plan.settings.calibration or {}).get("hash") not in (None, batch.hash):
+        recorded = plan.settings.calibration
+        raise PlanMismatch(
+            f"this {name} plan was rotated on calibration batch {recorded.get('source')} (seed {recorded.get('seed')}, "
+            f"{recorded.get('samples')} x {recorded.get('seq_len')} tokens, hash {recorded.get('hash')}); these "
+            f"settings draw {batch.source} ({batch.hash}). Pass the same --calib, --samples, --seq-len and --seed."
+        )
+    timings["plan"] = time.perf_counter() - t
+    t = time.perf_counter()
+    pruned = apply_method_plan(
+        lm.model, plan, inplace=inplace, batch=batch, micro_batch=settings.micro_batch, progress=progress
+    )
+    timings["slice"] = time.perf_counter() - t
+    report = prune_report(lm.name, shape, plan, pruned, timings=timings)
+    report["sliced_hidden"] = pruned.config.nirvana_sliced_hidden
+    if progress:
+        progress(1.0, f"rotated and sliced to {report['params_after'] / 1e6:.1f} M parameters")
+    return PruneResult(pruned, plan, report, None, None)
 
 
 def prune_report(

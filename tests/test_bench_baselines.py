@@ -25,28 +25,39 @@ def test_best_gammas_come_from_the_committed_gamma_benchmark():
 def test_job_order_perplexity_of_every_method_first_then_zero_shot_then_fifty_percent(tmp_path):
     jobs = plan_jobs(BaselinesConfig(out_dir=tmp_path, best_gamma=BEST))
     names = [(j.variant.name, j.measure) for j in jobs]
-    first = ["dense", "nirvana s=0.2 gamma*", "llm-pruner s=0.2", "flap s=0.2", "nirvana s=0.2 gamma=8 (KL-best)"]
-    assert names[:5] == [(n, "ppl") for n in first]
+    first = [
+        "dense",
+        "nirvana s=0.2 gamma*",
+        "llm-pruner s=0.2",
+        "flap s=0.2",
+        "slicegpt s=0.2",
+        "nirvana s=0.2 gamma=8 (KL-best)",
+        "slicegpt slicing=0.25 (reference)",  # the reference's own fraction, for the record
+    ]
+    k = len(first)
+    assert names[:k] == [(n, "ppl") for n in first]
     # then each pruned model's seven tasks in a row (its average as soon as possible), dense's last
-    tasks = names[5 : 5 + 5 * 7]
+    tasks = names[k : k + k * 7]
     assert tasks == [(n, t) for n in [*first[1:], "dense"] for t in ZEROSHOT7]
-    assert names[40:45] == [(n, "lambada_openai") for n in first]
-    assert names[45:50] == [(n, "mbpp_bpb") for n in first]  # gold BPB on MBPP's 500 problems
+    at = k + 7 * k
+    assert names[at : at + k] == [(n, "lambada_openai") for n in first]
+    assert names[at + k : at + 2 * k] == [(n, "mbpp_bpb") for n in first]  # gold BPB on MBPP's 500 problems
     assert {j.limit for j in jobs if j.measure == "mbpp_bpb"} == {500}
-    lora = [f"{n} + LoRA" for n in first[1:]]  # each method at 20% again after the default LoRA budget
-    assert names[50:54] == [(n, "ppl") for n in lora]
-    assert names[54 : 54 + 28] == [(n, t) for n in lora for t in ZEROSHOT7]
-    assert names[82:86] == [(n, "mbpp_bpb") for n in lora]
-    fifty = [n.replace("0.2", "0.5").replace("gamma=8", "gamma=4") for n in first[1:]]
-    assert names[86:90] == [(n, "ppl") for n in fifty]
-    assert len(jobs) == 5 * (1 + 7 + 1 + 1) + 4 * (1 + 7 + 1) + 4 * (1 + 7 + 1 + 1)
+    lora = [f"{n} + LoRA" for n in first[1:-1]]  # each matched method at 20% again after the default LoRA budget
+    at += 2 * k
+    assert names[at : at + 5] == [(n, "ppl") for n in lora]
+    assert names[at + 5 : at + 5 + 35] == [(n, t) for n in lora for t in ZEROSHOT7]
+    assert names[at + 40 : at + 45] == [(n, "mbpp_bpb") for n in lora]
+    fifty = [n.replace("0.2", "0.5").replace("gamma=8", "gamma=4") for n in first[1:-1]]
+    assert names[at + 45 : at + 50] == [(n, "ppl") for n in fifty]
+    assert len(jobs) == 7 * (1 + 7 + 1 + 1) + 5 * (1 + 7 + 1) + 5 * (1 + 7 + 1 + 1)
     assert not any(j.variant.lora for j in plan_jobs(BaselinesConfig(lora_sparsities=(), best_gamma=BEST)))
     assert not any(j.measure in ("mbpp", "gsm8k_bpb") for j in jobs)  # pass@1 only with --allow-code-execution
     allowed = plan_jobs(BaselinesConfig(out_dir=tmp_path, best_gamma=BEST, allow_code_execution=True))
-    assert [j.measure for j in allowed[-13:]] == ["mbpp"] * 13 and allowed[:-13] == jobs
+    assert [j.measure for j in allowed[-17:]] == ["mbpp"] * 17 and allowed[:-17] == jobs
     assert [j.measure for j in plan_jobs(BaselinesConfig(lambada_limit=0))].count("lambada_openai") == 0
     gold = [j.measure for j in plan_jobs(BaselinesConfig(bpb_limit=0, gsm8k_bpb_limit=50, best_gamma=BEST))]
-    assert gold.count("mbpp_bpb") == 0 and gold.count("gsm8k_bpb") == 13
+    assert gold.count("mbpp_bpb") == 0 and gold.count("gsm8k_bpb") == 17
 
 
 def test_llm_pruner_at_fifty_percent_uses_the_shorter_attention_range_and_says_so():
@@ -70,7 +81,7 @@ def test_keys_are_unique_strings_and_jobs_pickle(tmp_path):
     keys = [BASELINES.key(config, j) for j in jobs]
     assert len(set(keys)) == len(keys) and all(isinstance(k, str) for key in keys for k in key)
     assert keys[0] == ("smollm2-135m", "dense", "ppl", "16384")
-    assert keys[5] == ("smollm2-135m", "nirvana s=0.2 gamma*", "arc_easy", "200")
+    assert keys[7] == ("smollm2-135m", "nirvana s=0.2 gamma*", "arc_easy", "200")
     assert pickle.loads(pickle.dumps(jobs)) == jobs and pickle.loads(pickle.dumps(config)) == config
     assert set(KEY) <= set(COLUMNS)
 

@@ -107,8 +107,8 @@ def test_a_baseline_the_model_cannot_take_is_refused_before_any_row(tiny_with_to
 @pytest.mark.parametrize("bench", ["speed", "gpu", "quality", "gamma", "accuracy", "recovery"])
 def test_bad_method_or_setting_exits_2_and_writes_nothing(bench, tmp_path):
     out = ["--out" if bench in ("speed", "gpu") else "--out-dir", str(tmp_path / "out")]
-    code, err = run_cli(["bench", bench, *out, "--method", "slicegpt"])
-    assert code == 2 and "unknown method 'slicegpt'; accepted: nirvana, llm-pruner, flap" in err
+    code, err = run_cli(["bench", bench, *out, "--method", "sparsegpt"])
+    assert code == 2 and "unknown method 'sparsegpt'; accepted: nirvana, llm-pruner, flap, slicegpt" in err
     code, err = run_cli(["bench", bench, *out, "--method", "flap", "--method-settings", '{"metric": "L2"}'])
     if bench == "gamma":
         assert code == 2 and "only NIRVANA has" in err and "bench baselines" in err

@@ -24,13 +24,15 @@ from tests.tiny import tiny_model
 DATA = Path(__file__).with_name("data")
 
 
-def test_the_table_lists_nirvana_and_the_two_baselines_with_their_references():
-    assert list(METHODS) == ["nirvana", "llm-pruner", "flap"]
+def test_the_table_lists_nirvana_and_the_three_baselines_with_their_references():
+    assert list(METHODS) == ["nirvana", "llm-pruner", "flap", "slicegpt"]
     assert "horseee/LLM-Pruner" in METHODS["llm-pruner"].reference
     assert "CASIA-IVA-Lab/FLAP" in METHODS["flap"].reference
+    assert "microsoft/TransformerCompression" in METHODS["slicegpt"].reference
     assert METHODS["llm-pruner"].uses_gradients and not METHODS["flap"].uses_gradients
-    with pytest.raises(InvalidInput, match="unknown method 'slicegpt'; accepted: nirvana, llm-pruner, flap"):
-        get_method("slicegpt")
+    assert not METHODS["slicegpt"].uses_gradients and METHODS["slicegpt"].rotation is not None
+    with pytest.raises(InvalidInput, match="unknown method 'sparsegpt'; accepted: nirvana, llm-pruner, flap, slicegpt"):
+        get_method("sparsegpt")
 
 
 @pytest.mark.parametrize(
@@ -38,6 +40,7 @@ def test_the_table_lists_nirvana_and_the_two_baselines_with_their_references():
     [
         ("llm-pruner", {"taylor": "param_mix", "attn_layers": [4, 19], "pruning_ratio": 0.4}),
         ("flap", {"metric": "WIFN", "bias": False}),
+        ("slicegpt", {"slicing": 0.25, "slice_head": True}),
         ("nirvana", {}),
     ],
 )
@@ -81,7 +84,8 @@ def test_a_method_plan_records_the_method_and_its_settings_and_round_trips(tmp_p
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"method": "bogus"}, "unknown method 'bogus'; accepted: nirvana, llm-pruner, flap"),
+        ({"method": "bogus"}, "unknown method 'bogus'; accepted: nirvana, llm-pruner, flap, slicegpt"),
+        ({"method": "slicegpt", "method_settings": {"slicing": 1.5}}, "slicing must be a fraction of the hidden"),
         ({"method": "flap", "criterion": "taylor"}, "criterion is a setting of method nirvana and do not apply"),
         ({"method": "llm-pruner", "gamma": 2.0}, "gamma is a setting of method nirvana"),
         ({"method": "flap", "method_settings": {"metric": "L2"}}, "flap metric must be one of WIFV, IFV, WIFN"),
@@ -115,7 +119,10 @@ def _prune_args(model: Path, out: Path, corpus: Path, *extra: str) -> list[str]:
 @pytest.mark.parametrize(
     "extra, model, message",
     [
-        (["--method", "bogus"], "plain", "unknown method 'bogus'; accepted: nirvana, llm-pruner, flap"),
+        (["--method", "bogus"], "plain", "unknown method 'bogus'; accepted: nirvana, llm-pruner, flap, slicegpt"),
+        (["--method", "slicegpt", "--method-settings", '{"slicing": 0}'], "plain", "slicing must be a fraction"),
+        (["--method", "slicegpt", "--method-settings", '{"slicing": 0.9}'], "plain", "at least 8 must stay"),
+        (["--method", "slicegpt", "--samples", "1"], "plain", "1 x 16 = 16 < 32"),
         (["--method", "flap"], "biased", "layer 0's o_proj already has a bias"),
         (["--method", "llm-pruner", "--method-settings", '{"attn_layers": [0, 3]}'], "plain", "is outside"),
         (["--method", "llm-pruner", "--sparsity", "0.6"], "plain", "cannot reach block sparsity 0.6"),
@@ -152,5 +159,24 @@ def test_cli_prunes_with_flap_and_a_plan_reapplies_with_its_score_file(folders, 
     )
     assert code == 0, err
     second = load_pruned(tmp_path / "g").model
+    for (name, a), (_, b) in zip(first.state_dict().items(), second.state_dict().items()):
+        assert torch.equal(a, b), name
+
+
+def test_cli_prunes_with_slicegpt_and_its_plan_reapplies_to_the_same_model(folders, corpus, tmp_path):
+    code, err = run_cli(_prune_args(folders["plain"], tmp_path / "s", corpus, "--method", "slicegpt"))
+    assert code == 0, err
+    report = json.loads((tmp_path / "s" / "report.json").read_text())
+    assert report["method"] == "slicegpt" and report["sliced_hidden"]["embedding"] == 24  # of 32: nearest 20%
+    assert report["params_after"] == sum(p.numel() for p in load_pruned(tmp_path / "s").model.parameters())
+    score_args = ["score", "--model", str(folders["plain"]), "--method", "slicegpt", "--out", str(tmp_path / "x")]
+    code, err = run_cli(score_args)
+    assert code == 2 and "has no unit scores" in " ".join(err.split())
+    plan_args = ["--plan", str(tmp_path / "s" / "plan.json"), "--method", "slicegpt"]
+    code, err = run_cli(_prune_args(folders["plain"], tmp_path / "t", corpus, *plan_args, "--seed", "1"))
+    assert code == 2 and "Pass the same --calib" in " ".join(err.split()) and not (tmp_path / "t").exists()
+    code, err = run_cli(_prune_args(folders["plain"], tmp_path / "t", corpus, *plan_args))
+    assert code == 0, err
+    first, second = load_pruned(tmp_path / "s").model, load_pruned(tmp_path / "t").model
     for (name, a), (_, b) in zip(first.state_dict().items(), second.state_dict().items()):
         assert torch.equal(a, b), name

@@ -3,8 +3,9 @@
     python -m nirvana bench baselines --model smollm2-135m [--threads 1] [--allow-code-execution]
 
 Models: dense; at each sparsity (0.2, 0.5) NIRVANA at the analytic gamma*, NIRVANA at its KL-best
-gamma (read from `benchmarks/gamma/gamma-<model>.json`, as `bench accuracy` does), LLM-Pruner and
-FLAP (`nirvana.methods`), each pruned with `nirvana.pipeline.prune` on the same calibration batch
+gamma (read from `benchmarks/gamma/gamma-<model>.json`, as `bench accuracy` does), LLM-Pruner,
+FLAP and SliceGPT (`nirvana.methods`; SliceGPT also once at the reference's own 25% slicing, for
+the record), each pruned with `nirvana.pipeline.prune` on the same calibration batch
 (32 x 128 tokens of wikitext2-valid, seed 0: the pipeline's default). LLM-Pruner's default layer
 range cannot reach 50% on SmolLM2 within 1% (docs/BASELINES.md), so at 0.5 it runs with
 `{"attn_layers": [4, 19]}` (`LLM_PRUNER_SETTINGS`); every row records the method settings it used.
@@ -65,7 +66,9 @@ from nirvana.store.paths import benchmarks_dir
 DEFAULT_OUT = benchmarks_dir("baselines")
 SPARSITIES = (0.2, 0.5)
 DATASETS = ("wikitext2", "ptb")
-METHODS = ("nirvana", "llm-pruner", "flap")
+METHODS = ("nirvana", "llm-pruner", "flap", "slicegpt")
+# SliceGPT once more at the reference's own slicing fraction, for the record (not matched: 14% of the blocks go).
+REFERENCE_SLICING = 0.25
 # Method settings per (method, sparsity) where the defaults do not apply (docs/BASELINES.md: LLM-Pruner's
 # default layer range [4, 28) reaches 0.464 or 0.531 at 50% on SmolLM2, not 0.5 within 1%).
 LLM_PRUNER_SETTINGS = {("llm-pruner", 0.5): {"attn_layers": [4, 19]}}
@@ -125,7 +128,7 @@ class Variant:
     method: str  # "dense" or a nirvana.methods name
     sparsity: float = 0.0
     gamma: float | None = None
-    gamma_label: str = ""
+    gamma_label: str = ""  # NIRVANA: which gamma; a baseline: a label that replaces its sparsity in the name
     settings: str = ""  # the method's settings as JSON ("" = its defaults): a string keeps the job hashable
     lora: bool = False  # recovered with the default LoRA budget after pruning
 
@@ -135,6 +138,8 @@ class Variant:
             return "dense"
         if self.method == "nirvana":
             name = f"nirvana s={self.sparsity:g} {self.gamma_label or 'gamma*'}"
+        elif self.gamma_label:  # a labelled setting of a baseline (SliceGPT at the reference's slicing)
+            name = f"{self.method} {self.gamma_label}"
         else:
             name = f"{self.method} s={self.sparsity:g}"
         return f"{name} + LoRA" if self.lora else name
@@ -214,6 +219,9 @@ def variants_for(sparsity: float, config: BaselinesConfig) -> list[Variant]:
     if sparsity in config.best_gamma:
         g = config.best_gamma[sparsity]
         out.append(Variant("nirvana", sparsity, g, f"gamma={g:g} (KL-best)"))
+    if sparsity == config.sparsities[0] and "slicegpt" in METHODS:
+        reference = json.dumps({"slicing": REFERENCE_SLICING})
+        out.append(Variant("slicegpt", sparsity, None, f"slicing={REFERENCE_SLICING:g} (reference)", reference))
     return out
 
 
@@ -235,7 +243,8 @@ def plan_jobs(config: BaselinesConfig) -> list[BaselineJob]:
             jobs += [job(v, "lambada_openai", config.lambada_limit) for v in block]
         jobs += [job(v, task, n) for task, n in config.gold_tasks for v in block]
         if s in config.lora_sparsities:
-            recovered = [replace(v, lora=True) for v in pruned]
+            # the matched models only: SliceGPT at the reference's slicing is there for the record
+            recovered = [replace(v, lora=True) for v in pruned if v.method == "nirvana" or not v.gamma_label]
             everyone += recovered
             jobs += [job(v, "ppl", config.tokens) for v in recovered]
             jobs += [job(v, t, config.limit) for v in recovered for t in ZEROSHOT7]

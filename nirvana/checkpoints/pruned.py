@@ -3,7 +3,8 @@
 A stock `from_pretrained` cannot rebuild layers of different widths (and
 `ignore_mismatched_sizes=True` would silently re-initialise them), so `load_pruned` builds the
 model skeleton from the config without allocating weights, resizes every layer's projections
-to the stored shapes, and assigns the saved tensors.
+to the stored shapes (`modeling_nirvana.resize_to_config`, the code the folder ships for stock
+transformers; SliceGPT's sliced residual stream included), and assigns the saved tensors.
 """
 
 from __future__ import annotations
@@ -25,8 +26,7 @@ from nirvana.errors import CorruptCheckpoint, PlanMismatch
 from nirvana.export.card import write_model_card
 from nirvana.export.modeling import add_stock_loading, has_per_layer_widths
 from nirvana.guard.safety import check_local_path
-from nirvana.models.architectures import get_architecture, layer_projections, text_config
-from nirvana.models.shapes import head_dim_of
+from nirvana.models.modeling_nirvana import layer_widths, resize_to_config
 from nirvana.pruning.plan import PruningPlan
 from nirvana.pruning.slicing import update_config
 from nirvana.store.atomic import atomic_path, atomic_write_text
@@ -89,43 +89,10 @@ def save_prune_output(
 
 def _layer_widths(config) -> list[tuple[int, int]]:
     """(num_key_value_heads, intermediate_size) per layer, from our keys or the reference's."""
-    cfg = text_config(config)
-    if getattr(config, "nirvana_layer_shapes", None):
-        return [(int(s["num_key_value_heads"]), int(s["intermediate_size"])) for s in config.nirvana_layer_shapes]
-    heads, inter = getattr(config, "modified_head_num", None), getattr(config, "modified_intermediate_dimension", None)
-    if heads and inter:
-        g = cfg.num_attention_heads // cfg.num_key_value_heads
-        return [(int(h) // g, int(i)) for h, i in zip(heads, inter)]
-    raise CorruptCheckpoint(
-        "config.json has no per-layer shapes (nirvana_layer_shapes or modified_head_num + "
-        "modified_intermediate_dimension); it is not a pruned checkpoint."
-    )
-
-
-def _resize_layers(model: nn.Module, widths: list[tuple[int, int]]) -> None:
-    """Replace each layer's projections with empty (meta) Linear modules of the stored widths."""
-    cfg = text_config(model.config)
-    d = head_dim_of(cfg)
-    g = cfg.num_attention_heads // cfg.num_key_value_heads
-    D = cfg.hidden_size
-    arch = get_architecture(model)
-    projections = layer_projections(model)
-    biased = set(getattr(model.config, "nirvana_output_biases", None) or ())  # FLAP's added o/down biases
-    if len(widths) != len(projections):
-        raise CorruptCheckpoint(f"config lists {len(widths)} layer shapes for {len(projections)} layers.")
-    for proj, (kv, inter) in zip(projections, widths):
-        q_out, kv_out = kv * g * d, kv * d
-
-        def new(old, in_f, out_f, bias=False):
-            return nn.Linear(in_f, out_f, bias=bias or old.bias is not None, device="meta", dtype=old.weight.dtype)
-
-        setattr(proj.attn, arch.q_proj, new(proj.q_proj, D, q_out))
-        setattr(proj.attn, arch.k_proj, new(proj.k_proj, D, kv_out))
-        setattr(proj.attn, arch.v_proj, new(proj.v_proj, D, kv_out))
-        setattr(proj.attn, arch.o_proj, new(proj.o_proj, q_out, D, "o_proj" in biased))
-        setattr(proj.mlp, arch.gate_proj, new(proj.gate_proj, D, inter))
-        setattr(proj.mlp, arch.up_proj, new(proj.up_proj, D, inter))
-        setattr(proj.mlp, arch.down_proj, new(proj.down_proj, inter, D, "down_proj" in biased))
+    try:
+        return layer_widths(config)
+    except ValueError as exc:
+        raise CorruptCheckpoint(str(exc)) from exc
 
 
 def _read_state_dict(directory: Path) -> dict[str, torch.Tensor]:
@@ -187,11 +154,14 @@ def load_pruned(directory: str | Path, *, dtype: torch.dtype | None = None, devi
         config = AutoConfig.from_pretrained(directory)
     except (OSError, ValueError) as exc:
         raise CorruptCheckpoint(f"config.json in {str(directory)!r} is unreadable ({exc}).") from exc
-    widths = _layer_widths(config)
+    _layer_widths(config)  # not a pruned checkpoint: CorruptCheckpoint before any weight is read
     state = _read_state_dict(directory)
     with init_empty_weights(include_buffers=False):  # parameters on meta, buffers (rotary) real
         model = AutoModelForCausalLM.from_config(config, dtype=getattr(config, "dtype", None) or torch.float32)
-    _resize_layers(model, widths)
+    try:  # the same code stock transformers runs from the folder's modeling_nirvana.py
+        resize_to_config(model)
+    except ValueError as exc:
+        raise CorruptCheckpoint(f"config.json in {str(directory)!r} does not describe its layers: {exc}") from exc
     state = _model_keys(model, state)
     try:
         result = model.load_state_dict(state, strict=False, assign=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
@@ -10,7 +11,7 @@ from nirvana.cli.common import add_model_args, hold_device, load_from_args, prin
 from nirvana.cli.flags import json_object
 from nirvana.cli.recover_cmds import add_recovery_args, cli_progress, config_from_args
 from nirvana.errors import InvalidInput, NirvanaError
-from nirvana.methods import METHODS
+from nirvana.methods import METHODS, get_method
 from nirvana.pipeline import PruneResult, PruneSettings, check_scores_match, prune, score
 from nirvana.pruning.plan import PruningPlan
 from nirvana.recovery.data import load_documents
@@ -132,6 +133,14 @@ def _prune(args, settings: PruneSettings | None, run, recovery=None) -> int:
         lm = load_from_args(args)
         load_seconds = time.perf_counter() - t
         plan = PruningPlan.load(args.plan) if args.plan else None
+        if plan is not None and get_method(plan.settings.method).rotation is not None:
+            # A SliceGPT plan holds widths, not rotations: they are computed again on the same calibration batch.
+            settings = dataclasses.replace(
+                settings_from_args(args),
+                sparsity=plan.settings.sparsity,
+                method=plan.settings.method,
+                method_settings=plan.settings.method_settings,
+            )
         # A FLAP plan's biases come from its score file's statistics, so --scores goes with --plan too.
         scores = Scores.load(args.scores) if args.scores else None
         if scores is not None:

@@ -69,6 +69,13 @@ def _check_supported(config: dict, state: dict) -> None:
             "llama.cpp's `deci` layers have no such bias; dropping them would change the model. Run it with "
             "transformers (trust_remote_code=True), or prune with --method nirvana or llm-pruner for a GGUF."
         )
+    if config.get("nirvana_sliced_hidden"):
+        raise UnsupportedArchitecture(
+            "GGUF export cannot express a SliceGPT model: its residual stream is narrower than hidden_size and each "
+            "layer multiplies it by two shortcut matrices (attn_shortcut_Q, mlp_shortcut_Q), which no llama.cpp "
+            "architecture has. Run it with transformers (trust_remote_code=True), or prune with --method nirvana or "
+            "llm-pruner for a GGUF."
+        )
     if any(k.endswith(".bias") for k in state):
         raise UnsupportedArchitecture("GGUF export does not write projection biases; this Llama variant has them.")
     rope = config.get("rope_parameters") or config.get("rope_scaling") or {}

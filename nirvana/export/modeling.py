@@ -1,9 +1,10 @@
 """Make a pruned model folder loadable by stock `transformers`: the modeling file and `auto_map`.
 
-`modeling_nirvana.py` (beside this module, shipped as package data) is copied verbatim into the
-folder and `config.json` gains `"auto_map": {"AutoModelForCausalLM": "modeling_nirvana.<Class>"}`,
-so `AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)` works where only torch
-and transformers are installed. Nothing else in the config changes: the global head counts stay
+`nirvana/models/modeling_nirvana.py` (standalone: nirvana builds its models with the same classes)
+is copied verbatim into the folder and `config.json` gains
+`"auto_map": {"AutoModelForCausalLM": "modeling_nirvana.<Class>"}`, so
+`AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)` works where only torch and
+transformers are installed. Nothing else in the config changes: the global head counts stay
 dense (a stock config must stay valid) and the per-layer widths stay in `nirvana_layer_shapes`
 and the reference's `modified_head_num` / `modified_intermediate_dimension`.
 """
@@ -15,21 +16,12 @@ import shutil
 from pathlib import Path
 
 from nirvana.errors import CorruptCheckpoint, UnsupportedArchitecture
+from nirvana.models.modeling_nirvana import CLASS_FOR_MODEL_TYPE
 
 MODELING_FILE = "modeling_nirvana.py"
-MODELING_SOURCE = Path(__file__).with_name(MODELING_FILE)
+MODELING_SOURCE = Path(__file__).parents[1] / "models" / MODELING_FILE  # standalone: torch + transformers only
 
-# model_type -> the class in modeling_nirvana.py that `auto_map` names (tests check the two agree).
-CLASS_FOR_MODEL_TYPE = {
-    "llama": "NirvanaLlamaForCausalLM",
-    "mistral": "NirvanaMistralForCausalLM",
-    "qwen2": "NirvanaQwen2ForCausalLM",
-    "qwen3": "NirvanaQwen3ForCausalLM",
-    "gemma": "NirvanaGemmaForCausalLM",
-    "gemma2": "NirvanaGemma2ForCausalLM",
-    "gemma3_text": "NirvanaGemma3ForCausalLM",
-    "gemma3": "NirvanaGemma3ForConditionalGeneration",
-}
+# CLASS_FOR_MODEL_TYPE: model_type -> the class in modeling_nirvana.py that `auto_map` names.
 
 
 def auto_map_entry(model_type: str) -> str:
@@ -93,8 +85,10 @@ def uniform_globals(config: dict) -> bool:
     """
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
     widths = _widths(config, text)
-    # Added o_proj / down_proj biases (FLAP) have no stock config flag: such a folder needs the modeling file.
-    if not widths or len(set(widths)) != 1 or config.get("nirvana_output_biases"):
+    # Added o_proj / down_proj biases (FLAP) and a sliced residual stream with shortcut matrices (SliceGPT)
+    # have no stock config flag: such a folder needs the modeling file.
+    special = config.get("nirvana_output_biases") or config.get("nirvana_sliced_hidden")
+    if not widths or len(set(widths)) != 1 or special:
         return False
     kv_heads, neurons = widths[0]
     group = text["num_attention_heads"] // text["num_key_value_heads"]

@@ -7,17 +7,19 @@ and docs/BASELINES.md read this table.
 
     >>> from nirvana.methods import METHODS, get_method
     >>> sorted(METHODS)
-    ['flap', 'llm-pruner', 'nirvana']
+    ['flap', 'llm-pruner', 'nirvana', 'slicegpt']
 """
 
 from __future__ import annotations
 
 from nirvana.errors import InvalidInput
-from nirvana.methods import flap, llm_pruner
+from nirvana.methods import flap, llm_pruner, slicegpt
 from nirvana.methods import nirvana as nirvana_method
-from nirvana.methods.base import Method, MethodConfig
+from nirvana.methods.base import Method, MethodConfig, Rotation
 
-METHODS: dict[str, Method] = {m.name: m for m in (nirvana_method.METHOD, llm_pruner.METHOD, flap.METHOD)}
+METHODS: dict[str, Method] = {
+    m.name: m for m in (nirvana_method.METHOD, llm_pruner.METHOD, flap.METHOD, slicegpt.METHOD)
+}
 
 
 def get_method(name: str) -> Method:
@@ -40,4 +42,4 @@ def methods_help() -> str:
     return "; ".join(f"{m.name} ({m.label}): {m.description}" for m in METHODS.values())
 
 
-__all__ = ["METHODS", "Method", "MethodConfig", "get_method", "method_config", "methods_help"]
+__all__ = ["METHODS", "Method", "MethodConfig", "Rotation", "get_method", "method_config", "methods_help"]

@@ -57,6 +57,19 @@ class MethodConfig:
 
 
 @dataclass(frozen=True)
+class Rotation:
+    """The steps of a method that transforms the model on data instead of cutting scored units (SliceGPT).
+
+    `plan(model, sparsity, config, calibration) -> PruningPlan`: the widths, from shapes alone.
+    `apply(model, plan, batch, *, inplace, micro_batch, progress) -> model`: the transform, forward
+    passes on the calibration batch.
+    """
+
+    plan: Callable
+    apply: Callable
+
+
+@dataclass(frozen=True)
 class Method:
     """One pruning method: scorer, allocation and compensation, plus how people see it.
 
@@ -84,6 +97,7 @@ class Method:
     description: str  # one line: what it does differently from NIRVANA
     reference: str  # the repository and files it follows (docs/BASELINES.md)
     explain: str  # "how to read it": two sentences on what it does differently from NIRVANA (app, help, docs)
+    rotation: Rotation | None = None  # set instead of score/allocate/compensate (SliceGPT)
 
 
 def check_sparsity_value(sparsity: float) -> None:

@@ -30,8 +30,18 @@ from nirvana.scoring.scores import Scores, score_cache_path
 
 def _baseline(name: str):
     method = get_method(name)
-    if method.score is None:
+    if method.score is None and method.rotation is None:
         raise InvalidInput(f"method {name!r} is scored by nirvana.scoring.criteria (the pipeline's default path).")
+    return method
+
+
+def _scored(name: str):
+    method = _baseline(name)
+    if method.rotation is not None:
+        raise InvalidInput(
+            f"method {name!r} has no unit scores: it rotates the model on calibration data when it prunes, layer by "
+            f"layer. Use `prune --method {name}` (its plan holds the kept hidden width)."
+        )
     return method
 
 
@@ -57,7 +67,7 @@ def method_scores(
     progress: Progress = None,
 ) -> Scores:
     """The method's unit scores on `batch` (cached under its name and the settings that change them)."""
-    method = _baseline(name)
+    method = _scored(name)
     if batch is None:
         raise InvalidInput(f"method {name!r} needs a calibration batch.")
     batch.check_vocab(model.get_input_embeddings().num_embeddings)
@@ -102,18 +112,44 @@ def method_plan(scores: Scores, shape: ModelShape, sparsity: float, name: str, c
             f"scores have shapes attn {tuple(scores.attn.shape)}, mlp {tuple(scores.mlp.shape)} "
             f"but the model needs ({L}, {hkv}) and ({L}, {inter}); were they computed for another model?"
         )
-    return _baseline(name).allocate(scores, shape, sparsity, config)
+    return _scored(name).allocate(scores, shape, sparsity, config)
 
 
-def apply_method_plan(model: nn.Module, plan: PruningPlan, scores: Scores | None = None, *, inplace: bool = False):
+def rotation_plan(model: nn.Module, name: str, config: MethodConfig, sparsity: float, batch: CalibrationBatch | None):
+    """The plan of a rotating method (SliceGPT): its widths for the target, from shapes alone."""
+    check_method(model, name, config, sparsity)
+    return get_method(name).rotation.plan(model, sparsity, config, None if batch is None else batch.describe())
+
+
+def apply_method_plan(
+    model: nn.Module,
+    plan: PruningPlan,
+    scores: Scores | None = None,
+    *,
+    inplace: bool = False,
+    batch: CalibrationBatch | None = None,
+    micro_batch: int = 0,
+    progress: Progress = None,
+):
     """Slice `model` to `plan` and run the plan's method's compensation (FLAP: o_proj / down_proj biases).
 
     The compensation reads the dense weights, so it runs before slicing; FLAP's needs the scores'
-    mean inputs (`Scores.extra`), i.e. the score file the plan was made from.
+    mean inputs (`Scores.extra`), i.e. the score file the plan was made from. A rotating method
+    (SliceGPT) transforms the model on `batch` instead, after the memory check.
     """
     name = plan.settings.method
     method = get_method(name)
     config = method_config(name, plan.settings.method_settings)
+    if method.rotation is not None:
+        if batch is None:
+            raise InvalidInput(f"method {name!r} rotates by the PCA of calibration activations: it needs a batch.")
+        n, t = batch.input_ids.shape
+        estimate = functools.partial(method.memory, settings=config)
+        check_scoring_memory(model, n, t, micro_batch=micro_batch, estimate=estimate)
+        with oom_guard(f"rotating ({name})"):
+            return method.rotation.apply(
+                model, plan, batch, inplace=inplace, micro_batch=micro_batch, progress=progress
+            )
     biases = None
     if method.compensate is not None:
         needed = ("attn_mean_inp", "mlp_mean_inp")

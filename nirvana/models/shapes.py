@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 
 import torch.nn as nn
 
-from nirvana.models.architectures import layer_projections, text_config
+from nirvana.models.architectures import decoder_layers, layer_projections, text_config
 
 
 @dataclass(frozen=True)
@@ -122,11 +122,20 @@ def count_parameters(model: nn.Module) -> int:
     return total
 
 
+SHORTCUTS = (
+    "attn_shortcut_Q",
+    "mlp_shortcut_Q",
+)  # SliceGPT's residual matrices (modeling_nirvana.ShortcutDecoderLayer)
+
+
 def count_block_parameters(model: nn.Module) -> int:
-    """Parameters (weights and biases) of the seven prunable projections of every layer."""
+    """Parameters (weights and biases) of the seven prunable projections of every layer, and the
+    shortcut matrices of a SliceGPT model's layers (block parameters too: they live in the blocks)."""
     total = 0
     for proj in layer_projections(model):
         for lin in proj.named_linears().values():
             # in/out features, not weight.numel(): 4-bit weights are stored packed.
             total += lin.in_features * lin.out_features + (lin.bias.numel() if lin.bias is not None else 0)
+    for layer in decoder_layers(model):
+        total += sum(getattr(layer, name).numel() for name in SHORTCUTS if getattr(layer, name, None) is not None)
     return total

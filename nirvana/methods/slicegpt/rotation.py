@@ -1,0 +1,235 @@
+"""SliceGPT's rotate-and-slice, layer by layer on the calibration batch: forward only.
+
+Transcribes microsoft/TransformerCompression `src/slicegpt/rotate.py` `rotate_and_slice_sequential`
+(with `layernorm_fusion.py` `fuse_modules` first), for the families whose layer is
+`h = x + attn(norm(x)); y = h + mlp(norm(h))`:
+
+    fold:    W_qkv *= input_layernorm.weight, W_gate/up *= post_attention_layernorm.weight,
+             W_head = copy(W_embed) * norm.weight (untied); the norms lose their weight (RMSN, /D)
+    Q <- PCA(layer-0 inputs);  W_embed <- (W_embed Q)[:, :d0]
+    per layer, with inputs x (previous basis):
+        attn_shortcut <- Q^T[:a_in, :];  W_qkv <- (W_qkv Q)[:, :a_in];  x <- (x Q)[..., :a_in]
+        Q <- PCA(input of the MLP norm)           (the layer run with o_proj not yet rotated)
+        attn_shortcut <- attn_shortcut Q[:, :a_out];  W_o <- (Q^T W_o)[:a_out];  b_o <- (Q^T b_o)[:a_out]
+        mlp_shortcut <- Q^T[:m_in, :];  W_gate/up <- (W Q)[:, :m_in]
+        Q <- PCA(layer output)                    (the layer run with attention sliced, down_proj not)
+        mlp_shortcut <- (mlp_shortcut Q)[:, :m_out];  W_down <- (Q^T W_down)[:m_out];  x <- layer output
+    W_head <- (W_head Q)[:, :head]
+
+    PCA(X) = eigenvectors of H = sum X^T X (fp64) + damp mean(diag H) I, by decreasing eigenvalue.
+
+Every product is formed in float64 and cast back to the model's dtype, as the reference does.
+Deliberate differences (docs/BASELINES.md): the reference also subtracts each embedding row's mean,
+which LayerNorm models need and RMSNorm models do not (it changes their function; QuaRot issue 7
+and TransformerCompression issue 129); the weightless norm uses the model's own epsilon, not a
+hard-coded 1e-5; the calibration sequences are unpadded, so the reference's padding mask is moot.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+import torch.nn as nn
+
+from nirvana.errors import InvalidInput
+from nirvana.methods.slicegpt.budget import HiddenDims
+from nirvana.methods.slicegpt.config import SliceGPTConfig
+from nirvana.models.architectures import decoder_layers, get_architecture, text_config
+from nirvana.models.modeling_nirvana import HiddenRMSNorm, ShortcutDecoderLayer
+from nirvana.models.weights import input_device
+from nirvana.progress import Progress
+
+
+class _Stop(Exception):
+    """Raised by the layer-0 hook once it has the layer's inputs: the rest of the forward is not needed."""
+
+
+def _norm_eps(norm: nn.Module, default: float) -> float:
+    return float(getattr(norm, "variance_epsilon", getattr(norm, "eps", default)))
+
+
+def _norm_weight(norm: nn.Module, where: str) -> torch.Tensor:
+    weight = getattr(norm, "weight", None)
+    if weight is None or weight.dim() != 1 or getattr(norm, "bias", None) is not None:
+        raise InvalidInput(
+            f"slicegpt folds RMSNorm scales into the next projections; {where} is a {type(norm).__name__}."
+        )
+    return weight.detach().double()
+
+
+def _linear(weight: torch.Tensor, bias: torch.Tensor | None, like: nn.Linear) -> nn.Linear:
+    """A new nn.Linear holding `weight` [out, in] (and `bias`) in `like`'s dtype and device."""
+    dtype, device = like.weight.dtype, like.weight.device
+    new = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None, device=device, dtype=dtype)
+    new.weight.data.copy_(weight.to(device=device, dtype=dtype))
+    if bias is not None:
+        new.bias.data.copy_(bias.to(device=device, dtype=dtype))
+    return new
+
+
+def _w(lin: nn.Linear) -> torch.Tensor:
+    return lin.weight.detach().double()
+
+
+def _b(lin: nn.Linear) -> torch.Tensor | None:
+    return None if lin.bias is None else lin.bias.detach().double()
+
+
+def fold_norms(model: nn.Module) -> float:
+    """Untie the head, fold every RMSNorm's scale into the projections it feeds, and make the norms
+    weightless (`HiddenRMSNorm` over the dense width) inside `ShortcutDecoderLayer`s whose shortcuts
+    are the identity. The model computes the same function afterwards. Returns the norms' epsilon."""
+    arch, cfg = get_architecture(model), text_config(model.config)
+    hidden = cfg.hidden_size
+    decoder = model.get_decoder()
+    eps = _norm_eps(decoder.norm, getattr(cfg, "rms_norm_eps", 1e-6))
+    head = model.get_output_embeddings()
+    model.set_output_embeddings(_linear(_w(head) * _norm_weight(decoder.norm, "the final norm"), None, head))
+    decoder.norm = HiddenRMSNorm(hidden, eps)
+    layers = decoder_layers(model)
+    for idx, layer in enumerate(list(layers)):
+        attn, mlp = getattr(layer, arch.attn), getattr(layer, arch.mlp)
+        scale_in = _norm_weight(layer.input_layernorm, f"layer {idx}'s input_layernorm")
+        scale_mid = _norm_weight(layer.post_attention_layernorm, f"layer {idx}'s post_attention_layernorm")
+        for parent, names, scale in (
+            (attn, ("q_proj", "k_proj", "v_proj"), scale_in),
+            (mlp, ("gate_proj", "up_proj"), scale_mid),
+        ):
+            for name in names:
+                lin = getattr(parent, getattr(arch, name))
+                setattr(parent, getattr(arch, name), _linear(_w(lin) * scale[None, :], _b(lin), lin))
+        wrapped = ShortcutDecoderLayer(layer, (hidden,) * 4, hidden, eps)
+        eye = torch.eye(hidden, dtype=wrapped.attn_shortcut_Q.dtype, device=wrapped.attn_shortcut_Q.device)
+        wrapped.attn_shortcut_Q.data.copy_(eye)
+        wrapped.mlp_shortcut_Q.data.copy_(eye)
+        layers[idx] = wrapped
+    model.config.tie_word_embeddings = False
+    text_config(model.config).tie_word_embeddings = False
+    return eps
+
+
+def pca(signals: list[torch.Tensor], damp: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(eigenvalues [D] of the undamped covariance, descending; eigenvectors Q [D, D] as columns), fp64."""
+    cov = None
+    for x in signals:
+        x = x.reshape(-1, x.shape[-1]).double()  # (B T, D)
+        cov = x.T @ x if cov is None else cov + x.T @ x
+    shift = damp * torch.mean(torch.diag(cov))
+    cov.diagonal().add_(shift)
+    values, vectors = torch.linalg.eigh(cov)
+    order = torch.argsort(values, descending=True)
+    return values[order] - shift, vectors[:, order]
+
+
+def layer0_inputs(model: nn.Module, input_ids: torch.Tensor, micro_batch: int) -> list[tuple[torch.Tensor, dict]]:
+    """(hidden states [B, T, D], the keyword arguments the decoder passes its layers), per micro-batch."""
+    first = decoder_layers(model)[0]
+    caught: list[tuple[torch.Tensor, dict]] = []
+
+    def hook(_module, args, kwargs):
+        hidden = args[0] if args else kwargs.pop("hidden_states")
+        caught.append((hidden.detach(), dict(kwargs)))
+        raise _Stop
+
+    handle = first.register_forward_pre_hook(hook, with_kwargs=True)
+    try:
+        for start in range(0, input_ids.shape[0], micro_batch):
+            chunk = input_ids[start : start + micro_batch].to(input_device(model))
+            with contextlib.suppress(_Stop):
+                model.get_decoder()(input_ids=chunk, use_cache=False)
+    finally:  # hooks are global state: always removed
+        handle.remove()
+    return caught
+
+
+def _run(layer: ShortcutDecoderLayer, inputs: list[torch.Tensor], kwargs: list[dict]):
+    """(inputs of the MLP norm, outputs) of `layer` on every micro-batch."""
+    mids, outs = [], []
+    handle = layer.post_attention_layernorm.register_forward_hook(lambda _m, args, _o: mids.append(args[0].detach()))
+    try:
+        for x, kw in zip(inputs, kwargs):
+            out = layer(x, **kw)
+            outs.append((out[0] if isinstance(out, tuple) else out).detach())
+    finally:
+        handle.remove()
+    return mids, outs
+
+
+def _variance_kept(values: torch.Tensor, width: int) -> float:
+    values = values.clamp(min=0)
+    return float(values[:width].sum() / values.sum()) if values.sum() > 0 else 1.0
+
+
+@torch.no_grad()
+def rotate_and_slice(
+    model: nn.Module,
+    input_ids: torch.Tensor,
+    dims: HiddenDims,
+    config: SliceGPTConfig,
+    *,
+    micro_batch: int = 0,
+    progress: Progress = None,
+) -> dict:
+    """Rotate and slice `model` in place to `dims`; returns the PCA spectra (fraction of variance kept).
+
+    `input_ids: [N, T]`, the calibration batch; N T must be at least D (the covariance needs rank).
+    """
+    cfg = text_config(model.config)
+    hidden = cfg.hidden_size
+    n, t = input_ids.shape
+    if n * t < hidden:
+        raise InvalidInput(
+            f"slicegpt's PCA needs at least as many calibration tokens as hidden dimensions: {n} x {t} = {n * t} "
+            f"< {hidden}. Use more samples or longer sequences."
+        )
+    arch = get_architecture(model)
+    model.eval()
+    eps = fold_norms(model)
+    captured = layer0_inputs(model, input_ids, micro_batch or n)
+    inputs, kwargs = [x for x, _ in captured], [kw for _, kw in captured]
+    values, q = pca(inputs, config.damp)
+    spectra = {"embedding": _variance_kept(values, dims.embedding), "attention": [], "mlp": []}
+    embed = model.get_input_embeddings()
+    rotated = (embed.weight.detach().double() @ q)[:, : dims.embedding]
+    new_embed = nn.Embedding(embed.num_embeddings, dims.embedding, padding_idx=embed.padding_idx)
+    new_embed = new_embed.to(device=embed.weight.device, dtype=embed.weight.dtype)
+    new_embed.weight.data.copy_(rotated.to(new_embed.weight.dtype))
+    model.set_input_embeddings(new_embed)
+    layers = decoder_layers(model)
+    for idx, layer in enumerate(layers):
+        attn_in, attn_out, mlp_in, mlp_out = dims.layers[idx]
+        attn, mlp = getattr(layer, arch.attn), getattr(layer, arch.mlp)
+        dtype, dev = layer.attn_shortcut_Q.dtype, layer.attn_shortcut_Q.device
+        shortcut = q.T[:attn_in, :]  # (a_in, D): back from the previous basis
+        for name in ("q_proj", "k_proj", "v_proj"):
+            lin = getattr(attn, getattr(arch, name))
+            setattr(attn, getattr(arch, name), _linear((_w(lin) @ q)[:, :attn_in], _b(lin), lin))
+        inputs = [(x.double() @ q)[..., :attn_in].to(x.dtype) for x in inputs]
+        layer.attn_shortcut_Q = nn.Parameter(shortcut.to(device=dev, dtype=dtype))
+        mids, _ = _run(layer, inputs, kwargs)
+        values, q = pca(mids, config.damp)
+        spectra["attention"].append(_variance_kept(values, attn_out))
+        layer.attn_shortcut_Q = nn.Parameter((shortcut @ q[:, :attn_out]).to(device=dev, dtype=dtype))
+        o = getattr(attn, arch.o_proj)
+        bias = None if o.bias is None else (q.T @ _b(o))[:attn_out]
+        setattr(attn, arch.o_proj, _linear((q.T @ _w(o))[:attn_out, :], bias, o))
+        shortcut = q.T[:mlp_in, :]  # (m_in, D)
+        for name in ("gate_proj", "up_proj"):
+            lin = getattr(mlp, getattr(arch, name))
+            setattr(mlp, getattr(arch, name), _linear((_w(lin) @ q)[:, :mlp_in], _b(lin), lin))
+        layer.mlp_shortcut_Q = nn.Parameter(shortcut.to(device=dev, dtype=dtype))
+        _, outs = _run(layer, inputs, kwargs)
+        values, q = pca(outs, config.damp)
+        spectra["mlp"].append(_variance_kept(values, mlp_out))
+        layer.mlp_shortcut_Q = nn.Parameter((shortcut @ q)[:, :mlp_out].to(device=dev, dtype=dtype))
+        down = getattr(mlp, arch.down_proj)
+        bias = None if down.bias is None else (q.T @ _b(down))[:mlp_out]
+        setattr(mlp, arch.down_proj, _linear((q.T @ _w(down))[:mlp_out, :], bias, down))
+        inputs = outs
+        if progress:
+            progress((idx + 1) / len(layers), f"rotated and sliced layer {idx + 1}/{len(layers)} (forward only)")
+    head = model.get_output_embeddings()
+    model.set_output_embeddings(_linear((_w(head) @ q)[:, : dims.head], None, head))
+    model.config.nirvana_sliced_hidden = dims.to_config(eps)
+    return spectra
