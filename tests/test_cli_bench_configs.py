@@ -57,7 +57,7 @@ CONFIGS = {
     "accuracy": AccuracyConfig,
     "baselines": BaselinesConfig,
 }
-NOT_FIELDS = {"help", "report_only", "json"}  # flags that steer the command, not the benchmark
+NOT_FIELDS = {"help", "report_only", "json", "ray"}  # flags that steer the command, not the benchmark
 
 
 def bench_parsers() -> dict[str, argparse.ArgumentParser]:

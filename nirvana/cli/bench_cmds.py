@@ -28,6 +28,7 @@ from nirvana.bench.speed import SpeedBenchConfig
 from nirvana.checkpoints.loading import resolve_device
 from nirvana.cli.common import add_model_args, config_from_args
 from nirvana.cli.flags import add_config_flags
+from nirvana.cluster.ray_tasks import ENV, connect, disconnect, ray_address
 from nirvana.errors import InvalidInput
 from nirvana.methods import METHODS
 from nirvana.search.calibration import AnchorSpec
@@ -140,10 +141,40 @@ def log(message: str) -> None:
     print(f"{dt.datetime.now(dt.UTC):%H:%M:%S} {message}", file=sys.stderr, flush=True)
 
 
-def run_or_report(bench: Benchmark, config, report_only: bool):
-    """Run (or resume) a CSV benchmark, or with `--report-only` take the rows already there; then
-    rebuild its report from them and return what `report` returns."""
-    rows = bench.committed(config) if report_only else run(bench, config, log)
+def add_ray_flag(p) -> None:
+    p.add_argument(
+        "--ray",
+        metavar="auto|ADDRESS",
+        default=None,
+        help=f"run each row as a task on this Ray cluster (auto: the one started here; default ${ENV}, "
+        "else in this process); docs/SCALE.md",
+    )
+
+
+def cluster_from_args(args):
+    """The Ray cluster of `--ray` (or NIRVANA_RAY_ADDRESS), connected; None: run in this process."""
+    address = ray_address(getattr(args, "ray", None))
+    if address is None:
+        return None
+    cluster = connect(address)
+    log(cluster.describe())
+    return cluster
+
+
+def run_grid(bench: Benchmark, config, args):
+    """`run` in this process, or on the cluster `--ray` names (left again at the end)."""
+    cluster = cluster_from_args(args)
+    try:
+        return run(bench, config, log, cluster=cluster)
+    finally:
+        if cluster is not None:
+            disconnect()
+
+
+def run_or_report(bench: Benchmark, config, report_only: bool, args=None):
+    """Run (or resume) a CSV benchmark (`--ray`: on a cluster), or with `--report-only` take the rows
+    already there; then rebuild its report from them and return what `report` returns."""
+    rows = bench.committed(config) if report_only else run_grid(bench, config, args)
     return bench.report(rows, config)
 
 
@@ -156,6 +187,7 @@ def _add_speed(bench_sub) -> None:
     add_config_flags(p, SpeedBenchConfig, SPEED_FLAGS)
     add_config_flags(p, SpeedBenchConfig, METHOD_FLAGS)
     p.add_argument("--json", action="store_true", help="print the raw result as JSON")
+    add_ray_flag(p)
     p.set_defaults(func=cmd_speed)
 
 
@@ -164,7 +196,7 @@ def speed_config(args) -> SpeedBenchConfig:
 
 
 def cmd_speed(args) -> int:
-    result = run(speed.SPEED, speed_config(args), log)
+    result = run_grid(speed.SPEED, speed_config(args), args)
     paths = speed.write_outputs(result, Path(args.out))
     if args.json:
         print(json.dumps(result, indent=2, default=str))
@@ -209,6 +241,7 @@ def _add_quality(bench_sub) -> None:
     add_config_flags(p, QualityConfig, METHOD_FLAGS)
     p.add_argument("--report-only", action="store_true", help="rebuild markdown and plots from the CSV")
     add_config_flags(p, QualityConfig, NOTE_FLAG)
+    add_ray_flag(p)
     p.set_defaults(func=cmd_quality)
 
 
@@ -219,7 +252,7 @@ def quality_config(args) -> QualityConfig:
 
 def cmd_quality(args) -> int:
     config = quality_config(args)
-    md, text = run_or_report(QUALITY, config, args.report_only)
+    md, text = run_or_report(QUALITY, config, args.report_only, args)
     print(text)
     log(f"wrote {config.csv_path}, {md} and plots")
     return 0
@@ -232,6 +265,7 @@ def _add_gamma(bench_sub) -> None:
     p = bench_sub.add_parser("gamma", help="KL to dense over a gamma grid per criterion and sparsity (JSON, md, PNG)")
     add_config_flags(p, GammaBenchConfig, GAMMA_FLAGS)
     add_config_flags(p, GammaBenchConfig, METHOD_FLAGS)
+    add_ray_flag(p)
     p.set_defaults(func=cmd_gamma)
 
 
@@ -241,7 +275,12 @@ def gamma_config(args) -> GammaBenchConfig:
 
 def cmd_gamma(args) -> int:
     config = gamma_config(args)
-    data = run_gamma_bench(config, log)
+    cluster = cluster_from_args(args)
+    try:
+        data = run_gamma_bench(config, log, cluster)
+    finally:
+        if cluster is not None:
+            disconnect()
     paths = write_gamma_outputs(data, config.out_dir)
     print(paths[1].read_text())
     log("wrote " + ", ".join(str(p) for p in paths))
@@ -257,6 +296,7 @@ def _add_recovery(bench_sub) -> None:
     add_config_flags(p, RecoveryBenchConfig, METHOD_FLAGS)
     p.add_argument("--report-only", action="store_true", help="rebuild markdown and plot from the CSV")
     add_config_flags(p, RecoveryBenchConfig, {"note": ""})
+    add_ray_flag(p)
     p.set_defaults(func=cmd_recovery)
 
 
@@ -268,7 +308,7 @@ def cmd_recovery(args) -> int:
             f"--acc-limit must be 0 (no accuracy) or a positive number of examples per task, got {args.acc_limit}."
         )
     check_limits(args, ("bpb_limit",))
-    md = run_or_report(RECOVERY, config_from_args(RecoveryBenchConfig, args), args.report_only)
+    md = run_or_report(RECOVERY, config_from_args(RecoveryBenchConfig, args), args.report_only, args)
     print(md.read_text())
     return 0
 
@@ -284,6 +324,7 @@ def _add_accuracy(bench_sub) -> None:
     add_config_flags(p, AccuracyConfig, METHOD_FLAGS)
     p.add_argument("--report-only", action="store_true", help="rebuild markdown and plot from the CSV")
     add_config_flags(p, AccuracyConfig, NOTE_FLAG)
+    add_ray_flag(p)
     p.set_defaults(func=cmd_accuracy)
 
 
@@ -304,7 +345,7 @@ def accuracy_config(args) -> AccuracyConfig:
 
 def cmd_accuracy(args) -> int:
     config = accuracy_config(args)
-    md, text = run_or_report(ACCURACY, config, args.report_only)
+    md, text = run_or_report(ACCURACY, config, args.report_only, args)
     print(text)
     log(f"wrote {config.csv_path} and {md}")
     return 0
@@ -320,6 +361,7 @@ def _add_baselines(bench_sub) -> None:
     add_config_flags(p, BaselinesConfig, BASELINES_FLAGS)
     p.add_argument("--report-only", action="store_true", help="rebuild markdown and plot from the CSV")
     add_config_flags(p, BaselinesConfig, NOTE_FLAG)
+    add_ray_flag(p)
     p.set_defaults(func=cmd_baselines)
 
 
@@ -338,7 +380,7 @@ def baselines_config(args) -> BaselinesConfig:
 
 def cmd_baselines(args) -> int:
     config = baselines_config(args)
-    md, text = run_or_report(BASELINES, config, args.report_only)
+    md, text = run_or_report(BASELINES, config, args.report_only, args)
     print(text)
     log(f"wrote {config.csv_path} and {md}")
     return 0
