@@ -18,9 +18,13 @@ import torch
 import nirvana.bench.quality as q
 from nirvana.bench.base import run
 from nirvana.bench.rows import read_rows
+from nirvana.checkpoints.loading import load_model
 from nirvana.cluster.ray_tasks import ENV, connect, disconnect, ray_address
 from nirvana.errors import InvalidInput
+from nirvana.pruning.allocation import Allocation
+from nirvana.scoring.criteria import compute_scores
 from nirvana.search.calibration import AnchorSpec
+from nirvana.search.sweep import SweepSettings, run_sweep
 from tests.ray_bench import MARKS, MarkConfig
 from tests.ray_cluster import free_port, local_cluster
 
@@ -78,6 +82,27 @@ def test_a_tiny_quality_grid_on_the_cluster_equals_the_in_process_grid(
     assert any(m.startswith("[5/5]") for m in logs) and any("running on" in m for m in logs)
     pids = {m.rsplit(" on ", 1)[1].split(" (")[0] for m in logs if m.startswith("[")}
     assert len(pids) >= 1 and all(":" in p for p in pids)
+
+
+def test_a_sweep_on_the_cluster_equals_the_in_process_sweep_and_fills_in_as_points_arrive(
+    cluster, tiny_with_tokenizer_dir
+):
+    lm = load_model(str(tiny_with_tokenizer_dir), dtype="float32", device="cpu")
+    scores = compute_scores(lm.model, "magnitude")
+    settings = SweepSettings(
+        sparsities=(0.2, 0.5), gammas=(1.0,), allocation=Allocation(0.5), metric="perplexity", tokens=64,
+        window=32, speed=False,
+    )  # fmt: skip
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        local = run_sweep(lm, scores, settings)
+    finally:
+        torch.set_num_threads(threads)
+    seen: list[int] = []
+    remote = run_sweep(lm, scores, settings, cluster=cluster, on_row=lambda rows: seen.append(len(rows)))
+    assert remote == local and len(local) == 4
+    assert seen == [1, 2, 3, 4]  # the table grows by one row per point that arrives
 
 
 def _kill_when_started(folder: Path, name: str, killed: list) -> None:

@@ -26,9 +26,9 @@ from nirvana.bench.quality_config import QualityConfig
 from nirvana.bench.recovery import RECOVERY, RecoveryBenchConfig
 from nirvana.bench.speed import SpeedBenchConfig
 from nirvana.checkpoints.loading import resolve_device
-from nirvana.cli.common import add_model_args, config_from_args
+from nirvana.cli.common import add_model_args, add_ray_flag, cluster_from_args, config_from_args
 from nirvana.cli.flags import add_config_flags
-from nirvana.cluster.ray_tasks import ENV, connect, disconnect, ray_address
+from nirvana.cluster.ray_tasks import disconnect
 from nirvana.errors import InvalidInput
 from nirvana.methods import METHODS
 from nirvana.search.calibration import AnchorSpec
@@ -139,26 +139,6 @@ def register(sub) -> None:
 
 def log(message: str) -> None:
     print(f"{dt.datetime.now(dt.UTC):%H:%M:%S} {message}", file=sys.stderr, flush=True)
-
-
-def add_ray_flag(p) -> None:
-    p.add_argument(
-        "--ray",
-        metavar="auto|ADDRESS",
-        default=None,
-        help=f"run each row as a task on this Ray cluster (auto: the one started here; default ${ENV}, "
-        "else in this process); docs/SCALE.md",
-    )
-
-
-def cluster_from_args(args):
-    """The Ray cluster of `--ray` (or NIRVANA_RAY_ADDRESS), connected; None: run in this process."""
-    address = ray_address(getattr(args, "ray", None))
-    if address is None:
-        return None
-    cluster = connect(address)
-    log(cluster.describe())
-    return cluster
 
 
 def run_grid(bench: Benchmark, config, args):
