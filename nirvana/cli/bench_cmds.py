@@ -24,6 +24,8 @@ from nirvana.bench.gpu import GpuBenchConfig
 from nirvana.bench.quality import QUALITY
 from nirvana.bench.quality_config import QualityConfig
 from nirvana.bench.recovery import RECOVERY, RecoveryBenchConfig
+from nirvana.bench.scale import ScaleConfig, run_scale_bench
+from nirvana.bench.scale import write_outputs as write_scale_outputs
 from nirvana.bench.speed import SpeedBenchConfig
 from nirvana.checkpoints.loading import resolve_device
 from nirvana.cli.common import add_model_args, add_ray_flag, cluster_from_args, config_from_args
@@ -123,6 +125,14 @@ BASELINES_FLAGS = {
     "threads": "torch CPU threads (default: torch's choice)",
     "out_dir": "",
 }
+SCALE_FLAGS = {
+    "model": "",
+    "criteria": "comma-separated criteria",
+    "sparsities": "",
+    "tokens": "perplexity tokens (WikiText-2)",
+    "workers": "the local Ray clusters' sizes (one-CPU workers each)",
+    "out": "output folder (default benchmarks/scale)",
+}
 NOTE_FLAG = {"note": "a line of context for the report header"}
 METHOD_FLAGS = {
     "method": f"pruning method of the pruned models: {', '.join(METHODS)} (docs/BASELINES.md)",
@@ -133,7 +143,16 @@ METHOD_FLAGS = {
 def register(sub) -> None:
     p = sub.add_parser("bench", help="run a benchmark and write its table and plot under benchmarks/")
     bench_sub = p.add_subparsers(dest="benchmark", metavar="BENCHMARK", required=True)
-    for add in (_add_speed, _add_gpu, _add_quality, _add_gamma, _add_accuracy, _add_recovery, _add_baselines):
+    for add in (
+        _add_speed,
+        _add_gpu,
+        _add_quality,
+        _add_gamma,
+        _add_accuracy,
+        _add_recovery,
+        _add_baselines,
+        _add_scale,
+    ):
         add(bench_sub)
 
 
@@ -363,4 +382,26 @@ def cmd_baselines(args) -> int:
     md, text = run_or_report(BASELINES, config, args.report_only, args)
     print(text)
     log(f"wrote {config.csv_path} and {md}")
+    return 0
+
+
+# ---------------------------------------------------------------- scale
+
+
+def _add_scale(bench_sub) -> None:
+    p = bench_sub.add_parser(
+        "scale", help="a small quality grid in-process and on local Ray clusters of 1 and 2 workers: wall times"
+    )
+    add_config_flags(p, ScaleConfig, SCALE_FLAGS)
+    p.set_defaults(func=cmd_scale)
+
+
+def cmd_scale(args) -> int:
+    config = config_from_args(ScaleConfig, args)
+    if not config.workers or any(w < 1 for w in config.workers):
+        raise InvalidInput(f"--workers must be positive cluster sizes, e.g. 1,2; got {config.workers}.")
+    result = run_scale_bench(config, log)
+    paths = write_scale_outputs(result, config.out)
+    print(paths[1].read_text())
+    log("wrote " + ", ".join(str(p) for p in paths))
     return 0

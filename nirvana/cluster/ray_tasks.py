@@ -112,11 +112,8 @@ def connect(address: str, *, cpus_per_task: float = 1.0, gpus_per_task: float | 
             raise _unreachable(address, "no cluster was started on this machine") from exc
     if not _reachable(resolved, CONNECT_TIMEOUT / 2):
         raise _unreachable(address if address == resolved else f"{address} = {resolved}")
-    env = {k: v for k, v in os.environ.items() if k.startswith(FORWARDED_ENV)}
-    # The workers run the driver's copy of nirvana (the same code on one machine or a shared filesystem).
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH")]))
     try:
-        ray.init(address=resolved, runtime_env={"env_vars": env}, logging_level="ERROR", log_to_driver=True)
+        ray.init(address=resolved, runtime_env={"env_vars": _worker_env()}, logging_level="ERROR")
     except (ConnectionError, RuntimeError, TimeoutError) as exc:
         raise _unreachable(address, str(exc)[:200]) from exc
     resources = ray.cluster_resources()
@@ -125,6 +122,29 @@ def connect(address: str, *, cpus_per_task: float = 1.0, gpus_per_task: float | 
     slots = int(gpus // share) if share else int(resources.get("CPU", 1.0) // cpus_per_task)
     nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
     return Cluster(resolved, nodes, max(1, slots), cpus_per_task, share)
+
+
+def _worker_env() -> dict:
+    """The driver's settings the workers need, and its copy of nirvana first on their path."""
+    env = {k: v for k, v in os.environ.items() if k.startswith(FORWARDED_ENV)}
+    # The workers run the driver's copy of nirvana (the same code on one machine or a shared filesystem).
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH")]))
+    return env
+
+
+def start_local(num_cpus: int) -> Cluster:
+    """Start a Ray instance inside this process with `num_cpus` one-CPU workers (the scale benchmark's
+    one- and two-worker clusters); `disconnect()` ends it and its worker processes."""
+    # here, not at the top: Ray is needed only for --ray; `import nirvana` must not need it
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+    ray.init(
+        num_cpus=num_cpus, num_gpus=0, include_dashboard=False, runtime_env={"env_vars": _worker_env()},
+        logging_level="ERROR", object_store_memory=200_000_000,
+    )  # fmt: skip
+    return Cluster("local", 1, num_cpus, 1.0, 0.0)
 
 
 def disconnect() -> None:

@@ -97,6 +97,11 @@ class LayerProjections:
 LINEAR_NAMES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
+def decoder_layers(model: nn.Module) -> list[nn.Module]:
+    """The decoder layers, in order (what FSDP shards one by one)."""
+    return list(_get(model, get_architecture(model).layers))
+
+
 def layer_projections(model: nn.Module) -> list[LayerProjections]:
     """One `LayerProjections` per decoder layer, in order."""
     arch = get_architecture(model)
