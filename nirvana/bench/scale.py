@@ -23,6 +23,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import statistics
 import tempfile
 import time
 from dataclasses import dataclass
@@ -50,15 +51,17 @@ class ScaleConfig:
     criteria: tuple[str, ...] = ("nirvana", "magnitude", "wanda")
     sparsities: tuple[float, ...] = (0.2, 0.5)
     tokens: int = 2048
+    window: int = 512  # perplexity window (tokens)
     workers: tuple[int, ...] = (1, 2)  # the Ray clusters' sizes (one-CPU workers)
+    repeats: int = 2  # rounds of (in-process, each cluster size), interleaved; the median of each is reported
     out: Path = DEFAULT_OUT
 
 
 def grid(config: ScaleConfig, out_dir: Path) -> QualityConfig:
     return QualityConfig(
         model=config.model, criteria=config.criteria, sparsities=config.sparsities, uniform_criteria=(),
-        select_criteria=(), candidates=1, tokens=config.tokens, datasets=("wikitext2",), kl_sequences=8,
-        anchor=AnchorSpec(samples=32, seq_len=64), out_dir=out_dir,
+        select_criteria=(), candidates=1, tokens=config.tokens, window=config.window, datasets=("wikitext2",),
+        kl_sequences=8, anchor=AnchorSpec(samples=32, seq_len=64), out_dir=out_dir,
     )  # fmt: skip
 
 
@@ -80,9 +83,9 @@ def run_scale_bench(config: ScaleConfig, log=print) -> dict:
             for criterion in config.criteria:
                 warm.scores(criterion, 0 if CRITERIA[criterion].needs_data else None)
             del warm
-            for workers in (0, *config.workers):
+            for round_, workers in ((r, w) for r in range(config.repeats) for w in (0, *config.workers)):
                 where = "in-process" if workers == 0 else f"ray, {workers} worker{'s' if workers > 1 else ''}"
-                out_dir = Path(tmp) / f"run-{workers}"
+                out_dir = Path(tmp) / f"run-{round_}-{workers}"
                 start = time.perf_counter()
                 cluster = start_local(workers) if workers else None
                 try:
@@ -94,6 +97,7 @@ def run_scale_bench(config: ScaleConfig, log=print) -> dict:
                 reference = reference or _values(rows)
                 runs.append(
                     {
+                        "round": round_ + 1,
                         "where": where,
                         "workers": workers or 1,
                         "rows": len(rows),
@@ -105,13 +109,17 @@ def run_scale_bench(config: ScaleConfig, log=print) -> dict:
                 log(f"{where}: {wall:.1f} s for {len(rows)} rows")
         finally:
             torch.set_num_threads(threads)
-    by = {r["where"]: r for r in runs}
-    local, one, two = by["in-process"], by.get("ray, 1 worker"), by.get("ray, 2 workers")
-    summary = {}
+    median = {
+        where: statistics.median(r["wall_s"] for r in runs if r["where"] == where)
+        for where in {r["where"] for r in runs}
+    }
+    local, one, two = median["in-process"], median.get("ray, 1 worker"), median.get("ray, 2 workers")
+    rows = runs[0]["rows"]
+    summary = {"median_wall_s": {k: round(v, 1) for k, v in sorted(median.items())}}
     if one:
-        summary["ray_overhead_per_row_s"] = round((one["wall_s"] - local["wall_s"]) / one["rows"], 2)
+        summary["ray_overhead_per_row_s"] = round((one - local) / rows, 2)
     if one and two:
-        summary["speedup_two_over_one"] = round(one["wall_s"] / two["wall_s"], 2)
+        summary["speedup_two_over_one"] = round(one / two, 2)
     return {
         "model": config.model,
         "grid": f"{len(config.criteria)} criteria x {len(config.sparsities)} sparsities + dense, "
@@ -133,21 +141,29 @@ def markdown(result: dict) -> str:
         f"{result['grid']}. Machine: {result['machine']} ({result['cpu_count']} cores); load average "
         f"before {result['load_average_before']}, after {result['load_average_after']}; {result['started_utc']} UTC.",
         "",
-        "| run | workers | rows | wall (s) | sum of row times (s) | rows equal to in-process |",
-        "|---|---:|---:|---:|---:|---|",
+        "| round | run | workers | rows | wall (s) | sum of row times (s) | rows equal to in-process |",
+        "|---:|---|---:|---:|---:|---:|---|",
     ]
     for r in result["runs"]:
         same = "yes" if r["same_rows_as_in_process"] else "**no**"
-        lines.append(
-            f"| {r['where']} | {r['workers']} | {r['rows']} | {r['wall_s']} | {r['row_seconds_sum']} | {same} |"
-        )
-    lines.append("")
+        cells = (r.get("round", 1), r["where"], r["workers"], r["rows"], r["wall_s"], r["row_seconds_sum"], same)
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    medians = ", ".join(f"{k} {v} s" for k, v in result.get("median_wall_s", {}).items())
+    lines += ["", f"Median wall time per run: {medians}." if medians else ""]
     if "speedup_two_over_one" in result:
         lines.append(f"Two workers over one: **{result['speedup_two_over_one']}x**.")
     if "ray_overhead_per_row_s" in result:
         lines.append(
-            f"Ray's overhead against in-process: **{result['ray_overhead_per_row_s']} s per row** (one worker's wall "
-            "time minus in-process, over the rows: Ray's start, the worker process and its model load)."
+            f"Ray's overhead against in-process: **{result['ray_overhead_per_row_s']} s per row** (one worker's median "
+            "wall time minus in-process, over the rows: Ray's start, the worker process and its model load)."
+        )
+    by_where = {r["where"]: r for r in result["runs"]}
+    one, two = by_where.get("ray, 1 worker"), by_where.get("ray, 2 workers")
+    if one and two and two["row_seconds_sum"] > 1.5 * one["row_seconds_sum"]:
+        lines.append(
+            f"With two workers each row took longer (rows summed to {two['row_seconds_sum']} s against "
+            f"{one['row_seconds_sum']} s with one): the two workers did not get two cores' worth of CPU (load average "
+            f"{result['load_average_before'][0]} on {result['cpu_count']} cores), and each loads its own model."
         )
     lines += ["", "Made by `python -m nirvana bench scale` (`nirvana/bench/scale.py` says what is timed).", ""]
     return "\n".join(lines)

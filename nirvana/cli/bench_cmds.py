@@ -130,7 +130,9 @@ SCALE_FLAGS = {
     "criteria": "comma-separated criteria",
     "sparsities": "",
     "tokens": "perplexity tokens (WikiText-2)",
+    "window": "",
     "workers": "the local Ray clusters' sizes (one-CPU workers each)",
+    "repeats": "interleaved rounds of every run (the median is reported)",
     "out": "output folder (default benchmarks/scale)",
 }
 NOTE_FLAG = {"note": "a line of context for the report header"}
