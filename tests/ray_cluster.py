@@ -53,7 +53,15 @@ def local_cluster(num_cpus: int = 2):
         f"--num-cpus={num_cpus}", "--num-gpus=0", "--include-dashboard=false", "--disable-usage-stats",
         f"--temp-dir={temp}", "--object-store-memory=100000000",
     ]  # fmt: skip
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    # Token authentication, said explicitly for the head and this process alike: Ray 2.60 turns it on by itself
+    # once ~/.ray/auth_token exists (any local ray.init writes one) and a process keeps the token it first read,
+    # so both use that file (made by Ray's own `ray get-auth-token --generate` when missing).
+    auth = {"RAY_AUTH_MODE": "token"}
+    subprocess.run(
+        [str(RAY), "get-auth-token", "--generate"], capture_output=True, check=True, env={**os.environ, **auth}
+    )
+    saved = {k: os.environ.get(k) for k in auth}
+    env = {**os.environ, **auth, "RAY_USAGE_STATS_ENABLED": "0"}
     with open(Path(temp) / "start.log", "w") as log:
         head = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
     try:
@@ -70,8 +78,14 @@ def local_cluster(num_cpus: int = 2):
                 if time.monotonic() > deadline:
                     raise RuntimeError("the test's Ray head did not listen within 120 s") from None
                 time.sleep(0.5)
+        os.environ.update(auth)
         yield f"127.0.0.1:{port}"
     finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
         try:  # every process the head started (workers rename themselves `ray::...`, so by ancestry too)
             started = psutil.Process(head.pid).children(recursive=True)
         except psutil.Error:

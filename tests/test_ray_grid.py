@@ -169,6 +169,16 @@ def test_an_unreachable_address_fails_fast_naming_it_and_how_to_start_one(tmp_pa
     assert address in str(err.value) and time.monotonic() - start < 10
 
 
+def test_a_cluster_that_refuses_us_fails_fast_and_says_why(cluster_address):
+    code = "import sys; from nirvana.cluster.ray_tasks import connect; connect(sys.argv[1])"
+    env = {**os.environ, "RAY_AUTH_TOKEN": "0" * 64}  # not the head's token (a process keeps the first it reads)
+    start = time.monotonic()
+    result = subprocess.run([sys.executable, "-c", code, cluster_address], capture_output=True, text=True, env=env)
+    assert result.returncode != 0 and "could not join it" in result.stderr and "RAY_AUTH_TOKEN" in result.stderr
+    assert cluster_address in result.stderr
+    assert time.monotonic() - start < 40  # Python and torch imports included; the connect gives up after 5 s
+
+
 def test_the_cli_refuses_an_unreachable_address_with_exit_2_and_writes_nothing(tmp_path):
     address = f"127.0.0.1:{free_port()}"
     start = time.monotonic()

@@ -93,6 +93,14 @@ def _unreachable(address: str, why: str = "") -> InvalidInput:
     return InvalidInput(f"no Ray cluster answers at {address!r}{f' ({why})' if why else ''}; {HOW_TO_START}")
 
 
+def _refused(address: str, why: str) -> InvalidInput:
+    return InvalidInput(
+        f"something listens at {address!r} but Ray could not join it ({why}). If the cluster uses token "
+        "authentication (Ray's default once ~/.ray/auth_token exists), give this process the head's token: "
+        "RAY_AUTH_MODE=token and RAY_AUTH_TOKEN, or the same ~/.ray/auth_token; docs/SCALE.md."
+    )
+
+
 def connect(address: str, *, cpus_per_task: float = 1.0, gpus_per_task: float | None = None) -> Cluster:
     """Join the Ray cluster at `address` ("auto": the one started on this machine) within 10 s.
 
@@ -112,10 +120,12 @@ def connect(address: str, *, cpus_per_task: float = 1.0, gpus_per_task: float | 
             raise _unreachable(address, "no cluster was started on this machine") from exc
     if not _reachable(resolved, CONNECT_TIMEOUT / 2):
         raise _unreachable(address if address == resolved else f"{address} = {resolved}")
+    # Ray retries a GCS that does not let it in (wrong token, wrong version) once a second, 20 times by default.
+    os.environ.setdefault("RAY_gcs_server_port_wait_time_s", str(int(CONNECT_TIMEOUT // 2)))
     try:
         ray.init(address=resolved, runtime_env={"env_vars": _worker_env()}, logging_level="ERROR")
     except (ConnectionError, RuntimeError, TimeoutError) as exc:
-        raise _unreachable(address, str(exc)[:200]) from exc
+        raise _refused(address, str(exc)[:200]) from exc
     resources = ray.cluster_resources()
     gpus = resources.get("GPU", 0.0)
     share = (1.0 if gpus else 0.0) if gpus_per_task is None else gpus_per_task
