@@ -44,8 +44,11 @@ def _ours(temp: str, session: int) -> list[psutil.Process]:
 
 
 @contextmanager
-def local_cluster(num_cpus: int = 2):
-    """Yield the address (127.0.0.1:PORT) of a fresh one-node Ray cluster with `num_cpus` CPUs."""
+def local_cluster(num_cpus: int = 2, auth_mode: str | None = None):
+    """Yield the address (127.0.0.1:PORT) of a fresh one-node Ray cluster with `num_cpus` CPUs.
+
+    `auth_mode` None: leave RAY_AUTH_MODE to Ray's own default, as a user's `ray start` does (else: set it for
+    the head and this process)."""
     port = free_port()
     temp = tempfile.mkdtemp(prefix="nrvray-", dir="/tmp")  # short: Ray's unix sockets live under it
     cmd = [
@@ -53,10 +56,10 @@ def local_cluster(num_cpus: int = 2):
         f"--num-cpus={num_cpus}", "--num-gpus=0", "--include-dashboard=false", "--disable-usage-stats",
         f"--temp-dir={temp}", "--object-store-memory=100000000",
     ]  # fmt: skip
-    # Token authentication, said explicitly for the head and this process alike: Ray 2.60 turns it on by itself
-    # once ~/.ray/auth_token exists (any local ray.init writes one) and a process keeps the token it first read,
-    # so both use that file (made by Ray's own `ray get-auth-token --generate` when missing).
-    auth = {"RAY_AUTH_MODE": "token"}
+    # Token authentication as a user's cluster has it: Ray 2.60's `ray start` turns it on once ~/.ray/auth_token
+    # exists (any local ray.init writes one), and `connect` decides the same way; the file is made here by Ray's
+    # own `ray get-auth-token --generate` when missing, so the head and this process read the same token.
+    auth = {"RAY_AUTH_MODE": auth_mode} if auth_mode else {}
     subprocess.run(
         [str(RAY), "get-auth-token", "--generate"], capture_output=True, check=True, env={**os.environ, **auth}
     )

@@ -22,6 +22,7 @@ Ray is imported inside the functions that use it: `import nirvana` never needs R
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import time
@@ -120,6 +121,14 @@ def connect(address: str, *, cpus_per_task: float = 1.0, gpus_per_task: float | 
             raise _unreachable(address, "no cluster was started on this machine") from exc
     if not _reachable(resolved, CONNECT_TIMEOUT / 2):
         raise _unreachable(address if address == resolved else f"{address} = {resolved}")
+    # `ray start --head` turns token authentication on when ~/.ray/auth_token exists and RAY_AUTH_MODE is
+    # unset; a joining `ray.init` does not (Ray 2.60), so it would be refused: decide as `ray start` does.
+    with contextlib.suppress(ImportError):
+        from ray._private.authentication.authentication_token_setup import (
+            maybe_enable_token_auth_if_token_available,
+        )
+
+        maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
     # Ray retries a GCS that does not let it in (wrong token, wrong version) once a second, 20 times by default.
     os.environ.setdefault("RAY_gcs_server_port_wait_time_s", str(int(CONNECT_TIMEOUT // 2)))
     try:
