@@ -138,6 +138,8 @@ def distributed_scores_from_args(args, settings: PruneSettings) -> Scores | None
         )
     rank, _world = init_distributed()
     try:
+        if args.device_map is None:
+            args.device = "cpu"  # every rank loads on the CPU; fully_shard moves its shards to its own GPU
         lm = load_from_args(args)  # every rank: no device lock, the ranks run together
         batch, _ = calibration_for(lm, settings)
         check_world(lm.model, settings.criterion, batch.input_ids.shape[0], _world)

@@ -125,7 +125,7 @@ def sharded_gradient_scores(
     objective = OBJECTIVES[criterion]
     shape = model_shape(model)  # before sharding: the full widths
     device = torch.device(f"cuda:{torch.cuda.current_device()}") if torch.cuda.is_available() else torch.device("cpu")
-    model.to(device).eval()
+    model.eval()  # on the CPU: `fully_shard` moves only this rank's shards to its device, never the whole model
     with _only_block_weights_require_grad(model):
         for layer in decoder_layers(model):
             fully_shard(layer)
