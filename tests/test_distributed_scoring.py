@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -65,6 +66,22 @@ def test_score_distributed_under_torchrun_writes_the_single_process_scores_from_
     torch.testing.assert_close(b.mlp, a.mlp, rtol=1e-6, atol=1e-6)
     assert a.fingerprint == b.fingerprint and b.meta["distributed"]["world_size"] == 2
     assert result.stdout.count('"scores"') == 1  # rank 0 alone wrote and printed
+
+
+def test_prune_distributed_writes_the_single_process_plan_from_rank_0(tiny_with_tokenizer_dir, tmp_path):
+    flags = ["--model", str(tiny_with_tokenizer_dir), "--samples", "4", "--seq-len", "16", "--no-cache"]
+    flags += ["--sparsity", "0.5", "--align", "1"]
+    single = _cli("prune", *flags, "--out", str(tmp_path / "single"), env={"OMP_NUM_THREADS": "1"})
+    assert single.returncode == 0, single.stderr
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", f"--master-port={free_port()}"]
+    result = subprocess.run(
+        [*torchrun, "-m", "nirvana", "prune", *flags, "--distributed", "--out", str(tmp_path / "sharded")],
+        capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, cwd=ROOT, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    a, b = (json.loads((tmp_path / name / "plan.json").read_text()) for name in ("single", "sharded"))
+    assert a["layers"] == b["layers"]  # the same kept KV groups and neurons
+    assert (tmp_path / "sharded" / "model").is_dir()
 
 
 def test_distributed_without_torchrun_is_refused_with_exit_2_and_nothing_written(tiny_with_tokenizer_dir, tmp_path):
