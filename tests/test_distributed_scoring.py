@@ -81,7 +81,7 @@ def test_prune_distributed_writes_the_single_process_plan_from_rank_0(tiny_with_
     assert result.returncode == 0, result.stderr[-3000:]
     a, b = (json.loads((tmp_path / name / "plan.json").read_text()) for name in ("single", "sharded"))
     assert a["layers"] == b["layers"]  # the same kept KV groups and neurons
-    assert (tmp_path / "sharded" / "model").is_dir()
+    assert (tmp_path / "sharded" / "model").is_dir() and (tmp_path / "sharded" / "scores.safetensors").exists()
 
 
 def test_distributed_without_torchrun_is_refused_with_exit_2_and_nothing_written(tiny_with_tokenizer_dir, tmp_path):

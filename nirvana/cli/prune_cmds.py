@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import tempfile
 import time
 from pathlib import Path
 
@@ -152,15 +151,15 @@ def distributed_scores_from_args(args, settings: PruneSettings) -> Scores | None
 def cmd_prune(args) -> int:
     """Prune under the device lock, recording the run in the runs folder (committed only when complete).
 
-    `--distributed`: the scores come from every rank (`distributed_scores_from_args`); rank 0 then
-    allocates, slices and writes the plan and model alone, from a fresh copy of the dense model."""
+    `--distributed`: the scores come from every rank (`distributed_scores_from_args`); rank 0 writes
+    them to --out/scores.safetensors, then allocates, slices and writes the plan and model alone,
+    from a fresh copy of the dense model."""
     settings = None if args.plan else settings_from_args(args)
     if args.distributed:
         scores = distributed_scores_from_args(args, settings)
         if scores is None:
             return 0
-        path = scores.save(Path(tempfile.mkdtemp(prefix="nirvana-scores-")) / "scores")
-        args.scores = str(path)
+        args.scores = str(scores.save(_output_folder(args.out) / "scores"))  # the score file, beside the plan
     recorded = {k: getattr(args, k, None) for k in _SETTINGS}
     recovery = None
     if args.recover_steps is not None:  # bad recovery settings fail before minutes of scoring
