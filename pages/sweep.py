@@ -6,6 +6,7 @@ from ui import routing
 
 routing.require()  # first, before the heavy imports: see ui/routing.py
 
+import contextlib
 from dataclasses import replace
 
 import pandas as pd
@@ -16,7 +17,7 @@ from nirvana.methods import METHODS
 from nirvana.models.shapes import ModelShape
 from nirvana.progress import sub_progress
 from nirvana.search.sweep import ACCURACY_AXES, QUALITY, SweepSettings, run_sweep, sweep_points
-from ui import frame, methods, resources, state
+from ui import cluster, frame, methods, resources, state
 from ui.errors import guard
 from ui.progress import progress_status
 
@@ -221,17 +222,39 @@ def _series(lm, settings: SweepSettings, chosen: dict[str, dict]) -> list[tuple[
     return out
 
 
-def _run(lm, nirvana_scores, settings: SweepSettings, chosen: dict[str, dict]) -> None:
+def _live(placeholder, quality: str):
+    """`on_row` of a sweep on a cluster: redraw the table and the Pareto chart with the points so far."""
+
+    def draw(rows: list[dict]) -> None:
+        with placeholder.container():
+            frame_ = pd.DataFrame(rows)
+            has_speed = frame_["decode_tokens_per_s"].notna().all()
+            x_col, x_title = (
+                ("decode_tokens_per_s", "decode tokens/s") if has_speed else ("ideal_speedup", "ideal speed-up")
+            )
+            figure = charts.pareto_chart(
+                frame_[x_col].tolist(), frame_["quality"].tolist(), [_label(r) for r in rows], x_title=x_title,
+                y_title=quality,
+            )  # fmt: skip
+            st.plotly_chart(figure)
+            st.dataframe(frame_.rename(columns={"quality": quality}), hide_index=True, width="stretch")
+
+    return draw
+
+
+def _run(lm, nirvana_scores, settings: SweepSettings, chosen: dict[str, dict], where=None) -> None:
+    """Measure every series; on a cluster (`where`), each point is a Ray task and the rows are drawn as they arrive."""
     series = _series(lm, settings, chosen)
     if not series:
         return
     baselines = {name: chosen[name] for name, _ in series if name != methods.NIRVANA}
     scored = methods.score_methods(lm, baselines, "Sweep") if baselines else {}
     series = [(name, s) for name, s in series if name == methods.NIRVANA or name in scored]
+    live = _live(st.empty(), QUALITY[settings.metric]) if where is not None else None
     with (
         guard("running the sweep") as g,
         progress_status("Sweep") as progress,
-        resources.hold_device(lm.model, progress),
+        contextlib.nullcontext() if where is not None else resources.hold_device(lm.model, progress),
     ):
         rows, total = [], sum(len(sweep_points(s)) for _, s in series)
         done = 0
@@ -239,7 +262,9 @@ def _run(lm, nirvana_scores, settings: SweepSettings, chosen: dict[str, dict]) -
             n = len(sweep_points(s))
             step = sub_progress(progress, done / total, (done + n) / total, f"{methods.label(name)}: ")
             scores = nirvana_scores if name == methods.NIRVANA else scored[name][1]
-            rows += run_sweep(lm, scores, s, step)
+            before = list(rows)
+            on_row = (lambda so_far, before=before: live(before + so_far)) if live else None
+            rows += run_sweep(lm, scores, s, step, cluster=where, on_row=on_row)
             done += n
     if not g.failed:
         state.put("sweep", (rows, {**settings.__dict__, "methods": [name for name, _ in series]}))
@@ -269,8 +294,18 @@ def main() -> None:
         return
     count = sum(len(sweep_points(replace(settings, method=name, dense=i == 0))) for i, name in enumerate(chosen))
     st.caption(f"{count} points (the dense model first, as the reference).")
+    where = None
+    with guard("connecting to the Ray cluster of NIRVANA_RAY_ADDRESS") as g:
+        where = cluster.cluster()
+    if g.failed:
+        return
+    if where is not None:
+        st.info(
+            f"Runs on the {where.describe()}: every point is a Ray task there (the model is loaded on the workers "
+            "by its name). The table and the Pareto chart below fill in as the points arrive."
+        )
     if st.button("Run sweep", type="primary", key="run_sweep"):
-        _run(lm, nirvana_scores, settings, chosen)
+        _run(lm, nirvana_scores, settings, chosen, where)
     result = state.get("sweep")
     if result is not None:
         with guard("drawing the sweep"):

@@ -15,6 +15,7 @@ from nirvana.bench.gamma import GammaBenchConfig
 from nirvana.bench.gpu import GpuBenchConfig
 from nirvana.bench.quality_config import QualityConfig
 from nirvana.bench.recovery import RecoveryBenchConfig
+from nirvana.bench.scale import ScaleConfig
 from nirvana.bench.speed import SpeedBenchConfig
 from nirvana.cli import build_parser
 from nirvana.cli.bench_cmds import accuracy_config, gamma_config, quality_config, speed_config
@@ -56,8 +57,9 @@ CONFIGS = {
     "recovery": RecoveryBenchConfig,
     "accuracy": AccuracyConfig,
     "baselines": BaselinesConfig,
+    "scale": ScaleConfig,
 }
-NOT_FIELDS = {"help", "report_only", "json"}  # flags that steer the command, not the benchmark
+NOT_FIELDS = {"help", "report_only", "json", "ray"}  # flags that steer the command, not the benchmark
 
 
 def bench_parsers() -> dict[str, argparse.ArgumentParser]:

@@ -10,7 +10,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "nirvana"
 # Imported inside a function on purpose, each with a one-line reason at the import.
-LOCAL_OK = {"huggingface_hub", "bitsandbytes", "datasets", "lm_eval", "matplotlib", "peft"}
+LOCAL_OK = {"huggingface_hub", "bitsandbytes", "datasets", "lm_eval", "matplotlib", "peft", "ray"}
 
 
 def _modules(package: Path = PACKAGE) -> dict[str, Path]:
@@ -168,6 +168,7 @@ LAYERS = [
     "progress",
     "reference",
     "store",
+    "cluster",
     "models",
     "guard",
     "data",

@@ -36,10 +36,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 from nirvana.bench.rows import read_rows, row_key, store_row
+from nirvana.cluster.ray_tasks import run_tasks
 from nirvana.store.atomic import atomic_write_text
 
 __all__ = ["Benchmark", "Measured", "WholeRun", "Worker", "pending", "progress_log", "row_key", "run", "store_row"]
@@ -125,9 +127,12 @@ def pending(bench: Benchmark, config, jobs: list | None = None) -> list:
     return [j for j in jobs if bench.key(config, j) not in done]
 
 
-def run(bench: Benchmark, config, log: Callable[[str], None] = print, progress=None):
+def run(bench: Benchmark, config, log: Callable[[str], None] = print, progress=None, cluster=None):
     """Run (or resume) `bench` on `config`: measure the pending jobs, write each row as it finishes,
-    and return `bench.result(config, rows measured now)`."""
+    and return `bench.result(config, rows measured now)`.
+
+    `cluster` (a `nirvana.cluster.ray_tasks.Cluster`): each job is a Ray task there instead of a call
+    in this process; this process still writes every row, in job order (`_run_on_cluster`)."""
     jobs = bench.jobs(config)
     todo = pending(bench, config, jobs)
     if bench.columns:
@@ -135,6 +140,9 @@ def run(bench: Benchmark, config, log: Callable[[str], None] = print, progress=N
         log(f"{len(jobs)} rows in the grid, {done} already in {bench.path(config)}, {len(todo)} to run")
     measured: list[dict] = []
     if not todo:
+        return bench.result(config, measured)
+    if cluster is not None:
+        _run_on_cluster(bench, config, todo, cluster, log, progress, measured)
         return bench.result(config, measured)
     worker = bench.worker(config, log)
     start = time.perf_counter()
@@ -145,14 +153,66 @@ def run(bench: Benchmark, config, log: Callable[[str], None] = print, progress=N
         except bench.skip_errors as exc:
             log(f"{step} {bench.label(job)}: skipped ({type(exc).__name__}: {str(exc)[:200]})")
             continue
-        if out.row is not None:
-            if bench.columns:
-                _write(bench, config, out)
-            measured.append(out.row)
+        _keep(bench, config, out, measured)
         log(f"{step} {out.message or bench.label(job)} ({(time.perf_counter() - start) / 60:.1f} min so far)")
         if progress:
             progress((i + 1) / len(todo), bench.label(job))
     return bench.result(config, measured)
+
+
+def make_worker(bench: Benchmark, config):
+    """A benchmark's worker inside a Ray worker process (`run_tasks`' factory: a plain picklable call)."""
+    return bench.worker(config, lambda message: print(message, flush=True))
+
+
+def _run_on_cluster(bench: Benchmark, config, todo: list, cluster, log, progress, measured: list[dict]) -> None:
+    """The pending jobs as Ray tasks. Results arrive in any order; rows are written in job order (a
+    finished row waits for the rows before it), so the CSV is the one an in-process run writes. A job
+    whose worker died past Ray's retries is reported failed and the grid goes on; on Ctrl-C (or an
+    error a job raised that the benchmark does not skip) the running tasks are cancelled and every
+    finished row is written before the exception goes on."""
+    log(f"on the {cluster.describe()}")
+    start = time.perf_counter()
+    results: dict[int, Measured | None] = {}  # job index -> what to write (None: skipped or failed)
+    written, failed = 0, []
+    try:
+        for n, done in enumerate(
+            run_tasks(cluster, partial(make_worker, bench, config), todo, label=bench.label, log=log)
+        ):
+            step = f"[{n + 1}/{len(todo)}]"
+            results[done.index] = None
+            if done.crashed:
+                failed.append(done.job)
+                log(f"{step} {bench.label(done.job)}: FAILED, its worker died on every try ({str(done.error)[:200]})")
+            elif done.error is not None and not isinstance(done.error, bench.skip_errors):
+                raise done.error
+            elif done.error is not None:
+                log(f"{step} {bench.label(done.job)}: skipped ({type(done.error).__name__}: {str(done.error)[:200]})")
+            else:
+                results[done.index] = done.value
+                message = done.value.message or bench.label(done.job)
+                log(f"{step} {message} on {done.where} ({(time.perf_counter() - start) / 60:.1f} min so far)")
+            while written in results:  # the next rows in job order, as far as they are finished
+                if results[written] is not None:
+                    _keep(bench, config, results[written], measured)
+                written += 1
+            if progress:
+                progress((n + 1) / len(todo), bench.label(done.job))
+    finally:
+        for index in sorted(i for i in results if i >= written and results[i] is not None):
+            _keep(bench, config, results[index], measured)  # stopped early: the finished rows still count
+    if failed:
+        log(
+            f"{len(failed)} row(s) failed (worker died past the retries), not written: rerun to measure them: "
+            + "; ".join(bench.label(j) for j in failed)
+        )
+
+
+def _keep(bench: Benchmark, config, out: Measured, measured: list[dict]) -> None:
+    if out.row is not None:
+        if bench.columns:
+            _write(bench, config, out)
+        measured.append(out.row)
 
 
 def _write(bench: Benchmark, config, out: Measured) -> None:

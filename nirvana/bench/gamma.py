@@ -125,11 +125,12 @@ class GammaWorker:
         return Measured({**row, "result": result.to_dict()}, f"{criterion}: {len(result.points)} points")
 
 
-def run_gamma_bench(config: GammaBenchConfig, log) -> dict:
-    """Every criterion's search (`GAMMA` jobs), gathered into the JSON `write_outputs` writes."""
+def run_gamma_bench(config: GammaBenchConfig, log, cluster=None) -> dict:
+    """Every criterion's search (`GAMMA` jobs; on `cluster`, one Ray task each), gathered into the
+    JSON `write_outputs` writes."""
     start = time.perf_counter()
     started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
-    rows = run(GAMMA, config, log)
+    rows = run(GAMMA, config, log, cluster=cluster)
     spec = anchor_spec(config)
     return {
         "model": config.model,

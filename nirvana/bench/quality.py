@@ -221,9 +221,11 @@ class QualityWorker:
             )
         row["seconds"] = round(time.perf_counter() - t, 1)
         row["finished_utc"] = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+        short = {"wikitext2": "wt2"}
+        ppl = " ".join(f"{short.get(name, name)} {float(row[f'ppl_{name}']):.2f}" for name in c.datasets)
         message = (
             f"{job.criterion} {job.allocation} seed={job.calib_seed} s={job.sparsity}: KL {float(row['kl']):.4f}, "
-            f"ppl wt2 {float(row['ppl_wikitext2']):.2f} ptb {float(row['ppl_ptb']):.2f} ({row['seconds']} s)"
+            f"ppl {ppl} ({row['seconds']} s)"
         )
         return Measured(row, message)
 

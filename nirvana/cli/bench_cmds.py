@@ -24,10 +24,13 @@ from nirvana.bench.gpu import GpuBenchConfig
 from nirvana.bench.quality import QUALITY
 from nirvana.bench.quality_config import QualityConfig
 from nirvana.bench.recovery import RECOVERY, RecoveryBenchConfig
+from nirvana.bench.scale import ScaleConfig, run_scale_bench
+from nirvana.bench.scale import write_outputs as write_scale_outputs
 from nirvana.bench.speed import SpeedBenchConfig
 from nirvana.checkpoints.loading import resolve_device
-from nirvana.cli.common import add_model_args, config_from_args
+from nirvana.cli.common import add_model_args, add_ray_flag, cluster_from_args, config_from_args
 from nirvana.cli.flags import add_config_flags
+from nirvana.cluster.ray_tasks import disconnect
 from nirvana.errors import InvalidInput
 from nirvana.methods import METHODS
 from nirvana.search.calibration import AnchorSpec
@@ -122,6 +125,16 @@ BASELINES_FLAGS = {
     "threads": "torch CPU threads (default: torch's choice)",
     "out_dir": "",
 }
+SCALE_FLAGS = {
+    "model": "",
+    "criteria": "comma-separated criteria",
+    "sparsities": "",
+    "tokens": "perplexity tokens (WikiText-2)",
+    "window": "",
+    "workers": "the local Ray clusters' sizes (one-CPU workers each)",
+    "repeats": "interleaved rounds of every run (the median is reported)",
+    "out": "output folder (default benchmarks/scale)",
+}
 NOTE_FLAG = {"note": "a line of context for the report header"}
 METHOD_FLAGS = {
     "method": f"pruning method of the pruned models: {', '.join(METHODS)} (docs/BASELINES.md)",
@@ -132,7 +145,16 @@ METHOD_FLAGS = {
 def register(sub) -> None:
     p = sub.add_parser("bench", help="run a benchmark and write its table and plot under benchmarks/")
     bench_sub = p.add_subparsers(dest="benchmark", metavar="BENCHMARK", required=True)
-    for add in (_add_speed, _add_gpu, _add_quality, _add_gamma, _add_accuracy, _add_recovery, _add_baselines):
+    for add in (
+        _add_speed,
+        _add_gpu,
+        _add_quality,
+        _add_gamma,
+        _add_accuracy,
+        _add_recovery,
+        _add_baselines,
+        _add_scale,
+    ):
         add(bench_sub)
 
 
@@ -140,10 +162,20 @@ def log(message: str) -> None:
     print(f"{dt.datetime.now(dt.UTC):%H:%M:%S} {message}", file=sys.stderr, flush=True)
 
 
-def run_or_report(bench: Benchmark, config, report_only: bool):
-    """Run (or resume) a CSV benchmark, or with `--report-only` take the rows already there; then
-    rebuild its report from them and return what `report` returns."""
-    rows = bench.committed(config) if report_only else run(bench, config, log)
+def run_grid(bench: Benchmark, config, args):
+    """`run` in this process, or on the cluster `--ray` names (left again at the end)."""
+    cluster = cluster_from_args(args)
+    try:
+        return run(bench, config, log, cluster=cluster)
+    finally:
+        if cluster is not None:
+            disconnect()
+
+
+def run_or_report(bench: Benchmark, config, report_only: bool, args=None):
+    """Run (or resume) a CSV benchmark (`--ray`: on a cluster), or with `--report-only` take the rows
+    already there; then rebuild its report from them and return what `report` returns."""
+    rows = bench.committed(config) if report_only else run_grid(bench, config, args)
     return bench.report(rows, config)
 
 
@@ -156,6 +188,7 @@ def _add_speed(bench_sub) -> None:
     add_config_flags(p, SpeedBenchConfig, SPEED_FLAGS)
     add_config_flags(p, SpeedBenchConfig, METHOD_FLAGS)
     p.add_argument("--json", action="store_true", help="print the raw result as JSON")
+    add_ray_flag(p)
     p.set_defaults(func=cmd_speed)
 
 
@@ -164,7 +197,7 @@ def speed_config(args) -> SpeedBenchConfig:
 
 
 def cmd_speed(args) -> int:
-    result = run(speed.SPEED, speed_config(args), log)
+    result = run_grid(speed.SPEED, speed_config(args), args)
     paths = speed.write_outputs(result, Path(args.out))
     if args.json:
         print(json.dumps(result, indent=2, default=str))
@@ -209,6 +242,7 @@ def _add_quality(bench_sub) -> None:
     add_config_flags(p, QualityConfig, METHOD_FLAGS)
     p.add_argument("--report-only", action="store_true", help="rebuild markdown and plots from the CSV")
     add_config_flags(p, QualityConfig, NOTE_FLAG)
+    add_ray_flag(p)
     p.set_defaults(func=cmd_quality)
 
 
@@ -219,7 +253,7 @@ def quality_config(args) -> QualityConfig:
 
 def cmd_quality(args) -> int:
     config = quality_config(args)
-    md, text = run_or_report(QUALITY, config, args.report_only)
+    md, text = run_or_report(QUALITY, config, args.report_only, args)
     print(text)
     log(f"wrote {config.csv_path}, {md} and plots")
     return 0
@@ -232,6 +266,7 @@ def _add_gamma(bench_sub) -> None:
     p = bench_sub.add_parser("gamma", help="KL to dense over a gamma grid per criterion and sparsity (JSON, md, PNG)")
     add_config_flags(p, GammaBenchConfig, GAMMA_FLAGS)
     add_config_flags(p, GammaBenchConfig, METHOD_FLAGS)
+    add_ray_flag(p)
     p.set_defaults(func=cmd_gamma)
 
 
@@ -241,7 +276,12 @@ def gamma_config(args) -> GammaBenchConfig:
 
 def cmd_gamma(args) -> int:
     config = gamma_config(args)
-    data = run_gamma_bench(config, log)
+    cluster = cluster_from_args(args)
+    try:
+        data = run_gamma_bench(config, log, cluster)
+    finally:
+        if cluster is not None:
+            disconnect()
     paths = write_gamma_outputs(data, config.out_dir)
     print(paths[1].read_text())
     log("wrote " + ", ".join(str(p) for p in paths))
@@ -257,6 +297,7 @@ def _add_recovery(bench_sub) -> None:
     add_config_flags(p, RecoveryBenchConfig, METHOD_FLAGS)
     p.add_argument("--report-only", action="store_true", help="rebuild markdown and plot from the CSV")
     add_config_flags(p, RecoveryBenchConfig, {"note": ""})
+    add_ray_flag(p)
     p.set_defaults(func=cmd_recovery)
 
 
@@ -268,7 +309,7 @@ def cmd_recovery(args) -> int:
             f"--acc-limit must be 0 (no accuracy) or a positive number of examples per task, got {args.acc_limit}."
         )
     check_limits(args, ("bpb_limit",))
-    md = run_or_report(RECOVERY, config_from_args(RecoveryBenchConfig, args), args.report_only)
+    md = run_or_report(RECOVERY, config_from_args(RecoveryBenchConfig, args), args.report_only, args)
     print(md.read_text())
     return 0
 
@@ -284,6 +325,7 @@ def _add_accuracy(bench_sub) -> None:
     add_config_flags(p, AccuracyConfig, METHOD_FLAGS)
     p.add_argument("--report-only", action="store_true", help="rebuild markdown and plot from the CSV")
     add_config_flags(p, AccuracyConfig, NOTE_FLAG)
+    add_ray_flag(p)
     p.set_defaults(func=cmd_accuracy)
 
 
@@ -304,7 +346,7 @@ def accuracy_config(args) -> AccuracyConfig:
 
 def cmd_accuracy(args) -> int:
     config = accuracy_config(args)
-    md, text = run_or_report(ACCURACY, config, args.report_only)
+    md, text = run_or_report(ACCURACY, config, args.report_only, args)
     print(text)
     log(f"wrote {config.csv_path} and {md}")
     return 0
@@ -320,6 +362,7 @@ def _add_baselines(bench_sub) -> None:
     add_config_flags(p, BaselinesConfig, BASELINES_FLAGS)
     p.add_argument("--report-only", action="store_true", help="rebuild markdown and plot from the CSV")
     add_config_flags(p, BaselinesConfig, NOTE_FLAG)
+    add_ray_flag(p)
     p.set_defaults(func=cmd_baselines)
 
 
@@ -338,7 +381,29 @@ def baselines_config(args) -> BaselinesConfig:
 
 def cmd_baselines(args) -> int:
     config = baselines_config(args)
-    md, text = run_or_report(BASELINES, config, args.report_only)
+    md, text = run_or_report(BASELINES, config, args.report_only, args)
     print(text)
     log(f"wrote {config.csv_path} and {md}")
+    return 0
+
+
+# ---------------------------------------------------------------- scale
+
+
+def _add_scale(bench_sub) -> None:
+    p = bench_sub.add_parser(
+        "scale", help="a small quality grid in-process and on local Ray clusters of 1 and 2 workers: wall times"
+    )
+    add_config_flags(p, ScaleConfig, SCALE_FLAGS)
+    p.set_defaults(func=cmd_scale)
+
+
+def cmd_scale(args) -> int:
+    config = config_from_args(ScaleConfig, args)
+    if not config.workers or any(w < 1 for w in config.workers):
+        raise InvalidInput(f"--workers must be positive cluster sizes, e.g. 1,2; got {config.workers}.")
+    result = run_scale_bench(config, log)
+    paths = write_scale_outputs(result, config.out)
+    print(paths[1].read_text())
+    log("wrote " + ", ".join(str(p) for p in paths))
     return 0

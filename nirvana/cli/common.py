@@ -9,6 +9,7 @@ import os
 import sys
 
 from nirvana.checkpoints.loading import DEFAULT_MODEL, load_model
+from nirvana.cluster.ray_tasks import ENV, connect, ray_address
 from nirvana.guard.locks import heavy_work
 from nirvana.runs import record_run
 
@@ -108,3 +109,23 @@ def config_from_args(cls, args: argparse.Namespace, **overrides):
             value = getattr(args, f.name)
             values[f.name] = tuple(value) if isinstance(value, list) else value
     return cls(**values)
+
+
+def add_ray_flag(p) -> None:
+    p.add_argument(
+        "--ray",
+        metavar="auto|ADDRESS",
+        default=None,
+        help=f"run each row as a task on this Ray cluster (auto: the one started here; default ${ENV}, "
+        "else in this process); docs/SCALE.md",
+    )
+
+
+def cluster_from_args(args):
+    """The Ray cluster of `--ray` (or NIRVANA_RAY_ADDRESS), connected; None: run in this process."""
+    address = ray_address(getattr(args, "ray", None))
+    if address is None:
+        return None
+    cluster = connect(address)
+    print(cluster.describe(), file=sys.stderr, flush=True)
+    return cluster

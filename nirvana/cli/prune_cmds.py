@@ -6,18 +6,21 @@ import dataclasses
 import time
 from pathlib import Path
 
+import torch.distributed as dist
+
 from nirvana.checkpoints.pruned import save_prune_output
 from nirvana.cli.common import add_model_args, hold_device, load_from_args, print_json, stderr_progress
 from nirvana.cli.flags import json_object
 from nirvana.cli.recover_cmds import add_recovery_args, cli_progress, config_from_args
 from nirvana.errors import InvalidInput, NirvanaError
 from nirvana.methods import METHODS, get_method
-from nirvana.pipeline import PruneResult, PruneSettings, check_scores_match, prune, score
+from nirvana.pipeline import PruneResult, PruneSettings, calibration_for, check_scores_match, prune, score
 from nirvana.pruning.plan import PruningPlan
 from nirvana.recovery.data import load_documents
 from nirvana.recovery.run import recover_and_save
 from nirvana.runs import new_run
 from nirvana.scoring.criteria import CRITERIA
+from nirvana.scoring.distributed import check_world, distributed_scores, init_distributed, under_torchrun
 from nirvana.scoring.scores import Scores
 
 
@@ -43,6 +46,11 @@ def add_calibration_args(p) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--micro-batch", type=int, default=0, help="sequences per forward/backward (0 = all at once)")
     p.add_argument("--no-cache", action="store_true", help="recompute scores even if cached")
+    p.add_argument(
+        "--distributed",
+        action="store_true",
+        help="under torchrun: shard the model over the ranks with FSDP2 to score it (gradient criteria; docs/SCALE.md)",
+    )
 
 
 def register(sub) -> None:
@@ -102,6 +110,11 @@ def settings_from_args(args, sparsity: float = 0.0) -> PruneSettings:
 
 def cmd_score(args) -> int:
     settings = settings_from_args(args)
+    if args.distributed:
+        scores = distributed_scores_from_args(args, settings)
+        if scores is not None:  # rank 0
+            print_json({"scores": str(scores.save(args.out)), **scores.metadata()})
+        return 0
     with hold_device(args, "score"):
         lm = load_from_args(args)
         scores, _ = score(lm, settings, stderr_progress)
@@ -110,9 +123,44 @@ def cmd_score(args) -> int:
     return 0
 
 
+def distributed_scores_from_args(args, settings: PruneSettings) -> Scores | None:
+    """`--distributed`: every rank loads the model and scores its share with the model sharded (FSDP2);
+    the scores on rank 0, None on the others. Refused outside torchrun, for a baseline method, for
+    `--scores`/`--plan`/`--select-calib` (nothing to score, or a selection that needs the whole model)."""
+    if not under_torchrun():
+        init_distributed()  # raises: the message says how to start it under torchrun
+    if settings is None or getattr(args, "scores", None) or getattr(args, "select_calib", 0):
+        raise InvalidInput("--distributed computes the scores: drop --scores, --plan and --select-calib with it.")
+    if settings.method != "nirvana":
+        raise InvalidInput(
+            f"--distributed scores NIRVANA's gradient criteria (nirvana, taylor); method {settings.method!r} "
+            "runs on one process (docs/SCALE.md)."
+        )
+    rank, _world = init_distributed()
+    try:
+        if args.device_map is None:
+            args.device = "cpu"  # every rank loads on the CPU; fully_shard moves its shards to its own GPU
+        lm = load_from_args(args)  # every rank: no device lock, the ranks run together
+        batch, _ = calibration_for(lm, settings)
+        check_world(lm.model, settings.criterion, batch.input_ids.shape[0], _world)
+        scores = distributed_scores(lm.model, settings.criterion, batch, micro_batch=settings.micro_batch)
+    finally:
+        dist.destroy_process_group()
+    return scores if rank == 0 else None
+
+
 def cmd_prune(args) -> int:
-    """Prune under the device lock, recording the run in the runs folder (committed only when complete)."""
+    """Prune under the device lock, recording the run in the runs folder (committed only when complete).
+
+    `--distributed`: the scores come from every rank (`distributed_scores_from_args`); rank 0 writes
+    them to --out/scores.safetensors, then allocates, slices and writes the plan and model alone,
+    from a fresh copy of the dense model."""
     settings = None if args.plan else settings_from_args(args)
+    if args.distributed:
+        scores = distributed_scores_from_args(args, settings)
+        if scores is None:
+            return 0
+        args.scores = str(scores.save(_output_folder(args.out) / "scores"))  # the score file, beside the plan
     recorded = {k: getattr(args, k, None) for k in _SETTINGS}
     recovery = None
     if args.recover_steps is not None:  # bad recovery settings fail before minutes of scoring

@@ -13,9 +13,17 @@ import dataclasses
 import json
 from dataclasses import asdict
 
-from nirvana.cli.common import add_model_args, hold_device, load_from_args, stderr_progress
+from nirvana.cli.common import (
+    add_model_args,
+    add_ray_flag,
+    cluster_from_args,
+    hold_device,
+    load_from_args,
+    stderr_progress,
+)
 from nirvana.cli.flags import LISTS, add_config_flags
 from nirvana.cli.prune_cmds import add_calibration_args, settings_from_args
+from nirvana.cluster.ray_tasks import disconnect
 from nirvana.errors import InvalidInput
 from nirvana.methods.run import check_method
 from nirvana.pipeline import score
@@ -47,6 +55,7 @@ def register(sub) -> None:
     add_config_flags(p, SweepSettings, SWEEP_FLAGS)
     p.add_argument("--no-speed", action="store_true", help="skip the decode-speed measurement")
     p.add_argument("--out", required=True, help="output JSON file: the settings and one row per point")
+    add_ray_flag(p)
     p.set_defaults(func=cmd_sweep)
 
 
@@ -89,13 +98,12 @@ def cmd_sweep(args) -> int:
     settings = sweep_settings(args)  # bad sweep settings fail before loading or scoring
     scoring = settings_from_args(args)
     scoring = dataclasses.replace(scoring, sparsity=centre_sparsity(args))
-    with hold_device(args, "sweep"):
-        lm = load_from_args(args)
-        if scoring.method != "nirvana":  # every point's refusals (e.g. a sparsity its layer range cannot reach) first
-            for sparsity in settings.sparsities:
-                check_method(lm.model, scoring.method, scoring.config, sparsity)
-        scores, _ = score(lm, scoring, stderr_progress)
-        rows = run_sweep(lm, scores, settings, stderr_progress)
+    cluster = cluster_from_args(args)  # --ray: each point a task there (the model loaded there by name); first
+    try:
+        lm, scores, rows = _measure(args, settings, scoring, cluster)
+    finally:
+        if cluster is not None:
+            disconnect()
     document = {"model": lm.name, "settings": asdict(settings), "scores": scores.metadata(), "rows": rows}
     atomic_write_text(args.out, json.dumps(document, indent=2, default=str) + "\n")
     for r in rows:
@@ -107,3 +115,13 @@ def cmd_sweep(args) -> int:
         )
     print(f"wrote {args.out}")
     return 0
+
+
+def _measure(args, settings: SweepSettings, scoring, cluster):
+    with hold_device(args, "sweep"):
+        lm = load_from_args(args)
+        if scoring.method != "nirvana":  # every point's refusals (e.g. a sparsity its layer range cannot reach) first
+            for sparsity in settings.sparsities:
+                check_method(lm.model, scoring.method, scoring.config, sparsity)
+        scores, _ = score(lm, scoring, stderr_progress)
+        return lm, scores, run_sweep(lm, scores, settings, stderr_progress, cluster=cluster)

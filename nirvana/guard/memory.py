@@ -131,13 +131,18 @@ def estimate_scoring(
     backward: bool = True,
     quantization: str | None = None,
     device: str = "cpu",
+    world_size: int = 1,
 ) -> MemoryEstimate:
     """Planned peak (bytes, above the loaded weights) of scoring `samples x seq_len` tokens.
 
     `method` is "autograd" (weight `.grad` buffers) or "hooks" (none; fp32 accumulators when
     micro-batching); `backward=False` is a forward-only pass (wanda's input norms).
+    `world_size` > 1: per rank of FSDP scoring (`nirvana.scoring.distributed`): each rank holds
+    1/world of the weights and of their gradients, scores samples/world sequences, and gathers
+    two decoder layers' weights at a time (the one running and the one prefetched).
     """
     a = ArchSizes.from_config(config)
+    samples = -(-samples // world_size)  # this rank's share of the calibration batch
     n = min(micro_batch or samples, samples)
     chunks = -(-samples // n)
     act = dtype_bytes(dtype)
@@ -145,7 +150,7 @@ def estimate_scoring(
     est = MemoryEstimate("scoring", device)
     if backward:
         if method == "autograd":
-            est.components["weight grads"] = a.block_weights * act
+            est.components["weight grads"] = a.block_weights * act // world_size
         elif chunks > 1:
             est.components["dW accumulators (fp32)"] = a.block_weights * 4
             est.notes.append("hooks with micro-batches accumulate dW in fp32 to equal the full-batch result")
@@ -158,6 +163,9 @@ def estimate_scoring(
         # Without grad only one layer's activations live at a time; the logits are the bulk.
         est.components["activations"] = tokens * (4 * a.hidden_size + 2 * a.intermediate_size) * act
         est.components["logits"] = tokens * a.vocab_size * act
+    if world_size > 1:
+        est.components["gathered layers (FSDP)"] = 2 * (a.block_weights // a.num_layers) * act
+        est.notes.append(f"per rank of {world_size}: the resident weights are 1/{world_size} of the model's")
     if quantization:
         est.notes.append(f"{quantization} weights are de-quantized one projection at a time for the product")
     return est

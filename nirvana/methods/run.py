@@ -25,7 +25,7 @@ from nirvana.models.shapes import ModelShape, model_shape
 from nirvana.progress import Progress
 from nirvana.pruning.plan import PruningPlan
 from nirvana.pruning.slicing import add_output_biases, apply_plan, measure_plan
-from nirvana.scoring.scores import Scores, score_cache_path
+from nirvana.scoring.scores import Scores, computed_once, score_cache_path
 
 
 def _baseline(name: str):
@@ -74,28 +74,33 @@ def method_scores(
     fingerprint = model_fingerprint(model)
     calib = batch.describe()
     path = score_cache_path(fingerprint, name, calib["hash"], config.score_key())
-    if use_cache and path.with_suffix(".json").exists():
-        cached = Scores.load(path)
-        cached.meta["cache_hit"] = True
-        if progress:
-            progress(1.0, "scores loaded from cache")
-        return cached
-    n, t = batch.input_ids.shape
-    check_scoring_memory(
-        model, n, t, micro_batch=micro_batch, estimate=functools.partial(method.memory, settings=config)
-    )
-    start = time.perf_counter()
-    was_training = model.training
-    model.eval()
-    try:
-        with oom_guard(f"scoring ({name})"):
-            attn, mlp, extra = method.score(model, batch, config, micro_batch, progress)
-    finally:
-        model.train(was_training)
-    meta = {"seconds": round(time.perf_counter() - start, 3), "cache_hit": False, "method_settings": config.score_key()}
-    scores = Scores(attn.float().cpu(), mlp.float().cpu(), name, fingerprint, calib, meta, extra)
-    if use_cache:
-        scores.save(path)
+    with computed_once(path, use_cache):
+        if use_cache and path.with_suffix(".json").exists():
+            cached = Scores.load(path)
+            cached.meta["cache_hit"] = True
+            if progress:
+                progress(1.0, "scores loaded from cache")
+            return cached
+        n, t = batch.input_ids.shape
+        check_scoring_memory(
+            model, n, t, micro_batch=micro_batch, estimate=functools.partial(method.memory, settings=config)
+        )
+        start = time.perf_counter()
+        was_training = model.training
+        model.eval()
+        try:
+            with oom_guard(f"scoring ({name})"):
+                attn, mlp, extra = method.score(model, batch, config, micro_batch, progress)
+        finally:
+            model.train(was_training)
+        meta = {
+            "seconds": round(time.perf_counter() - start, 3),
+            "cache_hit": False,
+            "method_settings": config.score_key(),
+        }
+        scores = Scores(attn.float().cpu(), mlp.float().cpu(), name, fingerprint, calib, meta, extra)
+        if use_cache:
+            scores.save(path)
     if progress:
         progress(1.0, f"{name} scores in {meta['seconds']:.1f} s")
     return scores

@@ -98,7 +98,7 @@ LINEAR_NAMES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", 
 
 
 def decoder_layers(model: nn.Module) -> nn.ModuleList:
-    """The `nn.ModuleList` of decoder layers (replace an entry to swap a layer)."""
+    """The `nn.ModuleList` of decoder layers, in order (replace an entry to swap one; FSDP shards them one by one)."""
     return _get(model, get_architecture(model).layers)
 
 

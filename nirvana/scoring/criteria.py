@@ -29,7 +29,7 @@ from nirvana.models.shapes import model_shape
 from nirvana.models.weights import dense_weight, input_device
 from nirvana.progress import Progress
 from nirvana.scoring.hooks import hook_saliency, resolve_method
-from nirvana.scoring.scores import Scores, score_cache_path
+from nirvana.scoring.scores import Scores, computed_once, score_cache_path
 from nirvana.scoring.units import group_units, reduce_to_axis
 
 
@@ -310,35 +310,36 @@ def compute_scores(
     if row.uses_gradients:
         kwargs["method"] = extra["method"] = resolve_method(model, method)
     path = score_cache_path(fingerprint, criterion, calib["hash"] if calib else None, extra)
-    if use_cache and path.with_suffix(".json").exists():
-        cached = Scores.load(path)
-        cached.meta["cache_hit"] = True
-        if progress:
-            progress(1.0, "scores loaded from cache")
-        return cached
-    if needs_data:
-        n, t = batch.input_ids.shape
-        check_scoring_memory(
-            model, n, t, micro_batch=micro_batch, method=kwargs.get("method", "autograd"), backward=bool(kwargs)
-        )
-    start = time.perf_counter()
-    was_training = model.training
-    model.eval()
-    try:
-        with oom_guard(f"scoring ({criterion})"):
-            attn, mlp = row.score(model, batch, seed, micro_batch, progress, **kwargs)
-    finally:
-        model.train(was_training)
-    meta = {
-        "seconds": round(time.perf_counter() - start, 3),
-        "cache_hit": False,
-        "seed": seed if row.seeded else None,
-    }
-    if kwargs:
-        meta["method"] = kwargs["method"]
-    scores = Scores(attn.float().cpu(), mlp.float().cpu(), criterion, fingerprint, calib, meta)
-    if use_cache:
-        scores.save(path)
+    with computed_once(path, use_cache):
+        if use_cache and path.with_suffix(".json").exists():
+            cached = Scores.load(path)
+            cached.meta["cache_hit"] = True
+            if progress:
+                progress(1.0, "scores loaded from cache")
+            return cached
+        if needs_data:
+            n, t = batch.input_ids.shape
+            check_scoring_memory(
+                model, n, t, micro_batch=micro_batch, method=kwargs.get("method", "autograd"), backward=bool(kwargs)
+            )
+        start = time.perf_counter()
+        was_training = model.training
+        model.eval()
+        try:
+            with oom_guard(f"scoring ({criterion})"):
+                attn, mlp = row.score(model, batch, seed, micro_batch, progress, **kwargs)
+        finally:
+            model.train(was_training)
+        meta = {
+            "seconds": round(time.perf_counter() - start, 3),
+            "cache_hit": False,
+            "seed": seed if row.seeded else None,
+        }
+        if kwargs:
+            meta["method"] = kwargs["method"]
+        scores = Scores(attn.float().cpu(), mlp.float().cpu(), criterion, fingerprint, calib, meta)
+        if use_cache:
+            scores.save(path)
     if progress:
         progress(1.0, f"{criterion} scores in {meta['seconds']:.1f} s")
     return scores

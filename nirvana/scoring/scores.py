@@ -7,11 +7,13 @@ one per MLP neuron. Higher means more important. Cached as safetensors (tensors)
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from filelock import FileLock
 from safetensors.torch import load_file, save_file
 
 from nirvana.errors import PlanMismatch
@@ -85,3 +87,14 @@ class Scores:
 def score_cache_path(fingerprint: str, criterion: str, calibration_hash: str | None, extra: dict | None = None) -> Path:
     key = content_key(fingerprint, criterion, calibration_hash, extra or {})
     return cache_dir() / "scores" / f"{criterion}-{fingerprint}-{key}"
+
+
+def computed_once(path: Path, use_cache: bool = True):
+    """Hold the score file `path` while checking the cache and computing into it: of several
+    processes that need the same scores at once (a grid's Ray tasks, two app sessions), one
+    computes and the others then load its file. A file lock (`filelock`), so the OS drops it when
+    its holder dies; shared by every process that sees the same cache folder."""
+    if not use_cache:
+        return contextlib.nullcontext()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return FileLock(f"{path}.lock")

@@ -13,8 +13,11 @@ has no gamma axis.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import partial
 
 from nirvana.accuracy.harness import run_accuracy
+from nirvana.checkpoints.loading import load_model
+from nirvana.cluster.ray_tasks import run_tasks
 from nirvana.measure.flops import ideal_speedup
 from nirvana.measure.kl import DenseReference, kl_to_dense
 from nirvana.measure.perplexity import perplexity
@@ -74,47 +77,111 @@ def sweep_points(settings: SweepSettings) -> list[tuple[str, Allocation]]:
     return points
 
 
-def run_sweep(lm, scores, settings: SweepSettings, progress=None) -> list[dict]:
-    """Measure every point of `sweep_points(settings)`; returns one row (a dict) per point."""
-    shape: ModelShape = model_shape(lm.model)
-    points = sweep_points(replace(settings, allocation=settings.allocation.resolve(shape)))
-    reference = None
-    if settings.metric == "kl":
-        anchor = anchor_batch(lm.tokenizer, AnchorSpec(samples=settings.anchor_samples, seq_len=settings.anchor_len))
-        reference = DenseReference(lm.model, anchor.input_ids)
-    config = method_config(settings.method, settings.method_settings)
-    rows, measured = [], {}  # plan signature -> (quality, decode speed): identical plans are measured once
-    for i, (axis, allocation) in enumerate(points):
-        step = sub_progress(progress, i / len(points), (i + 1) / len(points), f"point {i + 1}/{len(points)}: ")
+def run_sweep(lm, scores, settings: SweepSettings, progress=None, cluster=None, on_row=None) -> list[dict]:
+    """Measure every point of `sweep_points(settings)`; returns one row (a dict) per point, in order.
 
-        def measure(model, step=step):
-            quality = _quality(lm, model, settings, reference, step)
+    `cluster` (a `nirvana.cluster.ray_tasks.Cluster`): each point is a Ray task; the workers load
+    the model by its name (`lm.name`) and get the scores through Ray's object store (shipped once
+    with the task's factory: a few KB, while a model is re-read from the workers' own disk).
+    `on_row(rows)` is called with the rows measured so far (in point order) each time one arrives.
+    """
+    if cluster is not None:
+        return _run_on_cluster(lm, scores, settings, cluster, progress, on_row)
+    point = SweepPoint(lm, scores, settings)
+    rows = []
+    for i, (axis, allocation) in enumerate(point.points):
+        step = sub_progress(
+            progress, i / len(point.points), (i + 1) / len(point.points), f"point {i + 1}/{len(point.points)}: "
+        )
+        rows.append(point.measure(axis, allocation, step))
+        if on_row:
+            on_row(list(rows))
+    return rows
+
+
+@dataclass(frozen=True)
+class PointJob:
+    """One sweep point as a Ray task's job."""
+
+    index: int
+    axis: str
+    allocation: Allocation
+
+
+class SweepPoint:
+    """What every point shares (shape, dense KL reference, method config) and how one point is measured."""
+
+    def __init__(self, lm, scores, settings: SweepSettings):
+        self.lm, self.scores, self.settings = lm, scores, settings
+        self.shape: ModelShape = model_shape(lm.model)
+        self.points = sweep_points(replace(settings, allocation=settings.allocation.resolve(self.shape)))
+        self.reference = None
+        if settings.metric == "kl":
+            spec = AnchorSpec(samples=settings.anchor_samples, seq_len=settings.anchor_len)
+            self.reference = DenseReference(lm.model, anchor_batch(lm.tokenizer, spec).input_ids)
+        self.config = method_config(settings.method, settings.method_settings)
+        self.memo = {}  # plan signature -> (quality, decode speed): identical plans are measured once
+
+    def measure(self, axis: str, allocation: Allocation, step=None) -> dict:
+        lm, settings, shape = self.lm, self.settings, self.shape
+
+        def measure(model):
+            quality = _quality(lm, model, settings, self.reference, step)
             return quality, (_decode_speed(model, settings, step) if settings.speed else None)
 
         if axis == "dense":
             plan, (quality, decode) = None, measure(lm.model)
         elif settings.method == "nirvana":
             plan, (quality, decode) = prune_and_measure(
-                lm.model, scores, measure, allocation, shape=shape, memo=measured
+                lm.model, self.scores, measure, allocation, shape=shape, memo=self.memo
             )
         else:
             plan, (quality, decode) = method_prune_and_measure(
-                lm.model, scores, measure, allocation.sparsity, settings.method, config, shape=shape, memo=measured
-            )
-        rows.append(
-            {
-                "method": "dense" if axis == "dense" else settings.method,
-                "axis": axis,
-                "sparsity": allocation.sparsity,
-                "gamma": allocation.gamma if settings.method == "nirvana" else None,
-                "achieved_block_sparsity": 0.0 if plan is None else plan.stats["achieved_block_sparsity"],
-                "params": shape.total_params if plan is None else plan.stats["params_after"],
-                "quality": quality,
-                "decode_tokens_per_s": decode,
-                "ideal_speedup": 1.0 if plan is None else ideal_speedup(shape, planned_shape(shape, plan)),
-            }
+                lm.model, self.scores, measure, allocation.sparsity, settings.method, self.config, shape=shape,
+                memo=self.memo,
+            )  # fmt: skip
+        return {
+            "method": "dense" if axis == "dense" else settings.method,
+            "axis": axis,
+            "sparsity": allocation.sparsity,
+            "gamma": allocation.gamma if settings.method == "nirvana" else None,
+            "achieved_block_sparsity": 0.0 if plan is None else plan.stats["achieved_block_sparsity"],
+            "params": shape.total_params if plan is None else plan.stats["params_after"],
+            "quality": quality,
+            "decode_tokens_per_s": decode,
+            "ideal_speedup": 1.0 if plan is None else ideal_speedup(shape, planned_shape(shape, plan)),
+        }
+
+    def run(self, job: PointJob) -> dict:
+        return self.measure(job.axis, job.allocation)
+
+
+def point_worker(model: str, dtype: str, scores, settings: SweepSettings) -> SweepPoint:
+    """A sweep's worker inside a Ray worker process: the model loaded by name on this node's CPU/GPU."""
+    return SweepPoint(load_model(model, dtype=dtype), scores, settings)
+
+
+def _run_on_cluster(lm, scores, settings: SweepSettings, cluster, progress, on_row) -> list[dict]:
+    shape = model_shape(lm.model)
+    points = sweep_points(replace(settings, allocation=settings.allocation.resolve(shape)))
+    jobs = [PointJob(i, axis, allocation) for i, (axis, allocation) in enumerate(points)]
+    dtype = str(next(lm.model.parameters()).dtype).removeprefix("torch.")
+    factory = partial(point_worker, lm.name, dtype, scores, settings)
+    found: dict[int, dict] = {}
+    label = lambda job: f"{job.axis} {job.allocation.sparsity:g}"
+    for n, done in enumerate(run_tasks(cluster, factory, jobs, label=label, log=lambda message: None)):
+        if done.error is not None and not done.crashed:
+            raise done.error
+        message = f"point {n + 1}/{len(jobs)} " + (
+            f"FAILED ({label(done.job)}: its worker died on every try)" if done.crashed else f"done on {done.where}"
         )
-    return rows
+        if not done.crashed:
+            found[done.index] = done.value
+        if progress:
+            progress((n + 1) / len(jobs), message)
+        if on_row and not done.crashed:
+            on_row([found[i] for i in sorted(found)])
+    return [found[i] for i in sorted(found)]  # a point whose worker died past the retries is left out
 
 
 def _quality(lm, model, settings: SweepSettings, reference, progress) -> float:

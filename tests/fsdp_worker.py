@@ -1,0 +1,27 @@
+"""One rank of the FSDP scoring test (spawned by tests/test_distributed_scoring.py with gloo on CPU)."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+
+def rank_main(rank: int, world: int, port: int, family: str, criterion: str, out: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
+    os.environ["LOCAL_RANK"] = str(rank)
+    torch.set_num_threads(1)
+    import torch.distributed as dist
+
+    from nirvana.scoring.distributed import init_distributed, sharded_gradient_scores
+    from tests.conftest import random_batch
+    from tests.tiny import tiny_model
+
+    init_distributed()
+    try:
+        model = tiny_model(family, num_hidden_layers=4)
+        attn, mlp = sharded_gradient_scores(model, criterion, random_batch(n=4, t=16), micro_batch=1)
+        if rank == 0:
+            torch.save({"attn": attn, "mlp": mlp}, out)
+    finally:
+        dist.destroy_process_group()

@@ -1,0 +1,105 @@
+"""FSDP2 scoring on CPU with gloo, two processes: the scores and kept sets of one process, and the refusals."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from nirvana.models.shapes import model_shape
+from nirvana.pruning.allocation import Allocation, allocate
+from nirvana.scoring.criteria import compute_scores
+from nirvana.scoring.scores import Scores
+from tests.conftest import random_batch
+from tests.fsdp_worker import rank_main
+from tests.ray_cluster import free_port
+from tests.tiny import tiny_model
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+@pytest.mark.parametrize("criterion", ["nirvana", "taylor"])
+def test_two_sharded_processes_give_the_scores_and_kept_sets_of_one(family, criterion, tmp_path):
+    out = tmp_path / "scores.pt"
+    mp.spawn(rank_main, args=(2, free_port(), family, criterion, str(out)), nprocs=2, join=True)
+    sharded = torch.load(out)
+    model = tiny_model(family, num_hidden_layers=4)
+    single = compute_scores(model, criterion, random_batch(n=4, t=16), use_cache=False)
+    torch.testing.assert_close(sharded["attn"], single.attn, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(sharded["mlp"], single.mlp, rtol=1e-6, atol=1e-6)
+    shape = model_shape(model)
+    twin = Scores(sharded["attn"], sharded["mlp"], criterion, single.fingerprint, single.calibration)
+    for sparsity in (0.2, 0.5):
+        a = allocate(single, shape, Allocation(sparsity, align=1))
+        b = allocate(twin, shape, Allocation(sparsity, align=1))
+        assert a.layers == b.layers  # the same kept KV groups and neurons, index for index
+
+
+def _cli(*argv, env=None):
+    env = {**{k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}, **(env or {})}
+    return subprocess.run([sys.executable, "-m", "nirvana", *argv], capture_output=True, text=True, env=env, cwd=ROOT)
+
+
+def test_score_distributed_under_torchrun_writes_the_single_process_scores_from_rank_0(
+    tiny_with_tokenizer_dir, tmp_path
+):
+    flags = ["--model", str(tiny_with_tokenizer_dir), "--samples", "4", "--seq-len", "16", "--no-cache"]
+    single = _cli("score", *flags, "--out", str(tmp_path / "single.safetensors"), env={"OMP_NUM_THREADS": "1"})
+    assert single.returncode == 0, single.stderr
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", f"--master-port={free_port()}"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    out = tmp_path / "sharded.safetensors"
+    result = subprocess.run(
+        [*torchrun, "-m", "nirvana", "score", *flags, "--distributed", "--out", str(out)],
+        capture_output=True, text=True, env=env, cwd=ROOT, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    a, b = Scores.load(tmp_path / "single.safetensors"), Scores.load(out)
+    torch.testing.assert_close(b.attn, a.attn, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(b.mlp, a.mlp, rtol=1e-6, atol=1e-6)
+    assert a.fingerprint == b.fingerprint and b.meta["distributed"]["world_size"] == 2
+    assert result.stdout.count('"scores"') == 1  # rank 0 alone wrote and printed
+
+
+def test_prune_distributed_writes_the_single_process_plan_from_rank_0(tiny_with_tokenizer_dir, tmp_path):
+    flags = ["--model", str(tiny_with_tokenizer_dir), "--samples", "4", "--seq-len", "16", "--no-cache"]
+    flags += ["--sparsity", "0.5", "--align", "1"]
+    single = _cli("prune", *flags, "--out", str(tmp_path / "single"), env={"OMP_NUM_THREADS": "1"})
+    assert single.returncode == 0, single.stderr
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", f"--master-port={free_port()}"]
+    result = subprocess.run(
+        [*torchrun, "-m", "nirvana", "prune", *flags, "--distributed", "--out", str(tmp_path / "sharded")],
+        capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, cwd=ROOT, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    a, b = (json.loads((tmp_path / name / "plan.json").read_text()) for name in ("single", "sharded"))
+    assert a["layers"] == b["layers"]  # the same kept KV groups and neurons
+    assert (tmp_path / "sharded" / "model").is_dir() and (tmp_path / "sharded" / "scores.safetensors").exists()
+
+
+def test_distributed_without_torchrun_is_refused_with_exit_2_and_nothing_written(tiny_with_tokenizer_dir, tmp_path):
+    out = tmp_path / "scores.safetensors"
+    result = _cli("score", "--model", str(tiny_with_tokenizer_dir), "--distributed", "--out", str(out))
+    assert result.returncode == 2, result.stderr
+    assert "torchrun --nproc-per-node" in result.stderr and "--distributed" in result.stderr
+    assert not out.exists()
+
+
+def test_a_world_larger_than_the_layers_is_refused():
+    from nirvana.errors import InvalidInput
+    from nirvana.scoring.distributed import check_world
+
+    model = tiny_model("llama")  # 2 layers
+    with pytest.raises(InvalidInput, match="world size 3 is larger than the model's 2 decoder layers"):
+        check_world(model, "nirvana", 6, 3)
+    with pytest.raises(InvalidInput, match="does not split evenly over 2 ranks"):
+        check_world(model, "nirvana", 5, 2)
+    with pytest.raises(InvalidInput, match="needs none"):
+        check_world(model, "magnitude", 4, 2)
