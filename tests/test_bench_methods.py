@@ -121,8 +121,9 @@ def test_bad_method_or_setting_exits_2_and_writes_nothing(bench, tmp_path):
 
 def test_each_bench_flag_reaches_its_config(monkeypatch, tmp_path):
     seen = {}
-    monkeypatch.setattr(bench_cmds, "run_or_report", lambda bench, config, _: seen.setdefault(bench.name, config))
-    monkeypatch.setattr(bench_cmds, "run", lambda bench, config, _: seen.setdefault(bench.name, config))
+    monkeypatch.setattr(bench_cmds, "run_or_report", lambda bench, config, *_: seen.setdefault(bench.name, config))
+    monkeypatch.setattr(bench_cmds, "run_grid", lambda bench, config, *_: seen.setdefault(bench.name, config))
+    monkeypatch.setattr(bench_cmds, "run", lambda bench, config, *_: seen.setdefault(bench.name, config))
     flags = ["--method", "llm-pruner", "--method-settings", '{"taylor": "param_mix"}']
     for bench in ("quality", "accuracy", "recovery"):
         run_cli(["bench", bench, "--out-dir", str(tmp_path), *flags])
