@@ -25,7 +25,7 @@ from nirvana.models.shapes import ModelShape, model_shape
 from nirvana.progress import Progress
 from nirvana.pruning.plan import PruningPlan
 from nirvana.pruning.slicing import add_output_biases, apply_plan, measure_plan
-from nirvana.scoring.scores import Scores, computed_once, score_cache_path
+from nirvana.scoring.scores import Scores, computed_once, load_cached, score_cache_path
 
 
 def _baseline(name: str):
@@ -75,11 +75,8 @@ def method_scores(
     calib = batch.describe()
     path = score_cache_path(fingerprint, name, calib["hash"], config.score_key())
     with computed_once(path, use_cache):
-        if use_cache and path.with_suffix(".json").exists():
-            cached = Scores.load(path)
-            cached.meta["cache_hit"] = True
-            if progress:
-                progress(1.0, "scores loaded from cache")
+        cached = load_cached(path, use_cache, progress)
+        if cached is not None:
             return cached
         n, t = batch.input_ids.shape
         check_scoring_memory(

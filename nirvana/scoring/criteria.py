@@ -29,7 +29,7 @@ from nirvana.models.shapes import model_shape
 from nirvana.models.weights import dense_weight, input_device
 from nirvana.progress import Progress
 from nirvana.scoring.hooks import hook_saliency, resolve_method
-from nirvana.scoring.scores import Scores, computed_once, score_cache_path
+from nirvana.scoring.scores import Scores, computed_once, load_cached, score_cache_path
 from nirvana.scoring.units import group_units, reduce_to_axis
 
 
@@ -311,11 +311,8 @@ def compute_scores(
         kwargs["method"] = extra["method"] = resolve_method(model, method)
     path = score_cache_path(fingerprint, criterion, calib["hash"] if calib else None, extra)
     with computed_once(path, use_cache):
-        if use_cache and path.with_suffix(".json").exists():
-            cached = Scores.load(path)
-            cached.meta["cache_hit"] = True
-            if progress:
-                progress(1.0, "scores loaded from cache")
+        cached = load_cached(path, use_cache, progress)
+        if cached is not None:
             return cached
         if needs_data:
             n, t = batch.input_ids.shape

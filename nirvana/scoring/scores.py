@@ -89,6 +89,17 @@ def score_cache_path(fingerprint: str, criterion: str, calibration_hash: str | N
     return cache_dir() / "scores" / f"{criterion}-{fingerprint}-{key}"
 
 
+def load_cached(path, use_cache: bool, progress=None):
+    """The score file at `path` (marked `cache_hit`) when the cache is on and it exists, else None."""
+    if not (use_cache and Path(path).with_suffix(".json").exists()):
+        return None
+    cached = Scores.load(path)
+    cached.meta["cache_hit"] = True
+    if progress:
+        progress(1.0, "scores loaded from cache")
+    return cached
+
+
 def computed_once(path: Path, use_cache: bool = True):
     """Hold the score file `path` while checking the cache and computing into it: of several
     processes that need the same scores at once (a grid's Ray tasks, two app sessions), one
