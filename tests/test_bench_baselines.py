@@ -60,6 +60,16 @@ def test_job_order_perplexity_of_every_method_first_then_zero_shot_then_fifty_pe
     assert gold.count("mbpp_bpb") == 0 and gold.count("gsm8k_bpb") == 17
 
 
+def test_methods_restrict_the_pruned_models_and_keep_dense():
+    config = BaselinesConfig(methods=("nirvana", "flap"), best_gamma=BEST)
+    jobs = plan_jobs(config)
+    assert {j.variant.method for j in jobs} == {"dense", "nirvana", "flap"}
+    everyone = plan_jobs(BaselinesConfig(best_gamma=BEST))
+    kept = [j for j in everyone if j.variant.method in ("dense", "nirvana", "flap")]
+    assert jobs == kept  # the same rows in the same order, the others left out
+    assert {j.variant.method for j in plan_jobs(BaselinesConfig(methods=("slicegpt",)))} == {"dense", "slicegpt"}
+
+
 def test_llm_pruner_at_fifty_percent_uses_the_shorter_attention_range_and_says_so():
     jobs = plan_jobs(BaselinesConfig(best_gamma=BEST))
     (llm50,) = {j.variant for j in jobs if j.variant.method == "llm-pruner" and j.variant.sparsity == 0.5}
@@ -228,6 +238,7 @@ def test_run_writes_each_row_and_the_report_with_a_fake_worker(tmp_path, monkeyp
         (["--sparsities", "0.2,1.5"], ["--sparsities", "(0, 1)"]),
         (["--tokens", "0"], ["--tokens", "positive"]),
         (["--threads", "0"], ["--threads", "positive"]),
+        (["--methods", "nirvana,sparsegpt"], ["'sparsegpt'", "--methods", "llm-pruner, flap"]),
     ],
 )
 def test_bad_flags_exit_2_with_a_message_and_write_nothing(argv, words, tmp_path, capsys):

@@ -1,6 +1,7 @@
 """Baselines benchmark: the paper's comparison, NIRVANA beside LLM-Pruner and FLAP at the same sparsity.
 
     python -m nirvana bench baselines --model smollm2-135m [--threads 1] [--allow-code-execution]
+        [--methods nirvana,llm-pruner,flap]   # a subset of the methods (dense is always measured)
 
 Models: dense; at each sparsity (0.2, 0.5) NIRVANA at the analytic gamma*, NIRVANA at its KL-best
 gamma (read from `benchmarks/gamma/gamma-<model>.json`, as `bench accuracy` does), LLM-Pruner,
@@ -172,6 +173,7 @@ class BaselineJob:
 class BaselinesConfig:
     model: str = "smollm2-135m"
     sparsities: tuple[float, ...] = SPARSITIES
+    methods: tuple[str, ...] = METHODS  # the pruned models' methods (dense is always measured)
     tokens: int = 16384  # perplexity tokens per dataset
     window: int = 512
     limit: int = 200  # examples per zero-shot task
@@ -219,10 +221,10 @@ def variants_for(sparsity: float, config: BaselinesConfig) -> list[Variant]:
     if sparsity in config.best_gamma:
         g = config.best_gamma[sparsity]
         out.append(Variant("nirvana", sparsity, g, f"gamma={g:g} (KL-best)"))
-    if sparsity == config.sparsities[0] and "slicegpt" in METHODS:
+    if sparsity == config.sparsities[0]:
         reference = json.dumps({"slicing": REFERENCE_SLICING})
         out.append(Variant("slicegpt", sparsity, None, f"slicing={REFERENCE_SLICING:g} (reference)", reference))
-    return out
+    return [v for v in out if v.method in config.methods]
 
 
 def plan_jobs(config: BaselinesConfig) -> list[BaselineJob]:

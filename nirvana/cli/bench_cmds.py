@@ -18,6 +18,7 @@ from nirvana.bench import gpu, speed
 from nirvana.bench.accuracy import ACCURACY, AccuracyConfig, kl_best_gammas
 from nirvana.bench.base import Benchmark, run
 from nirvana.bench.baselines import BASELINES, BaselinesConfig, best_gammas
+from nirvana.bench.baselines import METHODS as BASELINES_METHODS
 from nirvana.bench.gamma import GammaBenchConfig, run_gamma_bench
 from nirvana.bench.gamma import write_outputs as write_gamma_outputs
 from nirvana.bench.gpu import GpuBenchConfig
@@ -113,6 +114,7 @@ ACCURACY_FLAGS = {"model": "", "sparsities": "", **TASK_FLAGS, "out_dir": ""}
 BASELINES_FLAGS = {
     "model": "",
     "sparsities": "",
+    "methods": "comma-separated methods of the pruned models (dense is always measured)",
     "tokens": "perplexity tokens per dataset (WikiText-2, PTB)",
     **TASK_FLAGS,
     "samples": "calibration sequences N (the same batch for every method)",
@@ -374,6 +376,9 @@ def baselines_config(args) -> BaselinesConfig:
         raise InvalidInput(f"--threads must be a positive integer, got {args.threads}.")
     if not args.sparsities or any(not 0 < s < 1 for s in args.sparsities):
         raise InvalidInput(f"--sparsities must lie in (0, 1), got {args.sparsities}; e.g. 0.2,0.5.")
+    for name in args.methods:
+        if name not in BASELINES_METHODS:
+            raise InvalidInput(f"unknown method {name!r} in --methods; accepted: {', '.join(BASELINES_METHODS)}.")
     allowed = code_execution_allowed(args.allow_code_execution)
     best = best_gammas(args.model, args.sparsities)
     return config_from_args(BaselinesConfig, args, allow_code_execution=allowed, best_gamma=best)
