@@ -410,6 +410,35 @@ def criteria_chart(
     return _layout(fig, title, 420)
 
 
+def variance_kept_chart(
+    kept: dict, width: int, hidden: int, measured: dict | None = None, title: str | None = None
+) -> go.Figure:
+    """SliceGPT's PCA spectrum: per layer, the fraction of each sliced stream's variance that `width` of
+    `hidden` dimensions keep. `kept`: `Spectra.kept(width)` of the dense model (lines); `measured`: a
+    pruned model's own `variance_kept` (markers), the PCA of signals already sliced upstream."""
+    layers = list(range(len(kept["attention"])))
+    fig = go.Figure()
+    streams = (("attention", "after attention (MLP input)", KEPT), ("mlp", "after the MLP (layer output)", UNIFORM))
+    for key, name, color in streams:
+        series = [(kept[key], "dense spectrum", "dense", {"mode": "lines+markers", "line": {"color": color}})]
+        if measured is not None:
+            marker = {"color": color, "symbol": "x", "size": 8}
+            series.append((measured[key], "this prune", "pruned", {"mode": "markers", "marker": marker}))
+        for values, what, tag, style in series:
+            hover = f"layer %{{x}}<br>{name}<br>variance kept %{{y:.2%}}<extra>{tag}</extra>"
+            fig.add_trace(go.Scatter(x=layers, y=values, name=f"{name}, {what}", hovertemplate=hover, **style))
+    fig.add_hline(
+        y=kept["embedding"],
+        line_dash="dot",
+        line_color=PRUNED,
+        annotation_text=f"embedding output {kept['embedding']:.1%}",
+        annotation_position="bottom right",
+    )
+    fig.update_xaxes(title_text="layer")
+    fig.update_yaxes(title_text="fraction of variance kept", tickformat=".0%", rangemode="tozero")
+    return _layout(fig, title or f"Variance kept by {width} of {hidden} hidden dimensions, per layer", 380)
+
+
 def gamma_chart(points: Sequence[dict], gamma_star: float, title: str = "KL to dense against γ") -> go.Figure:
     """KL against gamma, one line per sparsity, from `{sparsity, gamma, kl}` points; γ* dashed."""
     fig = go.Figure()

@@ -230,11 +230,14 @@ def prune(
     plan: PruningPlan | None = None,
     inplace: bool = False,
     progress: Progress = None,
+    batch: CalibrationBatch | None = None,
 ) -> PruneResult:
     """Score (unless `scores` or `plan` is given), allocate, slice; return the model, plan and report.
 
     `inplace=True` slices `lm.model` itself (the CLI, which owns its model); the default slices a
     copy, so a shared dense model (the app's) is never touched. Bad settings fail before scoring.
+    `batch`: the calibration batch a rotating method (SliceGPT) rotates on, instead of the one the
+    settings describe (the app passes its session's batch; a plan with no settings needs it).
 
     Example:
         >>> result = prune(load_model("smollm2-135m"), PruneSettings(sparsity=0.2, criterion="taylor"))
@@ -243,6 +246,10 @@ def prune(
     if settings is None and plan is None:
         raise InvalidInput("prune needs settings (sparsity, criterion, ...) or an existing plan.")
     method = plan.settings.method if plan is not None else settings.method
+    if get_method(method).rotation is not None:
+        return _prune_with_rotation(
+            lm, settings, plan=plan, inplace=inplace, progress=progress, batch=batch, scores=scores
+        )
     if method != "nirvana":
         return _prune_with_method(lm, settings, scores=scores, plan=plan, inplace=inplace, progress=progress)
     shape = model_shape(lm.model)
@@ -277,8 +284,6 @@ def prune(
 
 def _prune_with_method(lm, settings, *, scores=None, plan=None, inplace=False, progress=None) -> PruneResult:
     """`prune` for a baseline method (LLM-Pruner, FLAP): its checks, scores, allocation and compensation."""
-    if get_method(plan.settings.method if plan is not None else settings.method).rotation is not None:
-        return _prune_with_rotation(lm, settings, scores=scores, plan=plan, inplace=inplace, progress=progress)
     shape = model_shape(lm.model)
     timings: dict[str, float] = {}
     t = time.perf_counter()
@@ -304,11 +309,15 @@ def _prune_with_method(lm, settings, *, scores=None, plan=None, inplace=False, p
     return PruneResult(pruned, plan, report, scores, None)
 
 
-def _prune_with_rotation(lm, settings, *, scores=None, plan=None, inplace=False, progress=None) -> PruneResult:
+def _prune_with_rotation(
+    lm, settings, *, scores=None, plan=None, inplace=False, progress=None, batch=None
+) -> PruneResult:
     """`prune` for a rotating method (SliceGPT): plan the widths, then rotate and slice on the calibration batch."""
     name = plan.settings.method if plan is not None else settings.method
     if scores is not None:
         raise InvalidInput(f"method {name!r} prunes without unit scores; drop the scores (--scores).")
+    if settings is None and batch is not None:  # a plan and the batch to rotate on: nothing else is needed
+        settings = PruneSettings(plan.settings.sparsity, method=name, method_settings=plan.settings.method_settings)
     if settings is None or settings.method != name:
         raise InvalidInput(
             f"a {name} plan is applied by rotating on calibration data: pass --method {name} and the calibration "
@@ -319,7 +328,8 @@ def _prune_with_rotation(lm, settings, *, scores=None, plan=None, inplace=False,
     t = time.perf_counter()
     if plan is None:
         check_method(lm.model, name, settings.config, settings.sparsity)  # before drawing any data
-    batch, _ = calibration_for(lm, settings, progress)
+    if batch is None:
+        batch, _ = calibration_for(lm, settings, progress)
     if plan is None:
         plan = rotation_plan(lm.model, name, settings.config, settings.sparsity, batch)
     elif (plan.settings.calibration or {}).get("hash") not in (None, batch.hash):

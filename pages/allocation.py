@@ -46,6 +46,10 @@ last layers, FLAP's adaptive layers), each from its own scores. On the heatmaps,
 cells (and crosses) are the units that go. *Achieved* block sparsity differs slightly from the
 target because units are whole and neurons are aligned; the *total* parameter reduction is
 smaller still, because embeddings are never pruned.
+
+**SliceGPT** keeps every head and neuron and slices the hidden dimension instead, so it is not a
+line on the bars: its own panel shows the kept hidden width at the same target and its PCA
+spectrum, the fraction of each layer's signal variance that the kept dimensions hold.
 """
 
 
@@ -156,8 +160,9 @@ def _metrics(shape: ModelShape, plan, uniform) -> None:
         st.warning(note)
 
 
-def _method_picker(lm) -> dict[str, tuple[dict, tuple]]:
-    """The baselines to draw beside NIRVANA: {name: (settings, (scores key, scores))}, scored once (cached)."""
+def _method_picker(lm) -> dict[str, tuple[dict, object]]:
+    """The baselines to draw beside NIRVANA: {name: (settings, (scores key, scores))}, scored once (cached);
+    a rotating method's entry is its dense PCA `Spectra` instead (computed once, cached)."""
     st.session_state.setdefault("alloc_methods", [])
     chosen = st.multiselect(
         "Draw beside NIRVANA (other pruning methods, each with its own scores)",
@@ -169,18 +174,31 @@ def _method_picker(lm) -> dict[str, tuple[dict, tuple]]:
     )
     settings = methods.boxes(chosen)
     scored = methods.score_methods(lm, settings, "Allocation") if settings else {}
-    return {name: (settings[name], entry) for name, entry in scored.items()}
+    for name in [n for n in settings if methods.rotates(n)]:
+        spectra = methods.spectra_for(lm, name, settings[name], "Allocation")
+        if spectra is not None:
+            scored[name] = spectra
+    return {name: (settings[name], scored[name]) for name in settings if name in scored}
 
 
-def _method_plans(chosen: dict, shape: ModelShape, sparsity: float) -> list:
-    """Each chosen baseline's plan at `sparsity` from its cached scores; a method that cannot reach it says so."""
+def _method_plans(lm, chosen: dict, shape: ModelShape, sparsity: float) -> list:
+    """Each chosen baseline's plan at `sparsity` from its cached scores (a rotating method's: its kept width);
+    a method that cannot reach it says so."""
     plans = []
     for name, (settings, entry) in chosen.items():
         with guard(f"allocating with {methods.label(name)} at sparsity {sparsity:.2f}") as g:
-            plan = methods.plan(entry, shape, name, settings, sparsity)
+            if methods.rotates(name):
+                plan = methods.rotation_plan_for(lm, name, settings, sparsity)
+            else:
+                plan = methods.plan(entry, shape, name, settings, sparsity)
         if not g.failed:
             plans.append((name, plan))
     return plans
+
+
+def _hidden_kept(plan, shape: ModelShape) -> int:
+    """The residual-stream width a plan keeps: D, or a rotating method's sliced width."""
+    return (plan.stats.get("slicegpt") or {}).get("hidden_kept", shape.hidden_size)
 
 
 def _method_table(plan, others: list, shape: ModelShape) -> None:
@@ -192,7 +210,10 @@ def _method_table(plan, others: list, shape: ModelShape) -> None:
                 "achieved block sparsity": round(p.stats["achieved_block_sparsity"], 4),
                 "KV groups pruned": p.stats["kv_groups_pruned"],
                 "neurons pruned": p.stats["neurons_pruned"],
-                "layers untouched": sum(
+                "hidden width kept": _hidden_kept(p, shape),
+                "layers untouched": 0
+                if _hidden_kept(p, shape) < shape.hidden_size
+                else sum(
                     kv == shape.num_kv_heads[i] and n == shape.intermediate[i]
                     for i, (kv, n) in enumerate(zip(p.kept_kv_groups, p.kept_neurons))
                 ),
@@ -204,8 +225,28 @@ def _method_table(plan, others: list, shape: ModelShape) -> None:
     )
 
 
+def _rotation_panel(name: str, plan, spectra, shape: ModelShape, sparsity: float) -> None:
+    """A rotating method at the page's target: its kept hidden width and the variance that width keeps."""
+    info = plan.stats["slicegpt"]
+    width = info["hidden_kept"]
+    st.subheader(f"{methods.label(name)} at s = {sparsity:.2f}: the residual stream")
+    c = st.columns(4)
+    c[0].metric("Hidden width kept", f"{width} of {shape.hidden_size}", delta=f"slicing {info['slicing']:.1%}")
+    c[1].metric("Achieved block sparsity", f"{plan.stats['achieved_block_sparsity']:.1%}", delta_color="off")
+    c[2].metric("Parameters after", f"{plan.stats['params_after'] / 1e6:.1f} M")
+    kept = spectra.kept(width)
+    c[3].metric("Least variance kept (a layer)", f"{min(kept['attention'] + kept['mlp']):.1%}")
+    st.plotly_chart(charts.variance_kept_chart(kept, width, shape.hidden_size), key=f"spectrum_{name}")
+    st.caption(
+        f"Lines: the dense model's PCA spectra on the session's calibration batch (the rotation at slicing 0, "
+        f"cached), read at {width} dimensions. A real {methods.label(name)} prune computes each layer's PCA on "
+        "signals already sliced upstream, so its own figures (Prune & compare) are a little lower past layer 0. "
+        "Shortcut matrices and the untied LM head are counted in the parameters."
+    )
+
+
 @st.fragment
-def _interactive(scores_key: str, scores, shape: ModelShape, chosen: dict) -> None:
+def _interactive(lm, scores_key: str, scores, shape: ModelShape, chosen: dict) -> None:
     """Sliders and everything they drive. A fragment: a slider move reruns only this part of the page."""
     sparsity, gamma, align = _sliders(shape, scores.criterion)
     with guard("allocating the pruning budget") as g:
@@ -223,7 +264,8 @@ def _interactive(scores_key: str, scores, shape: ModelShape, chosen: dict) -> No
         with guard("allocating for the second criterion"):
             other = resources.plan_for(scores2, key2, shape.to_dict(), allocation)
             compare = (scores2.criterion, other.kept_kv_groups, other.kept_neurons)
-    others = _method_plans(chosen, shape, sparsity)
+    others = _method_plans(lm, chosen, shape, sparsity)
+    units = [(name, p) for name, p in others if not methods.rotates(name)]
     left, right = st.columns([1, 1])
     left.plotly_chart(
         charts.kept_units_bars(
@@ -235,7 +277,7 @@ def _interactive(scores_key: str, scores, shape: ModelShape, chosen: dict) -> No
             uniform.kept_neurons,
             title=f"Kept units per layer at s = {sparsity:.2f}, γ = {gamma:.2f}",
             compare=compare,
-            methods=[(name, p.kept_kv_groups, p.kept_neurons) for name, p in others],
+            methods=[(name, p.kept_kv_groups, p.kept_neurons) for name, p in units],
         ),
         key="kept_bars",
     )
@@ -256,6 +298,10 @@ def _interactive(scores_key: str, scores, shape: ModelShape, chosen: dict) -> No
         charts.neuron_heatmap(scores.mlp, mlp_mask, mode=mode, title=f"Which neurons go (darkened; {mode} view)"),
         key="mlp_overlay",
     )
+    for name, p in others:
+        if methods.rotates(name):
+            with guard(f"drawing {methods.label(name)}'s spectrum"):
+                _rotation_panel(name, p, chosen[name][1], shape, sparsity)
     st.download_button(
         "Download plan JSON",
         plan.to_json,  # called only when clicked: the JSON is not rebuilt on every slider move
@@ -276,7 +322,7 @@ def main() -> None:
     chosen = {}
     with guard("choosing the methods to compare"):
         chosen = _method_picker(lm)
-    _interactive(scores_key, scores, shape, chosen)
+    _interactive(lm, scores_key, scores, shape, chosen)
 
 
 main()

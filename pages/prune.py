@@ -11,15 +11,16 @@ import re
 import pandas as pd
 import streamlit as st
 
+from nirvana import charts
 from nirvana.errors import NirvanaError
 from nirvana.measure.compare import accuracy_rows, bpb_rows, generation_rows, perplexity_pair, speed_rows, speed_table
 from nirvana.measure.flops import ideal_speedup
 from nirvana.methods import METHODS
-from nirvana.models.shapes import count_parameters, model_shape
+from nirvana.models.shapes import count_parameters
 from nirvana.pipeline import PruneSettings, prune
 from nirvana.progress import sub_progress
 from nirvana.store.paths import cache_dir
-from ui import accuracy, evals, frame, methods, recovery, runs, state
+from ui import accuracy, evals, frame, methods, recovery, resources, runs, state
 from ui.errors import guard
 from ui.progress import progress_status
 
@@ -90,7 +91,7 @@ def _apply(lm, plan) -> None:
     if row[0].button(label, type="primary" if not current else "secondary", key="apply_plan"):
         with guard("applying the plan") as g, st.spinner("Slicing a copy of the model…"):
             # slices a copy: the cached dense model stays as it is; a FLAP plan (a past run's) needs its scores
-            result = prune(lm, plan=plan, scores=methods.plan_scores(plan))
+            result = prune(lm, plan=plan, scores=methods.plan_scores(plan), batch=methods.plan_batch(lm, plan))
         if not g.failed:
             _store(lm, result)
     pruned = state.get("pruned")
@@ -135,9 +136,14 @@ def _baseline(lm, name: str):
         with guard(f"pruning with {label}") as g, progress_status(f"Pruning with {label}") as progress:
             methods.check(lm, name, settings, float(sparsity))  # before scoring: a layer range, a bias, a target
             batch = methods.calibration_batch(lm)
-            _, scores = methods.scores_for(lm, name, settings, batch, sub_progress(progress, 0.0, 0.9, "scores: "))
             prune_settings = PruneSettings(sparsity=float(sparsity), method=name, method_settings=settings)
-            result = prune(lm, prune_settings, scores=scores)  # a copy: the shared dense model stays as it is
+            if methods.rotates(name):  # no scores: it rotates on the session's batch, layer by layer
+                with resources.hold_device(lm.model, progress):
+                    result = prune(lm, prune_settings, batch=batch, progress=progress)
+            else:
+                step = sub_progress(progress, 0.0, 0.9, "scores: ")
+                _, scores = methods.scores_for(lm, name, settings, batch, step)
+                result = prune(lm, prune_settings, scores=scores)  # a copy: the shared dense model stays as it is
         if not g.failed:
             _store(lm, result, request)
             current = True
@@ -149,10 +155,30 @@ def _baseline(lm, name: str):
             f" of block weights removed ({plan.stats['total_param_reduction']:.1%} of all parameters)."
         )
         _pruned_summary(lm, pruned, st)
+        if methods.rotates(name):
+            _rotation_summary(lm, name, settings, pruned)
         return plan
     if pruned is not None:
         st.warning(f"The session's pruned copy was made with other settings: prune with {label} to compare these.")
     return None
+
+
+def _rotation_summary(lm, name: str, settings: dict, pruned: dict) -> None:
+    """A rotated model's kept width and the variance each slice kept, beside the dense model's spectra."""
+    sliced = pruned["model"].config.nirvana_sliced_hidden
+    width, hidden = sliced["embedding"], sliced["hidden_size"]
+    measured = sliced.get("variance_kept")
+    spectra = methods.spectra_for(lm, name, settings, "Prune & compare")
+    if spectra is None or measured is None:
+        return
+    with st.expander(f"{methods.label(name)}: variance kept by {width} of {hidden} hidden dimensions", expanded=True):
+        st.plotly_chart(
+            charts.variance_kept_chart(spectra.kept(width), width, hidden, measured=measured), key="prune_spectrum"
+        )
+        st.caption(
+            "Crosses: this prune's own PCA of each layer, on signals already sliced upstream; lines: the dense "
+            "model's spectra read at the same width (the Allocation page's panel)."
+        )
 
 
 def _evals() -> dict:
@@ -282,8 +308,7 @@ def _generations(lm, pruned) -> None:
 
 
 def _speed(lm, pruned) -> None:
-    dense_shape = model_shape(lm.model)
-    pruned_shape = model_shape(pruned["model"])
+    dense_shape, pruned_shape = lm.model, pruned["model"]  # FLOPs from the modules' widths (a sliced stream too)
     gpu = not state.on_cpu()
     st.session_state.setdefault("speed_batches", [1, 8, 32] if gpu else [1, 4])
     st.session_state.setdefault("speed_new_tokens", 16 if not gpu else 64)

@@ -36,7 +36,8 @@ plan on the Allocation and Prune pages.
 **Methods as series.** Choose several pruning methods: each is one line on the sparsity charts, in
 its colour, and its points join the Pareto chart. A baseline (LLM-Pruner, FLAP) is scored once on
 the Saliency page's calibration batch (cached) and re-allocated from those scores at each sparsity,
-as NIRVANA is; γ is NIRVANA's own budget split, so only NIRVANA has the γ chart. A sparsity that
+as NIRVANA is; SliceGPT has no scores and is rotated afresh at each sparsity (one forward pass,
+layer by layer, a point: slower); γ is NIRVANA's own budget split, so only NIRVANA has the γ chart. A sparsity that
 a method cannot reach (LLM-Pruner's same-ratio-per-layer steps) is left out of its line, and the
 page says so.
 
@@ -249,7 +250,8 @@ def _run(lm, nirvana_scores, settings: SweepSettings, chosen: dict[str, dict], w
         return
     baselines = {name: chosen[name] for name, _ in series if name != methods.NIRVANA}
     scored = methods.score_methods(lm, baselines, "Sweep") if baselines else {}
-    series = [(name, s) for name, s in series if name == methods.NIRVANA or name in scored]
+    series = [(name, s) for name, s in series if name == methods.NIRVANA or name in scored or methods.rotates(name)]
+    batch = methods.calibration_batch(lm)  # what a rotating method (SliceGPT) rotates on at every point
     live = _live(st.empty(), QUALITY[settings.metric]) if where is not None else None
     with (
         guard("running the sweep") as g,
@@ -261,10 +263,10 @@ def _run(lm, nirvana_scores, settings: SweepSettings, chosen: dict[str, dict], w
         for name, s in series:
             n = len(sweep_points(s))
             step = sub_progress(progress, done / total, (done + n) / total, f"{methods.label(name)}: ")
-            scores = nirvana_scores if name == methods.NIRVANA else scored[name][1]
+            scores = nirvana_scores if name == methods.NIRVANA else scored.get(name, (None, None))[1]
             before = list(rows)
             on_row = (lambda so_far, before=before: live(before + so_far)) if live else None
-            rows += run_sweep(lm, scores, s, step, cluster=where, on_row=on_row)
+            rows += run_sweep(lm, scores, s, step, cluster=where, on_row=on_row, batch=batch)
             done += n
     if not g.failed:
         state.put("sweep", (rows, {**settings.__dict__, "methods": [name for name, _ in series]}))

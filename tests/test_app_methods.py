@@ -16,8 +16,10 @@ from test_app_pages import (
     TIMEOUT,
     chart,
     compute,
+    metrics,
     no_errors,
     small_data_dir,  # noqa: F401 (the fixture, requested by name in `at`)
+    sweep_kl,
 )
 
 from nirvana.methods import METHODS
@@ -326,3 +328,72 @@ def test_a_flap_run_reopened_in_a_new_session_applies_with_its_biases(at):
     pruned = fresh.session_state["pruned"]
     assert pruned["plan"].layers == made.layers
     assert all(p.o_proj.bias is not None for p in layer_projections(pruned["model"]))  # the scores came from disk
+
+
+def test_allocation_shows_slicegpt_as_a_kept_width_and_its_pca_spectrum(at, tiny6):
+    """SliceGPT keeps every unit: a width and the variance it keeps, from the dense spectra (no new pass per slider)."""
+    from nirvana.methods import method_config
+    from nirvana.methods.run import rotation_plan
+    from nirvana.methods.slicegpt.spectrum import dense_spectra
+
+    compute(at, criterion="magnitude")
+    at.switch_page("pages/allocation.py").run()
+    at.multiselect(key="alloc_methods").set_value(["slicegpt"]).run()
+    no_errors(at)
+    assert any("rotation comes first" in i.value for i in at.info)  # its "how to read it" box
+    names = {t["name"] for t in chart(at, "Kept units per layer")["data"]}
+    assert "SliceGPT" not in names  # no per-layer head and neuron counts to draw
+    batch = at.session_state["calib_batch"]
+    spectra = dense_spectra(tiny6.model, batch)  # the disk cache the app filled
+    for sparsity in (0.2, 0.35):
+        at.slider(key="sparsity").set_value(sparsity).run()
+        no_errors(at)
+        width = rotation_plan(tiny6.model, "slicegpt", method_config("slicegpt"), sparsity, None).stats["slicegpt"]
+        width = width["hidden_kept"]
+        fig = chart(at, f"Variance kept by {width} of 32 hidden dimensions")
+        lines = {t["name"]: decode(t["y"]).tolist() for t in fig["data"]}
+        want = spectra.kept(width)
+        assert lines["after attention (MLP input), dense spectrum"] == pytest.approx(want["attention"])
+        assert lines["after the MLP (layer output), dense spectrum"] == pytest.approx(want["mlp"])
+        assert metrics(at)["Hidden width kept"] == f"{width} of 32"
+    table = next(d.value for d in at.dataframe if "hidden width kept" in d.value.columns)
+    assert table["method"].tolist() == ["NIRVANA (this page's plan)", "SliceGPT"]
+    assert table["hidden width kept"].tolist() == [32, width] and table["KV groups pruned"].iloc[1] == 0
+
+
+def test_prune_and_compare_with_slicegpt_rotates_on_the_session_batch(at, tmp_path):
+    from nirvana.checkpoints.pruned import load_pruned
+
+    compute(at, criterion="magnitude")
+    at.switch_page("pages/prune.py").run()
+    at.selectbox(key="prune_method").set_value("slicegpt").run()
+    at.slider(key="method_sparsity").set_value(0.3).run()
+    at.button(key="prune_with_method").click().run()
+    no_errors(at)
+    pruned = at.session_state["pruned"]
+    sliced = pruned["model"].config.nirvana_sliced_hidden
+    assert sliced["embedding"] < 32 and pruned["plan"].settings.method == "slicegpt"
+    assert pruned["plan"].settings.calibration["hash"] == at.session_state["calib_batch"].hash
+    fig = chart(at, f"Variance kept by {sliced['embedding']} of 32 hidden dimensions")
+    crosses = [decode(t["y"]).tolist() for t in fig["data"] if t["name"].endswith("this prune")]
+    assert crosses == [sliced["variance_kept"]["attention"], sliced["variance_kept"]["mlp"]]
+    at.multiselect(key="speed_batches").set_value([1]).run()
+    at.number_input(key="speed_new_tokens").set_value(2).run()
+    at.number_input(key="speed_repeats").set_value(1).run()
+    at.button(key="measure_speed").click().run()
+    no_errors(at)
+    ideal = float(metrics(at)["Ideal speed-up at 512 context"].rstrip("×"))
+    assert ideal > 1.0  # FLOPs from the sliced modules, not the dense hidden size
+    at.text_input(key="save_dir").set_value(str(tmp_path / "s30")).run()
+    at.button(key="save_pruned").click().run()
+    no_errors(at)
+    assert load_pruned(tmp_path / "s30").model.config.nirvana_sliced_hidden["embedding"] == sliced["embedding"]
+
+
+def test_the_sweep_takes_slicegpt_as_a_series_rotated_at_each_sparsity(at):
+    sweep_kl(at, "0.2, 0.4", methods=["slicegpt"])
+    rows, _ = at.session_state["sweep"]
+    assert [(r["method"], r["sparsity"]) for r in rows] == [("dense", 0.0), ("slicegpt", 0.2), ("slicegpt", 0.4)]
+    assert 0 < rows[1]["quality"] < rows[2]["quality"] and 1.0 < rows[1]["ideal_speedup"] < rows[2]["ideal_speedup"]
+    quality = [t for t in chart(at, "Against sparsity")["data"] if t["xaxis"] == "x"]
+    assert [t["name"] for t in quality] == ["SliceGPT"]

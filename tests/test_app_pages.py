@@ -298,16 +298,24 @@ def test_calibration_page_chooses_the_lowest_kl(at):
     assert at.session_state["calib_info"]["hash"] == selection.chosen.calibration["hash"]
 
 
-def test_sweep_page_measures_points_and_loads_a_plan(at):
+def sweep_kl(at, sparsities: str, gammas: str | None = None, methods: list | None = None):
+    """Magnitude scores, then the Sweep page on KL without speed at these points (and methods); no errors."""
     compute(at, criterion="magnitude")
     at.switch_page("pages/sweep.py").run()
     no_errors(at)
+    if methods is not None:
+        at.multiselect(key="sweep_methods").set_value(methods).run()
     at.radio(key="sweep_metric").set_value("kl").run()
-    at.text_input(key="sweep_sparsities").set_value("0.5").run()
-    at.text_input(key="sweep_gammas").set_value("0.5, 2").run()
+    at.text_input(key="sweep_sparsities").set_value(sparsities).run()
+    if gammas is not None:
+        at.text_input(key="sweep_gammas").set_value(gammas).run()
     at.checkbox(key="sweep_speed").uncheck().run()
     at.button(key="run_sweep").click().run()
     no_errors(at)
+
+
+def test_sweep_page_measures_points_and_loads_a_plan(at):
+    sweep_kl(at, "0.5", "0.5, 2")
     rows, _ = at.session_state["sweep"]
     assert [r["axis"] for r in rows] == ["dense", "sparsity", "gamma", "gamma"]
     assert rows[0]["quality"] == pytest.approx(0.0, abs=1e-6) and all(r["quality"] > 0 for r in rows[1:])

@@ -68,6 +68,8 @@ def test_methods_restrict_the_pruned_models_and_keep_dense():
     kept = [j for j in everyone if j.variant.method in ("dense", "nirvana", "flap")]
     assert jobs == kept  # the same rows in the same order, the others left out
     assert {j.variant.method for j in plan_jobs(BaselinesConfig(methods=("slicegpt",)))} == {"dense", "slicegpt"}
+    extra = {j.variant.name for j in plan_jobs(BaselinesConfig(methods=("nirvana",), nirvana_gamma=20.0))}
+    assert {"nirvana s=0.2 gamma=20", "nirvana s=0.5 gamma=20", "nirvana s=0.2 gamma=20 + LoRA"} <= extra
 
 
 def test_llm_pruner_at_fifty_percent_uses_the_shorter_attention_range_and_says_so():
@@ -238,6 +240,7 @@ def test_run_writes_each_row_and_the_report_with_a_fake_worker(tmp_path, monkeyp
         (["--sparsities", "0.2,1.5"], ["--sparsities", "(0, 1)"]),
         (["--tokens", "0"], ["--tokens", "positive"]),
         (["--threads", "0"], ["--threads", "positive"]),
+        (["--nirvana-gamma", "0"], ["--nirvana-gamma", "positive"]),
         (["--methods", "nirvana,sparsegpt"], ["'sparsegpt'", "--methods", "llm-pruner, flap"]),
     ],
 )

@@ -244,3 +244,69 @@ def test_a_slicegpt_model_is_measured_for_speed_like_any_pruned_model():
     _, pruned = slicegpt_prune(model, 0.3, random_batch(n=8, t=16).input_ids, round_interval=4)
     out = measure_speeds({"dense": model, "slicegpt": pruned}, batch_sizes=[1], prompt_len=8, new_tokens=2, repeats=1)
     assert set(out) == {"dense", "slicegpt"} and len(out["slicegpt"]["results"]) == 1
+
+
+def test_dense_spectra_predict_the_first_slice_and_are_cached_without_touching_the_model(tmp_path, monkeypatch):
+    from nirvana.methods.slicegpt.spectrum import Spectra, dense_spectra
+
+    monkeypatch.setenv("NIRVANA_CACHE_DIR", str(tmp_path))
+    model = tiny("llama")
+    batch = random_batch(vocab=model.config.vocab_size, n=4, t=32)
+    before = model(batch.input_ids).logits
+    spectra = dense_spectra(model, batch)
+    torch.testing.assert_close(model(batch.input_ids).logits, before)  # a copy was rotated, not the model
+    hidden, layers = model.config.hidden_size, model.config.num_hidden_layers
+    assert len(spectra.embedding) == hidden and len(spectra.attention) == len(spectra.mlp) == layers
+    full = spectra.kept(hidden)
+    assert full["embedding"] == pytest.approx(1.0) and full["mlp"] == pytest.approx([1.0] * layers)
+    fractions = [spectra.kept(w)["attention"][0] for w in range(8, hidden + 1, 8)]
+    assert fractions == sorted(fractions) and 0 < fractions[0] < 1  # more width, more variance
+    # the embedding's PCA sees nothing sliced before it: a real prune keeps exactly the predicted fraction
+    plan, pruned = slicegpt_prune(model, 0.3, batch.input_ids)
+    width = plan.stats["slicegpt"]["hidden_kept"]
+    kept = pruned.config.nirvana_sliced_hidden["variance_kept"]
+    assert kept["embedding"] == pytest.approx(spectra.kept(width)["embedding"], rel=1e-9)
+    assert len(list((tmp_path / "spectra").iterdir())) == 1
+    assert dense_spectra(model, batch) == spectra == Spectra.from_dict(spectra.to_dict())  # from the cache
+
+
+def test_a_slicegpt_plan_reapplies_from_the_batch_alone_and_refuses_another(tiny_with_tokenizer_dir):
+    """`prune(plan=..., batch=...)` (the app reopening a run) rotates again to the same model; not on another batch."""
+    from nirvana.checkpoints.loading import load_model
+    from nirvana.errors import PlanMismatch
+    from nirvana.pipeline import PruneSettings, prune
+
+    lm = load_model(str(tiny_with_tokenizer_dir), dtype="float32", device="cpu")
+    batch = random_batch(vocab=lm.model.config.vocab_size, n=4, t=32)
+    first = prune(lm, PruneSettings(0.3, method="slicegpt"), batch=batch)
+    assert first.plan.settings.calibration["hash"] == batch.hash
+    again = prune(lm, plan=first.plan, batch=batch)
+    ids = batch.input_ids[:2]
+    torch.testing.assert_close(again.model(ids).logits, first.model(ids).logits)
+    other = random_batch(vocab=lm.model.config.vocab_size, n=4, t=32, seed=1)
+    with pytest.raises(PlanMismatch, match="rotated on calibration batch"):
+        prune(lm, plan=first.plan, batch=other)
+
+
+def test_gradient_checkpointing_reaches_the_shortcut_layers_and_gives_the_same_gradients():
+    model = tiny("llama")
+    ids = random_batch(vocab=model.config.vocab_size, n=4, t=16).input_ids
+    _, sliced = slicegpt_prune(model, 0.3, ids)
+    sliced.train()
+
+    def grads():
+        sliced.zero_grad()
+        sliced(ids, labels=ids).loss.backward()
+        return [p.grad.clone() for p in sliced.parameters() if p.grad is not None]
+
+    plain = grads()
+    calls = []
+    sliced.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    assert all(layer.gradient_checkpointing for layer in decoder_layers(sliced))
+    for layer in decoder_layers(sliced):
+        inner = layer._gradient_checkpointing_func
+        layer._gradient_checkpointing_func = lambda *a, inner=inner, **k: calls.append(1) or inner(*a, **k)
+    checkpointed = grads()
+    assert len(calls) == len(decoder_layers(sliced))  # every layer's forward went through the checkpoint
+    for a, b in zip(plain, checkpointed):
+        torch.testing.assert_close(a, b)

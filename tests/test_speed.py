@@ -94,6 +94,25 @@ def test_flops_per_token_by_hand(tiny_llama):
     linear_weights = sum(m.weight.numel() for m in tiny_llama.modules() if isinstance(m, torch.nn.Linear))
     parts = flops_breakdown(shape, context=0)
     assert parts["projections"] + parts["lm_head"] == 2 * linear_weights
+    assert flops_breakdown(tiny_llama, context=10) == flops_breakdown(shape, context=10)  # the modules agree
+
+
+def test_flops_of_a_sliced_residual_stream_count_its_real_widths():
+    """SliceGPT keeps every head and neuron, so a shape would count it dense: the model's modules do not."""
+    from tests.test_methods_slicegpt import slicegpt_prune, tiny
+
+    model = tiny("llama")
+    ids = torch.randint(0, model.config.vocab_size, (4, 32), generator=torch.Generator().manual_seed(0))
+    _, sliced = slicegpt_prune(model, 0.3, ids)
+    assert model_shape(sliced).block_weights == model_shape(model).block_weights  # units all kept
+    matrices = sum(p.numel() for layer in sliced.model.layers for p in layer.parameters() if p.dim() == 2)
+    parts = flops_breakdown(sliced, context=0)
+    assert parts["projections"] == 2 * matrices  # seven projections and two shortcuts per layer
+    assert parts["lm_head"] == 2 * sliced.lm_head.weight.numel()
+    assert (
+        ideal_speedup(model, sliced) > 1.05
+        and phase_flops(sliced, 8, 4)["prefill"] < phase_flops(model, 8, 4)["prefill"]
+    )
 
 
 def test_ideal_speedup_of_a_pruned_model(tiny_llama):

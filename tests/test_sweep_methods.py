@@ -48,6 +48,25 @@ def test_a_baseline_sweeps_sparsity_from_one_scoring(tiny_with_tokenizer_dir, tm
     assert len(calls) == 1  # scored once; every point re-allocates the same scores
 
 
+def test_slicegpt_sweeps_sparsity_rotating_afresh_at_each_point(tiny_with_tokenizer_dir, tmp_path):
+    out = tmp_path / "slicegpt.json"
+    more = ("--method", "slicegpt", "--sparsities", "0.2,0.5", "--samples", "4")
+    code, err = run_cli(_args(tiny_with_tokenizer_dir, out, *more))
+    assert code == 0, err
+    document = json.loads(out.read_text())
+    rows = document["rows"]
+    assert [(r["axis"], r["method"], r["sparsity"]) for r in rows] == [
+        ("dense", "dense", 0.0),
+        ("sparsity", "slicegpt", 0.2),
+        ("sparsity", "slicegpt", 0.5),
+    ]
+    assert document["scores"]["method"] == "slicegpt" and document["scores"]["calibration"]["samples"] == 4
+    assert rows[2]["achieved_block_sparsity"] > rows[1]["achieved_block_sparsity"] > 0  # widths of 8 on D = 32
+    # each width is its own model (every unit is kept, so only the width tells the points apart)
+    assert 0 < rows[1]["quality"] < rows[2]["quality"]
+    assert rows[0]["ideal_speedup"] == 1.0 < rows[1]["ideal_speedup"] < rows[2]["ideal_speedup"]
+
+
 def test_nirvana_sweep_keeps_gamma_and_says_its_method(tiny_with_tokenizer_dir, tmp_path):
     out = tmp_path / "n.json"
     code, err = run_cli(
@@ -68,7 +87,7 @@ def test_nirvana_sweep_keeps_gamma_and_says_its_method(tiny_with_tokenizer_dir, 
     [
         (["--method", "flap", "--gammas", "1,2"], "gamma is NIRVANA's attention / MLP split"),
         (["--method", "sparsegpt"], "unknown method 'sparsegpt'; accepted: nirvana, llm-pruner, flap, slicegpt"),
-        (["--method", "slicegpt"], "has no unit scores"),
+        (["--method", "slicegpt"], "32 < 576. Use more samples"),  # the PCA needs D tokens
         (["--method", "flap", "--method-settings", '{"metric": "L2"}'], "flap metric must be one of"),
         (["--method", "flap", "--gamma", "2"], "gamma is a setting of method nirvana"),
         (["--metric", "bleu"], "unknown --metric 'bleu'"),

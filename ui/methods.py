@@ -9,6 +9,10 @@ status box with progress, through the pipeline's `score` (the library's disk cac
 so a slider move never recomputes them. Bad settings (an LLM-Pruner layer range outside the model,
 FLAP on a model whose o_proj has a bias, a sparsity the method cannot reach) are the library's
 `InvalidInput`, shown as an error box by `ui.errors.guard`.
+
+A rotating method (SliceGPT) has no unit scores: its plan at a sparsity is a kept hidden width
+(arithmetic, `rotation_plan_for`), and what it costs is read from the dense model's PCA spectra
+(`spectra_for`: one forward pass, layer by layer, cached in the memo and on disk).
 """
 
 from __future__ import annotations
@@ -20,7 +24,8 @@ import streamlit as st
 
 from nirvana.errors import InvalidInput
 from nirvana.methods import METHODS, method_config
-from nirvana.methods.run import check_method, method_plan
+from nirvana.methods.run import check_method, method_plan, rotation_plan
+from nirvana.methods.slicegpt.spectrum import Spectra, dense_spectra
 from nirvana.models.shapes import ModelShape
 from nirvana.pipeline import PruneSettings, score
 from nirvana.progress import sub_progress
@@ -35,6 +40,11 @@ NIRVANA = "nirvana"
 
 def label(name: str) -> str:
     return METHODS[name].label
+
+
+def rotates(name: str) -> bool:
+    """A method that rotates the model on calibration data when it prunes (no unit scores: SliceGPT)."""
+    return METHODS[name].rotation is not None
 
 
 def baselines() -> list[str]:
@@ -152,6 +162,8 @@ def score_methods(lm, chosen: dict[str, dict], title: str) -> dict[str, tuple[st
     batch = calibration_batch(lm)
     out, todo = {}, []
     for name, settings in chosen.items():
+        if rotates(name):  # no unit scores: `spectra_for` and `rotation_plan_for`
+            continue
         with guard(f"checking the {label(name)} settings") as g:
             # cached scores serve every setting that does not change them (a layer range): check each one anyway
             check(lm, name, settings, 0.0)
@@ -198,3 +210,52 @@ def plan_for(_scores, scores_key: str, shape: dict, name: str, settings_json: st
 def plan(entry: tuple[str, object], shape: ModelShape, name: str, settings: dict, sparsity: float):
     key, scores = entry
     return plan_for(scores, key, shape.to_dict(), name, json.dumps(settings, sort_keys=True), float(sparsity))
+
+
+def spectra_for(lm, name: str, settings: dict, title: str) -> Spectra | None:
+    """The dense model's PCA spectra for rotating method `name` on the session's calibration batch: from the
+    memo, else computed (forward only, layer by layer) under a status box with progress; None on an error."""
+    config = method_config(name, settings)
+    batch = calibration_batch(lm)
+    key = content_key("spectra", state.spec().key, batch.hash, config.damp)
+    found = resources.memo("spectra").get(key)
+    if found is not None:
+        return found
+    with guard(f"checking {label(name)} on this model") as g:
+        check(lm, name, settings, 0.0)  # a family the rotation cannot handle says so before any work
+    if g.failed:
+        return None
+    micro_batch = max(1, batch.shape[0] // 4)
+    title = f"{title}: {label(name)}'s PCA of every layer on {batch.shape[0]}×{batch.shape[1]} tokens"
+
+    def compute(progress):
+        with resources.hold_device(lm.model, progress):
+            return dense_spectra(lm.model, batch, config, micro_batch=micro_batch, progress=progress)
+
+    with progress_status(title) as progress, guard(f"computing {label(name)}'s PCA spectra") as g:
+        spectra = resources.memo("spectra").get_or_compute(key, lambda: compute(progress))
+    return None if g.failed else spectra
+
+
+@st.cache_data(max_entries=256, show_spinner=False)
+def _rotation_plan(_model, model_key: str, name: str, settings_json: str, sparsity: float):
+    return rotation_plan(_model, name, method_config(name, json.loads(settings_json)), sparsity, None)
+
+
+def rotation_plan_for(lm, name: str, settings: dict, sparsity: float):
+    """A rotating method's plan at `sparsity` (its kept hidden width: arithmetic, no data), cached by content;
+    `InvalidInput` when the width cannot reach it."""
+    return _rotation_plan(lm.model, state.spec().key, name, json.dumps(settings, sort_keys=True), float(sparsity))
+
+
+def plan_batch(lm, plan):
+    """The calibration batch a rotating method's plan was made on (rebuilt from its record), else None."""
+    if not rotates(plan.settings.method):
+        return None
+    c = plan.settings.calibration or {}
+    if not all(k in c for k in ("source", "samples", "seq_len", "seed")):
+        raise InvalidInput(
+            f"this {label(plan.settings.method)} plan does not record its calibration batch, which the rotation needs; "
+            "prune again with the method on this page."
+        )
+    return resources.calibration(lm.tokenizer, state.spec().key, c["source"], c["samples"], c["seq_len"], c["seed"])

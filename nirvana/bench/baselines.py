@@ -197,6 +197,9 @@ class BaselinesConfig:
     out_dir: Path = DEFAULT_OUT
     note: str = ""
     best_gamma: dict = field(default_factory=dict)  # sparsity -> KL-best gamma of nirvana
+    # NIRVANA once more at this gamma at every sparsity: for a model without a gamma benchmark whose gamma*
+    # misses the target (Gemma-3-270M keeps its one KV group per layer, so only neurons can go)
+    nirvana_gamma: float | None = None
     method_settings: dict = field(default_factory=lambda: dict(LLM_PRUNER_SETTINGS))  # (method, s) -> settings
 
     @property
@@ -221,6 +224,9 @@ def variants_for(sparsity: float, config: BaselinesConfig) -> list[Variant]:
     if sparsity in config.best_gamma:
         g = config.best_gamma[sparsity]
         out.append(Variant("nirvana", sparsity, g, f"gamma={g:g} (KL-best)"))
+    if config.nirvana_gamma is not None:
+        g = config.nirvana_gamma
+        out.append(Variant("nirvana", sparsity, g, f"gamma={g:g}"))
     if sparsity == config.sparsities[0]:
         reference = json.dumps({"slicing": REFERENCE_SLICING})
         out.append(Variant("slicegpt", sparsity, None, f"slicing={REFERENCE_SLICING:g} (reference)", reference))

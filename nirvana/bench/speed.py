@@ -163,11 +163,10 @@ def run_speed_bench(lm, sparsities, settings: SpeedBenchConfig = SpeedBenchConfi
         warmup=c.warmup,
         progress=progress,
     )
-    dense_shape = model_shape(lm.model)
     rows = []
     for s, (model, plan) in models.items():
         shape = model_shape(model)
-        for row in speedup_rows(speeds[0.0], speeds[s], dense_shape, shape):
+        for row in speedup_rows(speeds[0.0], speeds[s], lm.model, model):
             rows.append(
                 {
                     **choice.cells(),

@@ -115,6 +115,7 @@ BASELINES_FLAGS = {
     "model": "",
     "sparsities": "",
     "methods": "comma-separated methods of the pruned models (dense is always measured)",
+    "nirvana_gamma": "NIRVANA once more at this gamma at every sparsity (where gamma* misses the target)",
     "tokens": "perplexity tokens per dataset (WikiText-2, PTB)",
     **TASK_FLAGS,
     "samples": "calibration sequences N (the same batch for every method)",
@@ -376,6 +377,8 @@ def baselines_config(args) -> BaselinesConfig:
         raise InvalidInput(f"--threads must be a positive integer, got {args.threads}.")
     if not args.sparsities or any(not 0 < s < 1 for s in args.sparsities):
         raise InvalidInput(f"--sparsities must lie in (0, 1), got {args.sparsities}; e.g. 0.2,0.5.")
+    if args.nirvana_gamma is not None and not args.nirvana_gamma > 0:
+        raise InvalidInput(f"--nirvana-gamma must be a positive number, got {args.nirvana_gamma}.")
     for name in args.methods:
         if name not in BASELINES_METHODS:
             raise InvalidInput(f"unknown method {name!r} in --methods; accepted: {', '.join(BASELINES_METHODS)}.")

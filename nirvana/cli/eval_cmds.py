@@ -22,7 +22,6 @@ from nirvana.measure.flops import phase_flops
 from nirvana.measure.generation import generate, load_prompts, side_by_side
 from nirvana.measure.perplexity import perplexity
 from nirvana.measure.speed import measure_speed, measure_speeds
-from nirvana.models.shapes import model_shape
 
 
 def add_eval_args(p) -> None:
@@ -151,7 +150,7 @@ def speed_kwargs(args) -> dict:
 
 def add_phase_flops(speed: dict, model, args) -> None:
 
-    speed["flops_per_token_phase"] = phase_flops(model_shape(model), args.prompt_len, args.new_tokens)
+    speed["flops_per_token_phase"] = phase_flops(model, args.prompt_len, args.new_tokens)
 
 
 def run_tasks_for(model, tokenizer, args) -> dict:
@@ -261,7 +260,7 @@ def compare(dense, pruned, args) -> dict:
         out["generations"] = side_by_side(
             dense.model, pruned.model, dense.tokenizer, pruned_tokenizer=pruned.tokenizer, **generation_kwargs(args)
         )
-    out["ratios"] = ratios(out["dense"], out["pruned"], model_shape(dense.model), model_shape(pruned.model))
+    out["ratios"] = ratios(out["dense"], out["pruned"], dense.model, pruned.model)
     return out
 
 

@@ -25,8 +25,9 @@ from nirvana.cli.flags import LISTS, add_config_flags
 from nirvana.cli.prune_cmds import add_calibration_args, settings_from_args
 from nirvana.cluster.ray_tasks import disconnect
 from nirvana.errors import InvalidInput
-from nirvana.methods.run import check_method
-from nirvana.pipeline import score
+from nirvana.methods import get_method
+from nirvana.methods.run import check_method, rotation_plan
+from nirvana.pipeline import calibration_for, score
 from nirvana.pruning.allocation import Allocation
 from nirvana.search.sweep import QUALITY, SweepSettings, run_sweep
 from nirvana.store.atomic import atomic_write_text
@@ -100,11 +101,11 @@ def cmd_sweep(args) -> int:
     scoring = dataclasses.replace(scoring, sparsity=centre_sparsity(args))
     cluster = cluster_from_args(args)  # --ray: each point a task there (the model loaded there by name); first
     try:
-        lm, scores, rows = _measure(args, settings, scoring, cluster)
+        lm, scores, rows = _measure(args, settings, scoring, cluster)  # scores: their metadata
     finally:
         if cluster is not None:
             disconnect()
-    document = {"model": lm.name, "settings": asdict(settings), "scores": scores.metadata(), "rows": rows}
+    document = {"model": lm.name, "settings": asdict(settings), "scores": scores, "rows": rows}
     atomic_write_text(args.out, json.dumps(document, indent=2, default=str) + "\n")
     for r in rows:
         gamma = "-" if r["gamma"] is None else f"{r['gamma']:.2f}"
@@ -123,5 +124,11 @@ def _measure(args, settings: SweepSettings, scoring, cluster):
         if scoring.method != "nirvana":  # every point's refusals (e.g. a sparsity its layer range cannot reach) first
             for sparsity in settings.sparsities:
                 check_method(lm.model, scoring.method, scoring.config, sparsity)
+        if get_method(scoring.method).rotation is not None:  # SliceGPT: no scores, a rotation per point
+            batch, _ = calibration_for(lm, scoring, stderr_progress)
+            for sparsity in settings.sparsities:  # a width it cannot reach, a batch too small: before any point
+                rotation_plan(lm.model, scoring.method, scoring.config, sparsity, batch)
+            facts = {"method": scoring.method, "calibration": batch.describe()}
+            return lm, facts, run_sweep(lm, None, settings, stderr_progress, cluster=cluster, batch=batch)
         scores, _ = score(lm, scoring, stderr_progress)
-        return lm, scores, run_sweep(lm, scores, settings, stderr_progress, cluster=cluster)
+        return lm, scores.metadata(), run_sweep(lm, scores, settings, stderr_progress, cluster=cluster)

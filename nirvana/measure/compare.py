@@ -9,16 +9,20 @@ pruned model to the dense one) show them; none of them computes a ratio of its o
 
     facts = {k: model_facts(m) for k, m in (("dense", dense), ("pruned", pruned))}
     ratios = size_ratios(facts["dense"], facts["pruned"])
-    rows = speed_rows(dense_speed, pruned_speed, model_shape(dense), model_shape(pruned))
+    rows = speed_rows(dense_speed, pruned_speed, dense, pruned)  # models (their widths) or ModelShapes
 """
 
 from __future__ import annotations
+
+import torch.nn as nn
 
 from nirvana.accuracy.gold import paired_difference
 from nirvana.accuracy.tasks import PAPER_METRIC, TASKS
 from nirvana.measure.flops import summary
 from nirvana.measure.speed import speedup_rows
-from nirvana.models.shapes import ModelShape, model_shape
+from nirvana.models.shapes import ModelShape
+
+Shaped = ModelShape | nn.Module  # a model (its module widths) or a plan's shape: `nirvana.measure.flops`
 
 # the task figures `accuracy_deltas` subtracts (pruned minus dense)
 ACCURACY_METRICS = ("acc", "acc_norm", "pass@1", "exact_match", "exact_match_flexible", "bpb")
@@ -47,7 +51,7 @@ SPEED_COLUMNS = (
 
 def model_facts(model) -> dict:
     """Parameters and analytic FLOPs per token of one model (no measurement)."""
-    return summary(model_shape(model))
+    return summary(model)  # the model's own module widths (a sliced residual stream included)
 
 
 def size_ratios(dense: dict, pruned: dict) -> dict:
@@ -77,7 +81,7 @@ def perplexity_ratios(dense: dict[str, dict], pruned: dict[str, dict]) -> dict[s
     return {name: perplexity_pair(d, pruned[name])["ratio"] for name, d in dense.items() if name in pruned}
 
 
-def speed_rows(dense: dict, pruned: dict, dense_shape: ModelShape, pruned_shape: ModelShape) -> list[dict]:
+def speed_rows(dense: dict, pruned: dict, dense_shape: Shaped, pruned_shape: Shaped) -> list[dict]:
     """Per batch size: `speedup_rows` (measured and ideal speed-ups, both speeds, peak memory) and the
     pruned model's peak memory over the dense one's. `dense`, `pruned`: `measure_speed(s)` results."""
     rows = speedup_rows(dense, pruned, dense_shape, pruned_shape)
@@ -203,7 +207,7 @@ def kl_rows(selection) -> list[dict]:
     ]
 
 
-def ratios(dense: dict, pruned: dict, dense_shape: ModelShape, pruned_shape: ModelShape) -> dict:
+def ratios(dense: dict, pruned: dict, dense_shape: Shaped, pruned_shape: Shaped) -> dict:
     """The CLI's `compare` ratios from the two models' results (facts, and `ppl`, `speed`, `tasks`
     where both have them): sizes, perplexity ratios, speed rows, accuracy differences."""
     out = size_ratios(dense, pruned)

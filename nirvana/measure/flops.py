@@ -9,19 +9,50 @@ two matmuls against a context of `context` cached positions:
 
 The ideal speed-up of a pruned model is dense FLOPs / pruned FLOPs: what a perfectly
 compute-bound run would gain. Prefill and decode have their own ideal (see `phase_flops`).
+
+Every function takes a `ModelShape` (a plan's shape: heads and neurons, the hidden size D) or the
+model itself. From a model the matmuls are read off its modules (each projection's in x out
+features, the shortcut matrices of a SliceGPT layer, the LM head's width), so a model whose
+residual stream was sliced is counted at its real widths; for any other model both agree.
 """
 
 from __future__ import annotations
 
-from nirvana.models.shapes import ModelShape
+import torch.nn as nn
+
+from nirvana.models.architectures import decoder_layers, layer_projections
+from nirvana.models.shapes import ModelShape, model_shape
 
 DEFAULT_CONTEXT = 512  # the context length at which the headline figure is stated
 
 
-def flops_breakdown(shape: ModelShape, context: float = DEFAULT_CONTEXT) -> dict[str, float]:
+def _matmul_weights(source: ModelShape | nn.Module) -> tuple[int, int, ModelShape]:
+    """(block matmul weights, LM head weights, shape) of a shape, or of a model read from its modules."""
+    if isinstance(source, ModelShape):
+        return source.block_weights, source.vocab_size * source.hidden_size, source
+    shape = model_shape(source)
+    block = sum(
+        lin.in_features * lin.out_features
+        for p in layer_projections(source)
+        for lin in (p.q_proj, p.k_proj, p.v_proj, p.o_proj, p.gate_proj, p.up_proj, p.down_proj)
+    )
+    # SliceGPT's shortcuts: [D'_in, D'_out] matrices each token is multiplied by on the residual path
+    block += sum(
+        getattr(layer, name).numel()
+        for layer in decoder_layers(source)
+        for name in ("attn_shortcut_Q", "mlp_shortcut_Q")
+        if getattr(layer, name, None) is not None
+    )
+    head = source.get_output_embeddings()
+    head_weights = head.in_features * head.out_features if head is not None else shape.vocab_size * shape.hidden_size
+    return block, head_weights, shape
+
+
+def flops_breakdown(source: ModelShape | nn.Module, context: float = DEFAULT_CONTEXT) -> dict[str, float]:
     """FLOPs of one token attending to `context` positions, by part (all matmuls)."""
-    projections = 2 * shape.block_weights
-    lm_head = 2 * shape.vocab_size * shape.hidden_size
+    block, head, shape = _matmul_weights(source)
+    projections = 2 * block
+    lm_head = 2 * head
     attention = 4 * context * shape.head_dim * sum(shape.num_heads)
     return {
         "projections": float(projections),
@@ -32,12 +63,12 @@ def flops_breakdown(shape: ModelShape, context: float = DEFAULT_CONTEXT) -> dict
     }
 
 
-def flops_per_token(shape: ModelShape, context: float = DEFAULT_CONTEXT) -> float:
+def flops_per_token(shape: ModelShape | nn.Module, context: float = DEFAULT_CONTEXT) -> float:
     """Total matmul FLOPs for one token with lm_head, attending to `context` positions."""
     return flops_breakdown(shape, context)["total"]
 
 
-def phase_flops(shape: ModelShape, prompt_len: int, new_tokens: int) -> dict[str, float]:
+def phase_flops(shape: ModelShape | nn.Module, prompt_len: int, new_tokens: int) -> dict[str, float]:
     """FLOPs per token of the two phases that `nirvana.measure.speed` measures.
 
     Prefill: every prompt token goes through the projections and attends to (T+1)/2 positions on
@@ -51,17 +82,20 @@ def phase_flops(shape: ModelShape, prompt_len: int, new_tokens: int) -> dict[str
     return {"prefill": prefill, "decode": decode}
 
 
-def ideal_speedup(dense: ModelShape, pruned: ModelShape, context: float = DEFAULT_CONTEXT) -> float:
+def ideal_speedup(
+    dense: ModelShape | nn.Module, pruned: ModelShape | nn.Module, context: float = DEFAULT_CONTEXT
+) -> float:
     """Dense FLOPs / pruned FLOPs per token at `context`: the compute-bound upper bound."""
     return flops_per_token(dense, context) / flops_per_token(pruned, context)
 
 
-def summary(shape: ModelShape, context: float = DEFAULT_CONTEXT) -> dict:
+def summary(shape: ModelShape | nn.Module, context: float = DEFAULT_CONTEXT) -> dict:
     """Parameter count and FLOPs per token, the facts `eval --json` prints for any model."""
+    block, _, facts = _matmul_weights(shape)
     parts = flops_breakdown(shape, context)
     return {
-        "params": shape.total_params,
-        "block_weights": shape.block_weights,
+        "params": facts.total_params,
+        "block_weights": block,
         "flops_per_token": parts["total"],
         "flops_context": context,
         "flops_breakdown": {k: v for k, v in parts.items() if k not in ("total", "context")},

@@ -38,7 +38,6 @@ import torch
 
 from nirvana.errors import InvalidInput, OutOfMemory
 from nirvana.measure.flops import phase_flops
-from nirvana.models.shapes import ModelShape
 from nirvana.models.weights import input_device
 from nirvana.progress import Progress
 
@@ -370,11 +369,12 @@ def measure_speed(model, **kwargs) -> dict:
     return measure_speeds({"model": model}, **kwargs)["model"]
 
 
-def speedup_rows(dense: dict, pruned: dict, dense_shape: ModelShape, pruned_shape: ModelShape) -> list[dict]:
+def speedup_rows(dense: dict, pruned: dict, dense_shape, pruned_shape) -> list[dict]:
     """One row per batch size: the pruned model's measured speed over the dense one's, beside the FLOPs ideal.
 
     `dense` and `pruned` are `measure_speed(s)` results taken with the same settings (ideally
-    interleaved). Ideal = dense FLOPs / pruned FLOPs of the phase (`phase_flops`); the CPU-time
+    interleaved); the shapes are the two models themselves or their `ModelShape`s. Ideal = dense
+    FLOPs / pruned FLOPs of the phase (`phase_flops`); the CPU-time
     speed-ups divide process CPU seconds instead of wall time (robust to other processes on a
     shared CPU when threads = 1).
     """

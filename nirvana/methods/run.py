@@ -175,3 +175,12 @@ def method_prune_and_measure(
     result), a plan already measured is not sliced again."""
     plan = method_plan(scores, shape or model_shape(model), sparsity, name, config)
     return plan, measure_plan(plan, lambda: apply_method_plan(model, plan, scores), measure, memo)
+
+
+def rotation_prune_and_measure(
+    model: nn.Module, batch: CalibrationBatch, measure, sparsity: float, name: str, config, *, memo=None
+):
+    """(plan, measure(rotated copy)): one sweep point of a rotating method (SliceGPT), rotated afresh on `batch`
+    (each width is its own forward pass, layer by layer), its copy freed afterwards."""
+    plan = rotation_plan(model, name, config, sparsity, batch)
+    return plan, measure_plan(plan, lambda: apply_method_plan(model, plan, batch=batch), measure, memo)

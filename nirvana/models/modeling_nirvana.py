@@ -33,6 +33,7 @@ from transformers import (
     Qwen2ForCausalLM,
     Qwen3ForCausalLM,
 )
+from transformers.modeling_layers import GradientCheckpointingLayer
 
 LAYER_PATHS = ("model.layers", "model.language_model.layers")
 
@@ -142,14 +143,15 @@ class HiddenRMSNorm(nn.Module):
         return f"mean_dim={self.mean_dim}, eps={self.eps}"
 
 
-class ShortcutDecoderLayer(nn.Module):
+class ShortcutDecoderLayer(GradientCheckpointingLayer):
     """A pre-norm decoder layer whose residual connections are real matrices.
 
     SliceGPT rotates the residual stream into a different basis before attention, between attention
     and MLP, and after the MLP, and keeps only its leading dimensions, so the skip connection of
     each half maps one basis (and width) to the next: `residual @ attn_shortcut_Q` ([attn_in, attn_out])
     and `residual @ mlp_shortcut_Q` ([mlp_in, mlp_out]). The attention and MLP modules are the
-    family's own; only their hidden sides are narrower.
+    family's own; only their hidden sides are narrower. A `GradientCheckpointingLayer`, as the
+    families' own layers are, so `gradient_checkpointing_enable()` (LoRA recovery) reaches it.
     """
 
     def __init__(self, layer: nn.Module, dims: tuple[int, int, int, int], mean_dim: int, eps: float):

@@ -214,8 +214,10 @@ def measure_plan(plan: PruningPlan, make: Callable[[], nn.Module], measure: Call
 
 
 def plan_signature(plan: PruningPlan) -> tuple:
-    """Two plans with equal signatures slice identical models (same kept units in every layer)."""
-    return tuple((tuple(lp.kept_kv_groups), tuple(lp.kept_neurons)) for lp in plan.layers)
+    """Two plans with equal signatures slice identical models (same kept units in every layer, and the same
+    hidden width: a SliceGPT plan keeps every unit and differs in its width only)."""
+    width = (plan.stats.get("slicegpt") or {}).get("hidden_kept")
+    return (width, *((tuple(lp.kept_kv_groups), tuple(lp.kept_neurons)) for lp in plan.layers))
 
 
 def planned_shape(shape: ModelShape, plan: PruningPlan) -> ModelShape:

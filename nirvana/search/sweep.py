@@ -7,7 +7,10 @@ serves every point. The dense model is measured once as the reference point (spa
 `method` (a `nirvana.methods` name) sweeps a baseline the same way from its own scores: its
 allocation and compensation (FLAP's biases) at each sparsity
 (`nirvana.methods.run.method_prune_and_measure`). Gamma does not apply to a baseline, so its sweep
-has no gamma axis.
+has no gamma axis. A rotating method (SliceGPT) has no scores: it is rotated afresh on the
+calibration `batch` at each sparsity (`rotation_prune_and_measure`, one forward pass a point).
+The ideal speed-up of a point is read from the pruned copy's own module widths
+(`nirvana.measure.flops`), so a sliced residual stream counts.
 """
 
 from __future__ import annotations
@@ -18,16 +21,17 @@ from functools import partial
 from nirvana.accuracy.harness import run_accuracy
 from nirvana.checkpoints.loading import load_model
 from nirvana.cluster.ray_tasks import run_tasks
+from nirvana.errors import InvalidInput
 from nirvana.measure.flops import ideal_speedup
 from nirvana.measure.kl import DenseReference, kl_to_dense
 from nirvana.measure.perplexity import perplexity
 from nirvana.measure.speed import measure_speed
-from nirvana.methods import method_config
-from nirvana.methods.run import method_prune_and_measure
+from nirvana.methods import get_method, method_config
+from nirvana.methods.run import method_prune_and_measure, rotation_prune_and_measure
 from nirvana.models.shapes import ModelShape, model_shape
 from nirvana.progress import sub_progress
 from nirvana.pruning.allocation import Allocation
-from nirvana.pruning.slicing import planned_shape, prune_and_measure
+from nirvana.pruning.slicing import prune_and_measure
 from nirvana.search.calibration import AnchorSpec, anchor_batch
 
 QUALITY = {
@@ -77,8 +81,11 @@ def sweep_points(settings: SweepSettings) -> list[tuple[str, Allocation]]:
     return points
 
 
-def run_sweep(lm, scores, settings: SweepSettings, progress=None, cluster=None, on_row=None) -> list[dict]:
+def run_sweep(lm, scores, settings: SweepSettings, progress=None, cluster=None, on_row=None, batch=None) -> list[dict]:
     """Measure every point of `sweep_points(settings)`; returns one row (a dict) per point, in order.
+
+    `scores`: the method's unit scores; a rotating method (SliceGPT) takes `scores=None` and the
+    calibration `batch` it rotates on at each point.
 
     `cluster` (a `nirvana.cluster.ray_tasks.Cluster`): each point is a Ray task; the workers load
     the model by its name (`lm.name`) and get the scores through Ray's object store (shipped once
@@ -86,8 +93,8 @@ def run_sweep(lm, scores, settings: SweepSettings, progress=None, cluster=None, 
     `on_row(rows)` is called with the rows measured so far (in point order) each time one arrives.
     """
     if cluster is not None:
-        return _run_on_cluster(lm, scores, settings, cluster, progress, on_row)
-    point = SweepPoint(lm, scores, settings)
+        return _run_on_cluster(lm, scores, settings, cluster, progress, on_row, batch)
+    point = SweepPoint(lm, scores, settings, batch)
     rows = []
     for i, (axis, allocation) in enumerate(point.points):
         step = sub_progress(
@@ -111,8 +118,13 @@ class PointJob:
 class SweepPoint:
     """What every point shares (shape, dense KL reference, method config) and how one point is measured."""
 
-    def __init__(self, lm, scores, settings: SweepSettings):
-        self.lm, self.scores, self.settings = lm, scores, settings
+    def __init__(self, lm, scores, settings: SweepSettings, batch=None):
+        self.lm, self.scores, self.settings, self.batch = lm, scores, settings, batch
+        self.rotates = get_method(settings.method).rotation is not None
+        if self.rotates and batch is None:
+            raise InvalidInput(
+                f"method {settings.method!r} rotates on calibration data: a sweep of it needs the batch."
+            )
         self.shape: ModelShape = model_shape(lm.model)
         self.points = sweep_points(replace(settings, allocation=settings.allocation.resolve(self.shape)))
         self.reference = None
@@ -127,16 +139,21 @@ class SweepPoint:
 
         def measure(model):
             quality = _quality(lm, model, settings, self.reference, step)
-            return quality, (_decode_speed(model, settings, step) if settings.speed else None)
+            decode = _decode_speed(model, settings, step) if settings.speed else None
+            return quality, decode, ideal_speedup(lm.model, model)  # FLOPs of the copy's own widths
 
         if axis == "dense":
-            plan, (quality, decode) = None, measure(lm.model)
+            plan, (quality, decode, ideal) = None, measure(lm.model)
         elif settings.method == "nirvana":
-            plan, (quality, decode) = prune_and_measure(
+            plan, (quality, decode, ideal) = prune_and_measure(
                 lm.model, self.scores, measure, allocation, shape=shape, memo=self.memo
             )
+        elif self.rotates:
+            plan, (quality, decode, ideal) = rotation_prune_and_measure(
+                lm.model, self.batch, measure, allocation.sparsity, settings.method, self.config, memo=self.memo
+            )
         else:
-            plan, (quality, decode) = method_prune_and_measure(
+            plan, (quality, decode, ideal) = method_prune_and_measure(
                 lm.model, self.scores, measure, allocation.sparsity, settings.method, self.config, shape=shape,
                 memo=self.memo,
             )  # fmt: skip
@@ -149,24 +166,24 @@ class SweepPoint:
             "params": shape.total_params if plan is None else plan.stats["params_after"],
             "quality": quality,
             "decode_tokens_per_s": decode,
-            "ideal_speedup": 1.0 if plan is None else ideal_speedup(shape, planned_shape(shape, plan)),
+            "ideal_speedup": ideal,
         }
 
     def run(self, job: PointJob) -> dict:
         return self.measure(job.axis, job.allocation)
 
 
-def point_worker(model: str, dtype: str, scores, settings: SweepSettings) -> SweepPoint:
+def point_worker(model: str, dtype: str, scores, settings: SweepSettings, batch=None) -> SweepPoint:
     """A sweep's worker inside a Ray worker process: the model loaded by name on this node's CPU/GPU."""
-    return SweepPoint(load_model(model, dtype=dtype), scores, settings)
+    return SweepPoint(load_model(model, dtype=dtype), scores, settings, batch)
 
 
-def _run_on_cluster(lm, scores, settings: SweepSettings, cluster, progress, on_row) -> list[dict]:
+def _run_on_cluster(lm, scores, settings: SweepSettings, cluster, progress, on_row, batch=None) -> list[dict]:
     shape = model_shape(lm.model)
     points = sweep_points(replace(settings, allocation=settings.allocation.resolve(shape)))
     jobs = [PointJob(i, axis, allocation) for i, (axis, allocation) in enumerate(points)]
     dtype = str(next(lm.model.parameters()).dtype).removeprefix("torch.")
-    factory = partial(point_worker, lm.name, dtype, scores, settings)
+    factory = partial(point_worker, lm.name, dtype, scores, settings, batch)
     found: dict[int, dict] = {}
     label = lambda job: f"{job.axis} {job.allocation.sparsity:g}"
     for n, done in enumerate(run_tasks(cluster, factory, jobs, label=label, log=lambda message: None)):

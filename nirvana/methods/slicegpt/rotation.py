@@ -156,6 +156,15 @@ def _run(layer: ShortcutDecoderLayer, inputs: list[torch.Tensor], kwargs: list[d
     return mids, outs
 
 
+def check_pca_tokens(samples: int, seq_len: int, hidden: int) -> None:
+    """The covariance of a D-wide stream needs at least D tokens to have full rank."""
+    if samples * seq_len < hidden:
+        raise InvalidInput(
+            f"slicegpt's PCA needs at least as many calibration tokens as hidden dimensions: {samples} x {seq_len} = "
+            f"{samples * seq_len} < {hidden}. Use more samples or longer sequences."
+        )
+
+
 def _variance_kept(values: torch.Tensor, width: int) -> float:
     values = values.clamp(min=0)
     return float(values[:width].sum() / values.sum()) if values.sum() > 0 else 1.0
@@ -170,25 +179,26 @@ def rotate_and_slice(
     *,
     micro_batch: int = 0,
     progress: Progress = None,
+    eigenvalues: dict | None = None,
 ) -> dict:
     """Rotate and slice `model` in place to `dims`; returns the PCA spectra (fraction of variance kept).
 
     `input_ids: [N, T]`, the calibration batch; N T must be at least D (the covariance needs rank).
+    `eigenvalues`, when given, receives each PCA's whole spectrum (descending, undamped):
+    `{"embedding": [...], "attention": [[...] per layer], "mlp": [[...] per layer]}`.
     """
     cfg = text_config(model.config)
-    hidden = cfg.hidden_size
     n, t = input_ids.shape
-    if n * t < hidden:
-        raise InvalidInput(
-            f"slicegpt's PCA needs at least as many calibration tokens as hidden dimensions: {n} x {t} = {n * t} "
-            f"< {hidden}. Use more samples or longer sequences."
-        )
+    check_pca_tokens(n, t, cfg.hidden_size)
     arch = get_architecture(model)
     model.eval()
     eps = fold_norms(model)
     captured = layer0_inputs(model, input_ids, micro_batch or n)
     inputs, kwargs = [x for x, _ in captured], [kw for _, kw in captured]
+    record = eigenvalues if eigenvalues is not None else {}
+    record.update(embedding=[], attention=[], mlp=[])
     values, q = pca(inputs, config.damp)
+    record["embedding"] = values.tolist()
     spectra = {"embedding": _variance_kept(values, dims.embedding), "attention": [], "mlp": []}
     embed = model.get_input_embeddings()
     rotated = (embed.weight.detach().double() @ q)[:, : dims.embedding]
@@ -209,6 +219,7 @@ def rotate_and_slice(
         layer.attn_shortcut_Q = nn.Parameter(shortcut.to(device=dev, dtype=dtype))
         mids, _ = _run(layer, inputs, kwargs)
         values, q = pca(mids, config.damp)
+        record["attention"].append(values.tolist())
         spectra["attention"].append(_variance_kept(values, attn_out))
         layer.attn_shortcut_Q = nn.Parameter((shortcut @ q[:, :attn_out]).to(device=dev, dtype=dtype))
         o = getattr(attn, arch.o_proj)
@@ -221,6 +232,7 @@ def rotate_and_slice(
         layer.mlp_shortcut_Q = nn.Parameter(shortcut.to(device=dev, dtype=dtype))
         _, outs = _run(layer, inputs, kwargs)
         values, q = pca(outs, config.damp)
+        record["mlp"].append(values.tolist())
         spectra["mlp"].append(_variance_kept(values, mlp_out))
         layer.mlp_shortcut_Q = nn.Parameter((shortcut @ q)[:, :mlp_out].to(device=dev, dtype=dtype))
         down = getattr(mlp, arch.down_proj)

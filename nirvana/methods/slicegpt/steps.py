@@ -14,7 +14,7 @@ from nirvana.data.calibration import CalibrationBatch
 from nirvana.errors import InvalidInput, PlanMismatch
 from nirvana.methods.slicegpt.budget import dims_for
 from nirvana.methods.slicegpt.config import SliceGPTConfig, check_rotatable
-from nirvana.methods.slicegpt.rotation import rotate_and_slice
+from nirvana.methods.slicegpt.rotation import check_pca_tokens, rotate_and_slice
 from nirvana.models.fingerprint import model_fingerprint
 from nirvana.models.shapes import model_shape
 from nirvana.progress import Progress
@@ -27,6 +27,8 @@ def plan_slicegpt(model: nn.Module, sparsity: float, config: SliceGPTConfig, cal
     """The plan for a target block sparsity (or `config.slicing`): every unit kept, the width in its stats."""
     shape = model_shape(model)
     check_rotatable(model, shape)
+    if calibration is not None:
+        check_pca_tokens(calibration["samples"], calibration["seq_len"], shape.hidden_size)
     _, stats = dims_for(model, sparsity, config)
     gamma = default_gamma(shape)
     settings = PlanSettings(
