@@ -79,6 +79,29 @@ def test_recover_tab_trains_the_pruned_copy_and_saves(app, tmp_path):
     assert json.loads((Path(tmp_path) / "rec" / "recovery.json").read_text())["steps_done"] == 3
 
 
+def test_recover_tab_distills_from_the_dense_model_and_draws_both_parts(app):
+    page_tests.apply_a_plan(app, 0.3)
+    _set(app, rec_steps=3, rec_batch=2, rec_lr=0.01, rec_r=2)
+    app.selectbox(key="rec_seq_len").set_value(16).run()
+    app.selectbox(key="rec_data").set_value("calibration").run()
+    app.selectbox(key="rec_loss").set_value("mix").run()
+    assert any("Teacher: the dense" in i.value for i in app.info)
+    app.button(key="rec_start").click().run()
+    _wait(app, lambda a: _job(a) is not None and _job(a).status == "done")
+    page_tests.no_errors(app)
+    result = _job(app).result
+    assert result.complete and result.config.loss == "mix" and set(result.train_parts[-1][1]) == {"lm", "kd"}
+    assert len(result.heldout_kl) >= 2 and result.teacher
+    names = [t["name"] for t in _curve(app)[0]["data"]]
+    assert names == [
+        "training loss",
+        "held-out loss",
+        "next-token part",
+        "distillation part (KL to the teacher)",
+        "held-out KL to the teacher",
+    ]
+
+
 def test_stop_keeps_the_last_whole_step(app):
     page_tests.apply_a_plan(app, 0.3)
     _set(app, rec_steps=400, rec_batch=2, rec_lr=0.001, rec_r=2)

@@ -43,6 +43,12 @@ DATA_CHOICES = {
     "pydoc": "Python docs shipped with CPython",
 }
 STATE_KEY = "recovery_job"
+LOSS_CHOICES = {
+    "lm": "next-token loss (the reference recipe)",
+    "kd": "distillation: KL to the dense model",
+    "mix": "both, weighted",
+}
+TRAIN_CHOICES = {"lora": "LoRA adapters (merged back)", "full": "full fine-tuning of the decoder layers"}
 
 
 @dataclass
@@ -66,10 +72,14 @@ class RecoveryJob:
         return self.thread is not None and self.thread.is_alive()
 
 
-def start(pruned_model, tokenizer, plan_key: str, config: RecoveryConfig, data_source: str) -> RecoveryJob:
-    """Tokenize the data and train a copy of `pruned_model` in a thread; return the job at once."""
+def start(
+    pruned_model, tokenizer, plan_key: str, config: RecoveryConfig, data_source: str, teacher=None, teacher_name=None
+) -> RecoveryJob:
+    """Tokenize the data and train a copy of `pruned_model` in a thread; return the job at once. `teacher`:
+    the session's dense model (never trained, only read under no_grad), for a distillation loss."""
 
-    target_module_names(pruned_model, config)  # a bad r fails here, in the page, not in the thread
+    if config.train == "lora":
+        target_module_names(pruned_model, config)  # a bad r fails here, in the page, not in the thread
     job = RecoveryJob(plan_key, config, data_source)
 
     def log(message: str) -> None:
@@ -87,6 +97,8 @@ def start(pruned_model, tokenizer, plan_key: str, config: RecoveryConfig, data_s
                     progress=job.steps.append,
                     log=log,
                     should_stop=job.stop,
+                    teacher=teacher,
+                    teacher_name=teacher_name,
                 )
             job.status, job.message = "done", job.result.message
         except BaseException as exc:  # shown in the page; the thread must not die silently
@@ -118,7 +130,16 @@ def loss_chart(steps: list[RecoveryStep], title: str = "Recovery loss") -> go.Fi
     if held:
         x, y = [s for s, _ in held], [v for _, v in held]
         fig.add_scatter(x=x, y=y, mode="lines+markers", name="held-out loss")
-    fig.update_layout(title=title, xaxis_title="optimizer step", yaxis_title="loss", height=340)
+    for part, name in (("lm", "next-token part"), ("kd", "distillation part (KL to the teacher)")):
+        values = [(s.step, s.parts[part]) for s in steps if s.parts and part in s.parts and len(s.parts) > 1]
+        if values:
+            fig.add_scatter(x=[s for s, _ in values], y=[v for _, v in values], mode="lines", name=name)
+    kl = [(s.step, s.heldout_kl) for s in steps if s.heldout_kl is not None]
+    if kl:
+        fig.add_scatter(
+            x=[s for s, _ in kl], y=[v for _, v in kl], mode="lines+markers", name="held-out KL to the teacher"
+        )
+    fig.update_layout(title=title, xaxis_title="optimizer step", yaxis_title="loss (nats)", height=340)
     return fig
 
 
@@ -135,6 +156,11 @@ def settings_form(on_cpu: bool) -> tuple[RecoveryConfig, str]:
     alpha = c[1].number_input("LoRA alpha", 1.0, 1024.0, d.alpha, key="rec_alpha")
     dropout = c[2].number_input("LoRA dropout", 0.0, 0.9, d.dropout, step=0.01, key="rec_dropout")
     data = c[3].selectbox("Training data", list(DATA_CHOICES), format_func=DATA_CHOICES.get, key="rec_data")
+    c = st.columns(4)
+    loss = c[0].selectbox("Objective", list(LOSS_CHOICES), format_func=LOSS_CHOICES.get, key="rec_loss")
+    temperature = c[1].number_input("Temperature", 0.1, 20.0, d.temperature, step=0.5, key="rec_temperature")
+    weight = c[2].number_input("Distillation weight (mix)", 0.0, 1.0, d.kd_weight, step=0.05, key="rec_kd_weight")
+    train = c[3].selectbox("What is trained", list(TRAIN_CHOICES), format_func=TRAIN_CHOICES.get, key="rec_train")
     micro = min(int(batch), d.micro_batch_size)
     while int(batch) % micro:
         micro -= 1
@@ -148,6 +174,10 @@ def settings_form(on_cpu: bool) -> tuple[RecoveryConfig, str]:
         seq_len=int(seq_len),
         steps=int(steps),
         eval_every=max(1, int(steps) // 8),
+        loss=loss,
+        temperature=float(temperature),
+        kd_weight=float(weight),
+        train=train,
     )
     return config, data
 
@@ -170,11 +200,19 @@ def render(lm, pruned: dict) -> None:
         f"({'measured in this session' if state.get('recovery_rate') else 'from the speed measured on a 2-core CPU'})"
         ", plus held-out evaluations. LoRA adapters and optimizer state are fp32."
     )
+    if config.loss != "lm":
+        st.info(
+            f"Teacher: the dense **{lm.name}** loaded on the Model page (the model this one was pruned from), read "
+            "under no_grad for every micro-batch: training costs one more forward pass per step, and its held-out "
+            "KL to the student is drawn beside the losses.",
+            icon=":material/school:",
+        )
     row = st.columns([1, 1, 3])
     if job is None or not job.running:
         if row[0].button("Start recovery", type="primary", key="rec_start"):
             with guard("starting the recovery") as g:
-                job = start(pruned["model"], lm.tokenizer, pruned["plan_key"], config, data)
+                teacher = lm.model if config.loss != "lm" else None
+                job = start(pruned["model"], lm.tokenizer, pruned["plan_key"], config, data, teacher, lm.name)
             if not g.failed:
                 state.put(STATE_KEY, job)
                 state.clear("recovered")

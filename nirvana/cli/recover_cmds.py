@@ -1,16 +1,27 @@
-"""`recover`: LoRA fine-tuning of a pruned (or dense) model, merged back and saved as a pruned folder."""
+"""`recover`: LoRA fine-tuning of a pruned (or dense) model, merged back and saved as a pruned folder.
+
+    python -m nirvana recover --model p20 --steps 16 --out p20r                 # next-token loss, LoRA
+    python -m nirvana recover --model p20 --loss kd --steps 16 --out p20kd      # distilled from the dense model
+    python -m nirvana recover --model p20 --loss kd --train full --out p20full  # the weights themselves
+
+The teacher of `--loss kd|mix` is the dense model the folder was pruned from (its report names it;
+its plan's fingerprint must match, so load it with the prune's --dtype), or `--teacher`.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
 import torch
 
+from nirvana.checkpoints.loading import load_model
 from nirvana.cli.common import add_model_args, hold_device, load_from_args, print_json, record_command, stderr_progress
 from nirvana.errors import InvalidInput
-from nirvana.recovery.config import DEFAULT_STEPS, PROJECTIONS, RecoveryConfig
+from nirvana.recovery.config import DEFAULT_STEPS, LOSSES, PROJECTIONS, TRAIN, RecoveryConfig
 from nirvana.recovery.data import load_documents
+from nirvana.recovery.distill import check_teacher
 from nirvana.recovery.run import recover_and_save
 from nirvana.recovery.save import base_report
 
@@ -72,6 +83,18 @@ def register(sub) -> None:
     p.add_argument("--tokens", type=int, default=None, help="the budget in training tokens instead of steps")
     add_recovery_args(p)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    d = RecoveryConfig()
+    g = p.add_argument_group("objective (distillation from the dense model)")
+    g.add_argument("--loss", default=d.loss, help=f"{', '.join(LOSSES)}: next-token, KL to the teacher, or both")
+    g.add_argument("--temperature", type=float, default=d.temperature, help="distillation temperature (default 1)")
+    g.add_argument("--kd-weight", type=float, default=d.kd_weight, help="--loss mix: w * kd + (1 - w) * lm (0.5)")
+    g.add_argument("--train", default=d.train, help=f"{', '.join(TRAIN)}: LoRA adapters merged back, or the weights")
+    g.add_argument("--teacher", default=None, help="the dense model to distill from (default: the one pruned)")
+    g.add_argument(
+        "--teacher-dtype",
+        default=None,
+        help="the teacher's dtype (default: --dtype; in another dtype it is not checked against the plan)",
+    )
     p.add_argument("--save-adapter", action="store_true", help="also write the adapter alone (peft format)")
     p.add_argument("--out", required=True, help="output folder: model/, plan.json, recovery.json, report.json")
     p.set_defaults(func=cmd_recover)
@@ -80,6 +103,12 @@ def register(sub) -> None:
 def cmd_recover(args) -> int:
 
     config = config_from_args(args, args.steps, args.tokens)
+    config = dataclasses.replace(
+        config, loss=args.loss, temperature=args.temperature, kd_weight=args.kd_weight, train=args.train
+    )
+    if args.save_adapter and config.train != "lora":
+        raise InvalidInput("--save-adapter writes LoRA adapters; with --train full there are none: drop it.")
+    teacher_name = teacher_reference(args, config)  # before any model loads: a student with no known teacher
     out = check_out(args.out)
     if args.threads is not None:
         set_threads(args.threads)
@@ -87,6 +116,12 @@ def cmd_recover(args) -> int:
     with hold_device(args, "recover"):
         start = time.perf_counter()
         lm = load_from_args(args)
+        teacher = None
+        if teacher_name is not None:
+            teacher = load_model(
+                teacher_name, dtype=args.teacher_dtype or args.dtype, device=args.device, progress=stderr_progress
+            ).model
+            check_teacher(teacher, lm.model, lm.plan, verify=args.teacher_dtype in (None, args.dtype))
         load_seconds = time.perf_counter() - start
         summary = recover_and_save(
             lm.model,
@@ -98,6 +133,8 @@ def cmd_recover(args) -> int:
             base_report=base_report(args.model),
             base_model=args.model,
             adapter=args.save_adapter,
+            teacher=teacher,
+            teacher_name=teacher_name,
             **cli_progress(),
         )
     summary["load_seconds"] = round(load_seconds, 2)
@@ -105,6 +142,21 @@ def cmd_recover(args) -> int:
     record_command("recover", args, metrics=summary, summary={k: summary[k] for k in ("status", "steps_done", "out")})
     print_json(summary)
     return 0
+
+
+def teacher_reference(args, config: RecoveryConfig) -> str | None:
+    """The teacher to load: --teacher, else the dense model the pruned folder's report names; None for lm loss."""
+    if config.loss == "lm":
+        return args.teacher
+    if args.teacher:
+        return args.teacher
+    report = base_report(args.model) or {}
+    if not report.get("model"):
+        raise InvalidInput(
+            f"--loss {config.loss} distills from the dense model, and {args.model!r} does not say which it came from "
+            "(no report.json naming it): pass --teacher <model id or folder>."
+        )
+    return str(report["model"])
 
 
 def cli_progress() -> dict:

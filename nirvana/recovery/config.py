@@ -13,6 +13,8 @@ from dataclasses import asdict, dataclass, fields
 
 from nirvana.errors import InvalidInput
 
+LOSSES = ("lm", "kd", "mix")  # next-token loss, distillation from the dense model, or a mix (recovery.distill)
+TRAIN = ("lora", "full")  # LoRA adapters merged back, or every decoder-layer weight
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 # Above this a LoRA learning rate diverges within a few steps on every model we tried; it is
 # almost always a typo (1 instead of 1e-4).
@@ -49,6 +51,10 @@ class RecoveryConfig:
     eval_every: int = 10  # held-out loss every k optimizer steps (0 = only before and after)
     eval_sequences: int = 8  # held-out sequences of seq_len tokens
     gradient_checkpointing: bool = False
+    loss: str = "lm"  # LOSSES: "kd" and "mix" need the teacher (the dense model)
+    temperature: float = 1.0  # distillation temperature tau (kd, mix)
+    kd_weight: float = 0.5  # mix: w * kd + (1 - w) * lm
+    train: str = "lora"  # TRAIN: "full" trains the sliced weights themselves (r, alpha, dropout unused)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "target_modules", tuple(self.target_modules))
@@ -88,6 +94,19 @@ class RecoveryConfig:
         _int(self, "eval_sequences", 1, 4096)
         if not isinstance(self.gradient_checkpointing, bool):
             raise InvalidInput(f"gradient_checkpointing must be true or false, got {self.gradient_checkpointing!r}.")
+        if self.loss not in LOSSES:
+            raise InvalidInput(
+                f"unknown recovery loss {self.loss!r}; accepted: lm (next-token), kd (distillation from the dense "
+                "model), mix (both, weighted by kd_weight)."
+            )
+        t = self.temperature
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or not 0 < t <= 100:
+            raise InvalidInput(f"temperature must be a number in (0, 100] (1 by default), got {t!r}.")
+        _num(self, "kd_weight", 0.0, 1.0)
+        if self.train not in TRAIN:
+            raise InvalidInput(
+                f"unknown train mode {self.train!r}; accepted: lora (adapters, merged back), full (the weights)."
+            )
 
     @property
     def tokens_per_step(self) -> int:

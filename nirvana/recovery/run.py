@@ -40,8 +40,11 @@ def run_recovery(
     log: Log = None,
     should_stop: StopFlag = None,
     inplace: bool = False,
+    teacher: nn.Module | None = None,
+    teacher_name: str | None = None,
 ) -> RecoveryResult:
     """Check `config.r` against every layer's width, tokenize `documents` to the budget, train and merge.
+    `teacher` (checked with `distill.check_teacher` by the caller): the dense model `config.loss` distills from.
 
     `progress` gets every `RecoveryStep`; `log` the data lines (notes, origin, tokens);
     `should_stop` (a `threading.Event` or a callable) is polled between micro-batches and keeps
@@ -49,14 +52,27 @@ def run_recovery(
     kept on the result (for an adapter-only save). A diverged run comes back with status "nan".
     """
     say = log or (lambda message: None)
-    target_module_names(model, config)  # a bad r fails before tokenizing
+    if config.train == "lora":
+        target_module_names(model, config)  # a bad r fails before tokenizing
     docs, info = load_documents(documents) if isinstance(documents, str) else documents
     say("tokenizing the training data")
     data = data_for(config, tokenizer, docs, info)
     for note in data.info.get("notes", []):
         say(f"NOTE: {note}")
     say(f"training data: {data.info['origin']} ({data.info['kind']}, {data.info['train_tokens']} tokens)")
-    return recover(model, data, config, progress=progress, should_stop=should_stop, inplace=inplace, keep_adapter=True)
+    if teacher is not None:
+        say(f"teacher: {teacher_name or 'the dense model'} (loss {config.loss}, temperature {config.temperature:g})")
+    return recover(
+        model,
+        data,
+        config,
+        progress=progress,
+        should_stop=should_stop,
+        inplace=inplace,
+        keep_adapter=config.train == "lora",
+        teacher=teacher,
+        teacher_name=teacher_name,
+    )
 
 
 def recover_and_save(
@@ -74,13 +90,24 @@ def recover_and_save(
     log: Log = None,
     should_stop: StopFlag = None,
     inplace: bool = False,
+    teacher: nn.Module | None = None,
+    teacher_name: str | None = None,
 ) -> dict:
     """`run_recovery`, then the folder `save_recovered` writes; returns `saved_summary`.
 
     A diverged run raises `TrainingDiverged` and a stopped one `InvalidInput`: nothing is saved.
     """
     result = run_recovery(
-        model, tokenizer, config, documents, progress=progress, log=log, should_stop=should_stop, inplace=inplace
+        model,
+        tokenizer,
+        config,
+        documents,
+        progress=progress,
+        log=log,
+        should_stop=should_stop,
+        inplace=inplace,
+        teacher=teacher,
+        teacher_name=teacher_name,
     )
     if result.status == "nan":
         raise TrainingDiverged(result.message + " Nothing was saved.")
@@ -95,6 +122,10 @@ def brief_summary(result: RecoveryResult) -> dict:
     return {k: s[k] for k in _BRIEF} | {
         "heldout_loss_before": s["heldout_before"],
         "heldout_loss_after": s["heldout_after"],
+        "loss": s["config"]["loss"],
+        "train": s["config"]["train"],
+        "heldout_kl_before": s["heldout_kl_before"],
+        "heldout_kl_after": s["heldout_kl_after"],
         "data": s["data"].get("origin"),
         "peak_rss_mb": s["peak_rss_mb"],
         "threads": s["threads"],

@@ -5,6 +5,12 @@ adapters and the optimizer state are fp32 even on a bf16/fp16 base (peft's
 `autocast_adapter_dtype`), which is what keeps half-precision LoRA from turning to NaN. After
 the budget (or a stop, or a NaN) the adapters of the last good step are merged into the base
 weights: the result is again a plain model of the same per-layer widths.
+
+`config.train = "full"` trains every parameter of the decoder layers instead (the sliced
+projections, norms, SliceGPT's shortcuts; embeddings and LM head stay as they are, so a tied
+head stays tied), in the model's dtype. `config.loss` chooses the objective
+(`nirvana.recovery.distill`): next-token loss, distillation from the dense `teacher`, or a mix;
+with a teacher the held-out KL to it is recorded beside the held-out loss.
 """
 
 from __future__ import annotations
@@ -22,11 +28,12 @@ import torch
 import torch.nn as nn
 
 from nirvana.errors import InvalidInput
-from nirvana.models.architectures import layer_projections
+from nirvana.models.architectures import decoder_layers, layer_projections
 from nirvana.models.weights import input_device
 from nirvana.pruning.slicing import update_config
 from nirvana.recovery.config import RecoveryConfig
 from nirvana.recovery.data import RecoveryData
+from nirvana.recovery.distill import Objective, heldout_kl
 
 
 @dataclass(frozen=True)
@@ -41,6 +48,8 @@ class RecoveryStep:
     tokens_per_second: float
     seconds: float
     seconds_left: float
+    parts: dict | None = None  # the loss's parts this step ({"lm": .., "kd": ..})
+    heldout_kl: float | None = None  # held-out KL to the teacher, on evaluation steps with one
 
     @property
     def fraction(self) -> float:
@@ -51,8 +60,12 @@ class RecoveryStep:
         parts = [f"step {self.step}/{self.total_steps}"]
         if self.loss is not None:
             parts.append(f"loss {self.loss:.4f}")
+        if self.parts and len(self.parts) > 1:
+            parts.append(" ".join(f"{k} {v:.4f}" for k, v in self.parts.items()))
         if self.heldout_loss is not None:
             parts.append(f"held-out {self.heldout_loss:.4f}")
+        if self.heldout_kl is not None:
+            parts.append(f"KL to teacher {self.heldout_kl:.4f}")
         parts.append(f"{self.tokens_per_second:.0f} tok/s, {self.seconds_left:.0f} s left")
         return ", ".join(parts)
 
@@ -75,6 +88,9 @@ class RecoveryResult:
     peak_rss_mb: float = 0.0
     adapter_state: dict | None = None  # fp32 LoRA tensors in peft's naming, for an adapter-only save
     lora_config: object | None = None  # the peft LoraConfig
+    train_parts: list[tuple[int, dict]] = field(default_factory=list)  # (step, {"lm": .., "kd": ..})
+    heldout_kl: list[tuple[int, float]] = field(default_factory=list)  # (step, KL to the teacher)
+    teacher: str | None = None  # what the teacher was (its reference), when distilling
 
     @property
     def complete(self) -> bool:
@@ -101,6 +117,11 @@ class RecoveryResult:
             "heldout_after": self.heldout_loss[-1][1] if self.heldout_loss else None,
             "train_loss": [[s, round(v, 5)] for s, v in self.train_loss],
             "heldout_loss": [[s, round(v, 5)] for s, v in self.heldout_loss],
+            "heldout_kl_before": self.heldout_kl[0][1] if self.heldout_kl else None,
+            "heldout_kl_after": self.heldout_kl[-1][1] if self.heldout_kl else None,
+            "heldout_kl": [[s, round(v, 6)] for s, v in self.heldout_kl],
+            "train_parts": [[s, {k: round(v, 5) for k, v in p.items()}] for s, p in self.train_parts],
+            "teacher": self.teacher,
             "peak_rss_mb": round(self.peak_rss_mb, 1),
             "torch": torch.__version__,
             "peft": _peft_version(),
@@ -148,8 +169,14 @@ def recover(
     should_stop: StopFlag = None,
     inplace: bool = False,
     keep_adapter: bool = False,
+    teacher: nn.Module | None = None,
+    teacher_name: str | None = None,
 ) -> RecoveryResult:
-    """Train LoRA adapters on `data` for the config's budget, then merge them into the weights.
+    """Train LoRA adapters on `data` for the config's budget, then merge them into the weights
+    (or, with `config.train == "full"`, the decoder layers' own weights).
+
+    `teacher`: the dense model to distill from (`config.loss` "kd" or "mix"; checked by the caller
+    with `distill.check_teacher`), never trained; `teacher_name` is recorded with the run.
 
     The input model is left untouched unless `inplace=True` (a copy is trained). `should_stop()`
     is polled between micro-batches; a stop keeps the state of the last whole step. A non-finite
@@ -176,7 +203,9 @@ def recover(
         raise InvalidInput(
             f"the data holds {data.train.shape[0]} training windows, fewer than one batch of {config.batch_size}."
         )
-    targets = target_module_names(model, config)
+    objective = Objective(config.loss, teacher, config.temperature, config.kd_weight)
+    lora = config.train == "lora"
+    targets = target_module_names(model, config) if lora else None
     if not inplace:
         model = copy.deepcopy(model)
     device = input_device(model)
@@ -196,22 +225,30 @@ def recover(
     if config.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.enable_input_require_grads()
-    with warnings.catch_warnings():  # peft 0.21 calls transformers' deprecated is_gradient_checkpointing
-        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
-        peft_model = get_peft_model(model, lora_config, autocast_adapter_dtype=True)  # adapters in fp32
-    lora_params = [p for p in peft_model.parameters() if p.requires_grad]
-    for p in lora_params:  # peft keeps fp32 adapters on a half base; make it explicit on every path
-        p.data = p.data.float()
+    if lora:
+        with warnings.catch_warnings():  # peft 0.21 calls transformers' deprecated is_gradient_checkpointing
+            warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+            peft_model = get_peft_model(model, lora_config, autocast_adapter_dtype=True)  # adapters in fp32
+        lora_params = [p for p in peft_model.parameters() if p.requires_grad]
+        for p in lora_params:  # peft keeps fp32 adapters on a half base; make it explicit on every path
+            p.data = p.data.float()
+    else:  # full fine-tuning: the decoder layers' weights themselves, in the model's dtype
+        peft_model, lora_config = model, None
+        lora_params = [p for layer in decoder_layers(model) for p in layer.parameters()]
+        for p in lora_params:
+            p.requires_grad_(True)
     optimizer = torch.optim.AdamW(lora_params, lr=config.lr, weight_decay=config.weight_decay)
     last_good = [p.detach().clone() for p in lora_params]
 
     train_loss: list[tuple[int, float]] = []
+    train_parts: list[tuple[int, dict]] = []
     heldout_loss: list[tuple[int, float]] = []
+    kl_record: list[tuple[int, float]] = []
     status, message = "complete", f"trained {total} steps"
     train_seconds, step = 0.0, 0
     eval_seconds = 0.0
 
-    def report(loss, held):
+    def report(loss, held, parts=None):
         done_rate = train_seconds / step if step else 0.0
         evals_left = (total - step) // config.eval_every if config.eval_every else 0
         per_eval = eval_seconds / max(1, len(heldout_loss))
@@ -228,6 +265,8 @@ def recover(
                     tokens / train_seconds if train_seconds else 0.0,
                     time.perf_counter() - start,
                     left,
+                    parts,
+                    kl_record[-1][1] if held is not None and kl_record else None,
                 )
             )
 
@@ -235,8 +274,10 @@ def recover(
         nonlocal eval_seconds
         t = time.perf_counter()
         value = heldout(peft_model, data.heldout, config.micro_batch_size, device)
-        eval_seconds += time.perf_counter() - t
         heldout_loss.append((step, value))
+        if teacher is not None:
+            kl_record.append((step, heldout_kl(peft_model, teacher, data.heldout, config.micro_batch_size)))
+        eval_seconds += time.perf_counter() - t
         return value
 
     report(None, evaluate())
@@ -252,14 +293,16 @@ def recover(
             for group in optimizer.param_groups:
                 group["lr"] = lr
             batch = _batch(data.train, step, config.batch_size).to(device)  # [B, T]
-            step_loss, bad, stopped = 0.0, None, False
+            step_loss, bad, stopped, step_parts = 0.0, None, False, {}
             for chunk in batch.split(config.micro_batch_size):  # [b, T] each
-                loss = peft_model(input_ids=chunk, labels=chunk).loss.float()
+                loss, parts = objective(peft_model, chunk)
                 if not torch.isfinite(loss):
                     bad = f"the training loss became {loss.item()} at step {step + 1}"
                     break
                 (loss / micro).backward()
                 step_loss += loss.item() / micro
+                for k, v in parts.items():
+                    step_parts[k] = step_parts.get(k, 0.0) + v / micro
                 if _stop(should_stop):
                     stopped = True
                     break
@@ -288,20 +331,21 @@ def recover(
             step += 1
             train_seconds += time.perf_counter() - t
             train_loss.append((step, step_loss))
+            train_parts.append((step, step_parts))
             held = None
             if step == total or (config.eval_every and step % config.eval_every == 0):
                 held = evaluate()
-            report(step_loss, held)
+            report(step_loss, held, step_parts)
         if heldout_loss[-1][0] != step:
             report(None, evaluate())
     finally:
         peft_model.eval()
     adapter_state = None
-    if keep_adapter:
+    if keep_adapter and lora:
         from peft import get_peft_model_state_dict
 
         adapter_state = {k: v.detach().cpu().clone() for k, v in get_peft_model_state_dict(peft_model).items()}
-    merged = peft_model.merge_and_unload(progressbar=False, safe_merge=True)
+    merged = peft_model.merge_and_unload(progressbar=False, safe_merge=True) if lora else model
     if config.gradient_checkpointing:
         merged.gradient_checkpointing_disable()
     for n, p in merged.named_parameters():
@@ -323,6 +367,9 @@ def recover(
         peak_rss_mb=peak_rss_mb(),
         adapter_state=adapter_state,
         lora_config=lora_config,
+        train_parts=train_parts,
+        heldout_kl=kl_record,
+        teacher=teacher_name if teacher is not None else None,
     )
 
 
