@@ -17,17 +17,21 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 
 
-def baselines_smollm2() -> str:
+def baselines(model: str) -> str:
+    """The README summary of `bench baselines --model MODEL`, against the grid its runs planned."""
     from nirvana.bench.base import pending
-    from nirvana.bench.baselines import BASELINES, BaselinesConfig, best_gammas
+    from nirvana.bench.baselines import BASELINES, BaselinesConfig, recorded_config
     from nirvana.bench.baselines_report import readme_summary
     from nirvana.bench.rows import read_rows
 
-    config = BaselinesConfig(model="smollm2-135m", best_gamma=best_gammas("smollm2-135m", (0.2, 0.5)))
+    config = recorded_config(BaselinesConfig(model=model).csv_path, model)
     return readme_summary(read_rows(config.csv_path), config, len(pending(BASELINES, config)))
 
 
-BLOCKS = {"baselines-smollm2-135m": baselines_smollm2}
+BLOCKS = {
+    "baselines-smollm2-135m": lambda: baselines("smollm2-135m"),
+    "baselines-gemma3-270m": lambda: baselines("gemma3-270m"),
+}
 
 
 def pattern(name: str) -> re.Pattern:

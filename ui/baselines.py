@@ -10,6 +10,7 @@ which measurements are missing.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -80,13 +81,9 @@ def table(rows: list[dict], extra: list[dict]) -> pd.DataFrame:
 
 def planned(path: Path, rows: list[dict], model: str) -> tuple[int, dict[str, list[str]]]:
     """(rows the benchmark plans with its defaults, {variant: the measures of it not in the CSV at `path` yet})."""
-    with_code = any(r.get("measure") == "mbpp" for r in rows)  # MBPP pass@1 is planned only with code execution
-    config = bench.BaselinesConfig(
-        model=model,
-        out_dir=path.parent,
-        best_gamma=bench.best_gammas(model, bench.SPARSITIES),
-        allow_code_execution=with_code,
-    )
+    config = bench.recorded_config(path, model)  # the grid as its runs planned it (else the defaults)
+    if not path.with_suffix(".grid.json").exists():  # MBPP pass@1 is planned only with code execution
+        config = replace(config, allow_code_execution=any(r.get("measure") == "mbpp" for r in rows))
     jobs = bench.BASELINES.jobs(config)
     missing: dict[str, list[str]] = {}
     for job in pending(bench.BASELINES, config, jobs):

@@ -215,6 +215,55 @@ class BaselinesConfig:
         return [(t, n) for t, n in (("mbpp_bpb", self.bpb_limit), ("gsm8k_bpb", self.gsm8k_bpb_limit)) if n]
 
 
+# What a run of the grid planned, beside its CSV (`baselines-<model>.grid.json`), so a reader of the CSV (the
+# Evidence page) knows which rows are missing from *that* grid, not from the defaults'.
+GRID_FIELDS = (
+    "sparsities",
+    "methods",
+    "tokens",
+    "limit",
+    "lambada_limit",
+    "mbpp_limit",
+    "bpb_limit",
+    "gsm8k_bpb_limit",
+    "lora_sparsities",
+    "nirvana_gamma",
+    "allow_code_execution",
+)
+UNION_FIELDS = ("sparsities", "methods")  # runs restricted to some methods or sparsities add to the grid
+
+
+def grid_path(config: BaselinesConfig) -> Path:
+    return config.csv_path.with_suffix(".grid.json")
+
+
+def record_grid(config: BaselinesConfig) -> dict:
+    """Write (merge into) the grid record of `config`'s CSV: the methods and sparsities of every run so far,
+    the other settings of the latest run. Returns the record."""
+    path = grid_path(config)
+    old = json.loads(path.read_text()) if path.exists() else {}
+    record = {name: getattr(config, name) for name in GRID_FIELDS}
+    record = {k: list(v) if isinstance(v, tuple) else v for k, v in record.items()}
+    for name in UNION_FIELDS:
+        merged = set(old.get(name, [])) | set(record[name])
+        record[name] = [m for m in METHODS if m in merged] if name == "methods" else sorted(merged)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2) + "\n")
+    return record
+
+
+def recorded_config(csv_path: Path, model: str) -> BaselinesConfig:
+    """The grid the CSV at `csv_path` was planned as (its grid record), else the defaults for `model`."""
+    path = Path(csv_path).with_suffix(".grid.json")
+    record = json.loads(path.read_text()) if path.exists() else {}
+    tuples = {k: tuple(v) for k, v in record.items() if k in ("sparsities", "methods", "lora_sparsities")}
+    fields_ = {k: v for k, v in record.items() if k in GRID_FIELDS} | tuples
+    sparsities = fields_.get("sparsities", SPARSITIES)
+    return BaselinesConfig(
+        model=model, out_dir=Path(csv_path).parent, best_gamma=best_gammas(model, sparsities), **fields_
+    )
+
+
 def variants_for(sparsity: float, config: BaselinesConfig) -> list[Variant]:
     """The pruned models at `sparsity`, most informative first: NIRVANA gamma*, LLM-Pruner, FLAP, KL-best."""
     out = [Variant("nirvana", sparsity)]
@@ -455,4 +504,14 @@ def best_gammas(model: str, sparsities) -> dict[float, float]:
     return {s: g for s, g in kl_best_gammas(model).items() if s in sparsities}
 
 
-__all__ = ["BASELINES", "MATCH_TOLERANCE", "BaselineJob", "BaselinesConfig", "Variant", "best_gammas", "matched"]
+__all__ = [
+    "BASELINES",
+    "MATCH_TOLERANCE",
+    "BaselineJob",
+    "BaselinesConfig",
+    "Variant",
+    "best_gammas",
+    "matched",
+    "record_grid",
+    "recorded_config",
+]

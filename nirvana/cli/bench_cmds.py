@@ -17,7 +17,7 @@ from nirvana.accuracy.tasks import check_limit
 from nirvana.bench import gpu, speed
 from nirvana.bench.accuracy import ACCURACY, AccuracyConfig, kl_best_gammas
 from nirvana.bench.base import Benchmark, run
-from nirvana.bench.baselines import BASELINES, BaselinesConfig, best_gammas
+from nirvana.bench.baselines import BASELINES, BaselinesConfig, best_gammas, record_grid
 from nirvana.bench.baselines import METHODS as BASELINES_METHODS
 from nirvana.bench.gamma import GammaBenchConfig, run_gamma_bench
 from nirvana.bench.gamma import write_outputs as write_gamma_outputs
@@ -389,6 +389,8 @@ def baselines_config(args) -> BaselinesConfig:
 
 def cmd_baselines(args) -> int:
     config = baselines_config(args)
+    if not args.report_only:
+        record_grid(config)  # what this grid plans, beside its CSV (the Evidence page reads it)
     md, text = run_or_report(BASELINES, config, args.report_only, args)
     print(text)
     log(f"wrote {config.csv_path} and {md}")
