@@ -11,6 +11,7 @@ import pytest
 
 from nirvana.bench.accuracy import AccuracyConfig
 from nirvana.bench.baselines import BaselinesConfig
+from nirvana.bench.distill import DistillConfig
 from nirvana.bench.gamma import GammaBenchConfig
 from nirvana.bench.gpu import GpuBenchConfig
 from nirvana.bench.quality_config import QualityConfig
@@ -57,6 +58,7 @@ CONFIGS = {
     "recovery": RecoveryBenchConfig,
     "accuracy": AccuracyConfig,
     "baselines": BaselinesConfig,
+    "distill": DistillConfig,
     "scale": ScaleConfig,
 }
 NOT_FIELDS = {"help", "report_only", "json", "ray"}  # flags that steer the command, not the benchmark

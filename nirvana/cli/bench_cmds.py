@@ -19,6 +19,7 @@ from nirvana.bench.accuracy import ACCURACY, AccuracyConfig, kl_best_gammas
 from nirvana.bench.base import Benchmark, run
 from nirvana.bench.baselines import BASELINES, BaselinesConfig, best_gammas, record_grid
 from nirvana.bench.baselines import METHODS as BASELINES_METHODS
+from nirvana.bench.distill import DISTILL, DistillConfig
 from nirvana.bench.gamma import GammaBenchConfig, run_gamma_bench
 from nirvana.bench.gamma import write_outputs as write_gamma_outputs
 from nirvana.bench.gpu import GpuBenchConfig
@@ -99,6 +100,19 @@ RECOVERY_FLAGS = {
     "threads": "",
     "out_dir": "",
 }
+DISTILL_FLAGS = {
+    "model": "",
+    "recipes": "comma-separated recipes: lm-lora, kd-lora, kd-full",
+    "budgets": "comma-separated training-token budgets",
+    "data": "training data (see `recover --data`)",
+    "lr": "LoRA learning rate",
+    "full_lr": "learning rate of full fine-tuning",
+    "temperature": "distillation temperature",
+    "tokens": "perplexity tokens per dataset",
+    "acc_limit": "examples per zero-shot task for the 7-task average (0: skip it)",
+    "threads": "",
+    "out_dir": "",
+}
 TASK_FLAGS = {  # the task rows of `bench accuracy` and `bench baselines`
     "limit": "examples per zero-shot task (the first N)",
     "lambada_limit": "LAMBADA examples (0: skip)",
@@ -155,6 +169,7 @@ def register(sub) -> None:
         _add_gamma,
         _add_accuracy,
         _add_recovery,
+        _add_distill,
         _add_baselines,
         _add_scale,
     ):
@@ -313,6 +328,29 @@ def cmd_recovery(args) -> int:
         )
     check_limits(args, ("bpb_limit",))
     md = run_or_report(RECOVERY, config_from_args(RecoveryBenchConfig, args), args.report_only, args)
+    print(md.read_text())
+    return 0
+
+
+# ---------------------------------------------------------------- distill
+
+
+def _add_distill(bench_sub) -> None:
+    p = bench_sub.add_parser(
+        "distill", help="recovery recipes (next-token LoRA, distillation LoRA / full) against training tokens"
+    )
+    add_config_flags(p, DistillConfig, DISTILL_FLAGS)
+    p.add_argument("--report-only", action="store_true", help="rebuild markdown and plot from the CSV")
+    add_config_flags(p, DistillConfig, {"note": ""})
+    p.set_defaults(func=cmd_distill)
+
+
+def cmd_distill(args) -> int:
+    if args.acc_limit < 0:
+        raise InvalidInput(
+            f"--acc-limit must be 0 (no accuracy) or a positive number of examples per task, got {args.acc_limit}."
+        )
+    md = run_or_report(DISTILL, config_from_args(DistillConfig, args), args.report_only, args)
     print(md.read_text())
     return 0
 

@@ -1,0 +1,96 @@
+"""The distillation benchmark's report: a table per pruned model (recipes x budgets) and perplexity
+against training tokens, one panel per pruned model, one line per recipe. Only what the CSV holds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def _f(value) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _model(row: dict) -> str:
+    return f"{row['criterion']} ({row['allocation']}) {float(row['sparsity']):g}"
+
+
+def best_per_budget(rows: list[dict]) -> list[str]:
+    """For each pruned model and budget, the recipe with the lowest WikiText-2 perplexity after."""
+    out = []
+    groups: dict[tuple[str, int], list[dict]] = {}
+    for r in rows:
+        groups.setdefault((_model(r), int(float(r["budget"]))), []).append(r)
+    for (model, budget), group in sorted(groups.items()):
+        best = min(group, key=lambda r: _f(r["ppl_wikitext2_after"]) or float("inf"))
+        others = ", ".join(f"{r['recipe']} {r['ppl_wikitext2_after']}" for r in group if r is not best)
+        out.append(
+            f"- {model}, {budget:,} tokens: best {best['recipe']} (WikiText-2 {best['ppl_wikitext2_after']}, "
+            f"KL {best['kl_after']})" + (f"; {others}" if others else "")
+        )
+    return out
+
+
+def write_report(rows: list[dict], config) -> Path:
+    out = Path(config.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    lines = [
+        f"# Distillation benchmark ({config.model})",
+        "",
+        f"Written by `python -m nirvana bench distill --model {config.model}` (`nirvana/bench/distill.py`): each "
+        "pruned model recovered by every recipe at every training-token budget, on the same seeded windows "
+        f"of `{config.data}`. Perplexity on the first {config.tokens} tokens (512-token windows); KL to the dense "
+        f"model (nats/token) on {config.kl_sequences} held-out windows of the training data; acc7 = the seven "
+        f"tasks' average (first {config.acc_limit or '-'} examples each), percent. LoRA lr {config.lr:g}, full "
+        f"fine-tuning lr {config.full_lr:g}, temperature {config.temperature:g}.",
+    ]
+    if config.note:
+        lines += ["", config.note]
+    lines += [
+        "",
+        "| pruned model | recipe | tokens | WT2 before | WT2 after | PTB after | KL before | KL after | acc7 before "
+        "| acc7 after | tok/s | peak RSS (MB) | load |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in sorted(rows, key=lambda r: (_model(r), r["recipe"], int(float(r["budget"])))):
+        lines.append(
+            f"| {_model(r)} | {r['recipe']} | {int(float(r['budget'])):,} | {r['ppl_wikitext2_before']} | "
+            f"{r['ppl_wikitext2_after']} | {r['ppl_ptb_after']} | {r['kl_before']} | {r['kl_after']} | "
+            f"{r.get('acc7_before') or '-'} | {r.get('acc7_after') or '-'} | {r['tokens_per_s']} | "
+            f"{r['peak_rss_mb']} | {r['load_avg']} |"
+        )
+    lines += ["", "Lowest WikiText-2 perplexity after recovery, per pruned model and budget:", ""]
+    lines += best_per_budget(rows) or ["- no rows yet"]
+    md = out / f"distill-{config.model.replace('/', '_')}.md"
+    md.write_text("\n".join(lines) + "\n")
+    plot(rows, md.with_suffix(".png"))
+    return md
+
+
+def plot(rows: list[dict], png: Path) -> Path | None:
+    # here, not at the top: matplotlib only draws benchmark plots (Agg is chosen before pyplot)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not rows:
+        return None
+    models = sorted({_model(r) for r in rows})
+    fig, axes = plt.subplots(1, len(models), figsize=(4.2 * len(models), 3.6), squeeze=False)
+    for ax, model in zip(axes[0], models):
+        mine = [r for r in rows if _model(r) == model]
+        for recipe in sorted({r["recipe"] for r in mine}):
+            pts = sorted((int(float(r["budget"])), _f(r["ppl_wikitext2_after"])) for r in mine if r["recipe"] == recipe)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=recipe)
+        before = _f(mine[0]["ppl_wikitext2_before"])
+        if before:
+            ax.axhline(before, color="grey", linestyle=":", label="pruned, before")
+        ax.set(title=model, xlabel="training tokens", ylabel="WikiText-2 perplexity", xscale="log")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+    return png

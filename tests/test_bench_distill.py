@@ -1,0 +1,76 @@
+"""`bench distill` (issue 25): the grid's order, its refusals, and real rows on a tiny model (resumable)."""
+
+from __future__ import annotations
+
+import pytest
+
+from nirvana.bench.base import run
+from nirvana.bench.distill import BUDGETS, DISTILL, RECIPES, ROWS, DistillConfig, plan_jobs
+from nirvana.bench.rows import read_rows
+from nirvana.errors import InvalidInput
+
+
+def test_every_pruned_model_and_recipe_at_the_smallest_budget_first():
+    jobs = plan_jobs(DistillConfig())
+    assert len(jobs) == len(ROWS) * len(RECIPES) * len(BUDGETS)
+    first = jobs[: len(ROWS) * len(RECIPES)]
+    assert {j.budget for j in first} == {min(BUDGETS)}
+    assert [(j.criterion, j.sparsity, j.recipe) for j in first[:3]] == [
+        ("nirvana", 0.2, "lm-lora"),
+        ("nirvana", 0.2, "kd-lora"),
+        ("nirvana", 0.2, "kd-full"),
+    ]
+    config = DistillConfig()
+    full, lora = config.recovery_config("kd-full", 8192), config.recovery_config("lm-lora", 8192)
+    assert (full.loss, full.train, full.lr) == ("kd", "full", 2e-5) and (lora.loss, lora.lr) == ("lm", 1e-4)
+    assert full.total_tokens == 8192 and full.eval_every == 0
+
+
+def test_bad_recipes_and_budgets_are_refused():
+    with pytest.raises(InvalidInput, match="unknown recipe 'kd-qlora'"):
+        DistillConfig(recipes=("kd-qlora",))
+    with pytest.raises(InvalidInput, match="--budgets must be positive"):
+        DistillConfig(budgets=(0,))
+
+
+def test_bench_distill_cli_refuses_bad_flags(capsys, tmp_path):
+    from nirvana.cli import main
+
+    code = main(["bench", "distill", "--recipes", "lm-lora,sgd", "--out-dir", str(tmp_path / "d")])
+    err = capsys.readouterr().err
+    assert code == 2 and "unknown recipe 'sgd'" in err and "Traceback" not in err
+    assert not (tmp_path / "d").exists()
+
+
+def test_rows_on_a_tiny_model_resume(tiny_with_tokenizer_dir, tmp_path):
+    corpus = tmp_path / "train.txt"
+    corpus.write_text("\n".join(f"Line {i}: pruning and recovering small language models." for i in range(80)))
+    config = DistillConfig(
+        model=str(tiny_with_tokenizer_dir),
+        rows=(("random", "uniform", 0.5),),
+        recipes=("lm-lora", "kd-full"),
+        budgets=(64,),
+        data=str(corpus),
+        tokens=64,
+        window=16,
+        kl_sequences=2,
+        acc_limit=0,
+        threads=1,
+        out_dir=tmp_path / "bench",
+        recovery=dict(batch_size=2, micro_batch_size=1, seq_len=16, r=4, eval_sequences=2),
+    )
+    rows = run(DISTILL, config, lambda m: None)
+    assert [(r["recipe"], r["loss"], r["train"]) for r in rows] == [
+        ("lm-lora", "lm", "lora"),
+        ("kd-full", "kd", "full"),
+    ]
+    for r in rows:
+        assert int(r["tokens_trained"]) == 64 and float(r["kl_before"]) > 0 and float(r["ppl_ptb_after"]) > 1
+        assert r["ppl_wikitext2_before"] == rows[0]["ppl_wikitext2_before"]  # one pruned model, measured once
+    md = (tmp_path / "bench" / f"distill-{config.model.replace('/', '_')}.md").read_text()
+    assert "| random (uniform) 0.5 | kd-full | 64 |" in md and "best" in md
+    assert (tmp_path / "bench" / f"distill-{config.model.replace('/', '_')}.png").exists()
+    logs = []
+    run(DISTILL, config, logs.append)
+    assert "0 to run" in logs[0]  # resumed: nothing re-run
+    assert len(read_rows(config.csv_path)) == 2
