@@ -7,7 +7,7 @@ import os
 import torch
 
 
-def rank_main(rank: int, world: int, port: int, family: str, criterion: str, out: str) -> None:
+def rank_main(rank: int, world: int, port: int, family: str, criterion: str, out: str, checkpoint=False) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
     os.environ["LOCAL_RANK"] = str(rank)
     torch.set_num_threads(1)
@@ -20,7 +20,9 @@ def rank_main(rank: int, world: int, port: int, family: str, criterion: str, out
     init_distributed()
     try:
         model = tiny_model(family, num_hidden_layers=4)
-        attn, mlp = sharded_gradient_scores(model, criterion, random_batch(n=4, t=16), micro_batch=1)
+        attn, mlp = sharded_gradient_scores(
+            model, criterion, random_batch(n=4, t=16), micro_batch=1, checkpoint=checkpoint
+        )
         if rank == 0:
             torch.save({"attn": attn, "mlp": mlp}, out)
     finally:

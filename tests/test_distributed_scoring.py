@@ -42,6 +42,29 @@ def test_two_sharded_processes_give_the_scores_and_kept_sets_of_one(family, crit
         assert a.layers == b.layers  # the same kept KV groups and neurons, index for index
 
 
+def test_activation_checkpointing_gives_the_same_sharded_scores(tmp_path, monkeypatch):
+    import nirvana.scoring.distributed as distributed
+
+    out = tmp_path / "scores.pt"
+    mp.spawn(rank_main, args=(2, free_port(), "llama", "nirvana", str(out), True), nprocs=2, join=True)
+    sharded = torch.load(out)
+    single = compute_scores(
+        tiny_model("llama", num_hidden_layers=4), "nirvana", random_batch(n=4, t=16), use_cache=False
+    )
+    torch.testing.assert_close(sharded["attn"], single.attn, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(sharded["mlp"], single.mlp, rtol=1e-6, atol=1e-6)
+    # and the layers really recompute: one more forward per layer and micro-batch in the backward
+    model = tiny_model("llama", num_hidden_layers=2)
+    calls = []
+    for layer in model.model.layers:
+        layer.self_attn.register_forward_hook(lambda *a: calls.append(1))
+    distributed.checkpoint_layers(model)
+    model.eval()
+    ids = random_batch(n=1, t=8).input_ids
+    model(input_ids=ids, use_cache=False).logits.sum().backward()
+    assert len(calls) == 2 * 2  # each layer's attention ran twice: the forward and its recompute
+
+
 def _cli(*argv, env=None):
     env = {**{k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}, **(env or {})}
     return subprocess.run([sys.executable, "-m", "nirvana", *argv], capture_output=True, text=True, env=env, cwd=ROOT)

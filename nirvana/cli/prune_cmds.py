@@ -51,6 +51,11 @@ def add_calibration_args(p) -> None:
         action="store_true",
         help="under torchrun: shard the model over the ranks with FSDP2 to score it (gradient criteria; docs/SCALE.md)",
     )
+    p.add_argument(
+        "--activation-checkpointing",
+        action="store_true",
+        help="with --distributed: recompute each layer's activations in the backward pass (less memory)",
+    )
 
 
 def register(sub) -> None:
@@ -143,7 +148,13 @@ def distributed_scores_from_args(args, settings: PruneSettings) -> Scores | None
         lm = load_from_args(args)  # every rank: no device lock, the ranks run together
         batch, _ = calibration_for(lm, settings)
         check_world(lm.model, settings.criterion, batch.input_ids.shape[0], _world)
-        scores = distributed_scores(lm.model, settings.criterion, batch, micro_batch=settings.micro_batch)
+        scores = distributed_scores(
+            lm.model,
+            settings.criterion,
+            batch,
+            micro_batch=settings.micro_batch,
+            checkpoint=args.activation_checkpointing,
+        )
     finally:
         dist.destroy_process_group()
     return scores if rank == 0 else None

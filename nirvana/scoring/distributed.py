@@ -17,6 +17,12 @@ Every rank ends with the same [L, Hkv] and [L, I] scores; rank 0 writes them.
 
 Only the gradient criteria need this (nirvana, taylor): the others need no backward pass and run
 on one device or through `device_map`.
+
+`checkpoint=True` (`--activation-checkpointing`) recomputes each decoder layer's activations in
+the backward pass instead of keeping them (`torch.utils.checkpoint`, non-reentrant, wrapped around
+the layer's `forward` so FSDP2's hooks stay outside it, as transformers' own checkpointing does,
+and in eval mode: dropout stays off, so the scores are the same): the activation memory of a
+micro-batch drops from every layer's to about one layer's, for one more forward pass.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor, Shard
+from torch.utils.checkpoint import checkpoint as _checkpoint
 
 from nirvana.data.calibration import CalibrationBatch
 from nirvana.errors import InvalidInput
@@ -106,8 +113,22 @@ def _axis_vector(name: str, lin) -> torch.Tensor:
     return partial.cpu()
 
 
+def checkpoint_layers(model) -> None:
+    """Recompute every decoder layer's activations in the backward pass (non-reentrant), in any mode.
+    Run the model with `use_cache=False` (the scoring does): a recompute would write the KV cache twice."""
+    for layer in decoder_layers(model):
+        forward = layer.forward
+        layer.forward = functools.wraps(forward)(functools.partial(_checkpoint, forward, use_reentrant=False))
+
+
 def sharded_gradient_scores(
-    model, criterion: str, batch: CalibrationBatch, *, micro_batch: int = 0, progress=None
+    model,
+    criterion: str,
+    batch: CalibrationBatch,
+    *,
+    micro_batch: int = 0,
+    progress=None,
+    checkpoint: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(attn [L, Hkv], mlp [L, I]) of a gradient criterion with the model sharded over the process group.
 
@@ -126,6 +147,8 @@ def sharded_gradient_scores(
     shape = model_shape(model)  # before sharding: the full widths
     device = torch.device(f"cuda:{torch.cuda.current_device()}") if torch.cuda.is_available() else torch.device("cpu")
     model.eval()  # on the CPU: `fully_shard` moves only this rank's shards to its device, never the whole model
+    if checkpoint:
+        checkpoint_layers(model)
     with _only_block_weights_require_grad(model):
         for layer in decoder_layers(model):
             fully_shard(layer)
@@ -149,17 +172,25 @@ def sharded_gradient_scores(
     return torch.stack(attn), torch.stack(mlp)  # (L, Hkv), (L, I)
 
 
-def distributed_scores(model, criterion: str, batch: CalibrationBatch, *, micro_batch: int = 0, progress=None):
+def distributed_scores(
+    model, criterion: str, batch: CalibrationBatch, *, micro_batch: int = 0, progress=None, checkpoint: bool = False
+):
     """`sharded_gradient_scores` as a `Scores` (fingerprint and calibration of the dense model, taken
     before sharding), on every rank; the caller's rank 0 writes it."""
     start = time.perf_counter()
     fingerprint = model_fingerprint(model)
-    attn, mlp = sharded_gradient_scores(model, criterion, batch, micro_batch=micro_batch, progress=progress)
+    attn, mlp = sharded_gradient_scores(
+        model, criterion, batch, micro_batch=micro_batch, progress=progress, checkpoint=checkpoint
+    )
     meta = {
         "seconds": round(time.perf_counter() - start, 3),
         "cache_hit": False,
         "seed": None,
         "method": "autograd",
-        "distributed": {"world_size": dist.get_world_size(), "backend": dist.get_backend()},
+        "distributed": {
+            "world_size": dist.get_world_size(),
+            "backend": dist.get_backend(),
+            "activation_checkpointing": checkpoint,
+        },
     }
     return Scores(attn, mlp, criterion, fingerprint, batch.describe(), meta)
