@@ -88,6 +88,12 @@ COLUMNS = (
 KEY = ("model", "criterion", "allocation", "sparsity", "recipe", "budget", "lr", "temperature", "seed", "data")
 
 
+def column(measure: str, when: str) -> str:
+    """A measure's CSV column before or after recovery: `kl` -> `kl_after`, `acc7_stderr` -> `acc7_after_stderr`."""
+    base, stderr = measure.removesuffix("_stderr"), measure.endswith("_stderr")
+    return f"{base}_{when}" + ("_stderr" if stderr else "")
+
+
 @dataclass(frozen=True)
 class DistillJob:
     criterion: str
@@ -223,7 +229,7 @@ class DistillWorker:
         c, t0 = self.config, time.perf_counter()
         model, plan, before = self.pruned_model(job)
         rc = c.recovery_config(job.recipe, job.budget)
-        label = self.label(job)
+        label = DISTILL.label(job)
         result = recover(
             model,
             self.data,
@@ -237,10 +243,8 @@ class DistillWorker:
         after = self.measure(result.model)
         row = {**c.key(job), "loss": rc.loss, "train": rc.train, "tokens": c.tokens, "machine": self.machine}
         row["achieved_block_sparsity"] = round(plan.stats["achieved_block_sparsity"], 4)
-        for name, value in before.items():
-            row[f"{name}_before" if not name.endswith("_stderr") else name.replace("_stderr", "_before_stderr")] = value
-        for name, value in after.items():
-            row[f"{name}_after" if not name.endswith("_stderr") else name.replace("_stderr", "_after_stderr")] = value
+        for when, measured in (("before", before), ("after", after)):
+            row.update({column(name, when): value for name, value in measured.items()})
         s = result.summary()
         row.update(
             acc_limit=c.acc_limit or "",
@@ -257,7 +261,3 @@ class DistillWorker:
             f"{row['kl_after']} ({row['seconds']} s, {row['tokens_per_s']} tok/s)"
         )
         return Measured(row, message)
-
-    @staticmethod
-    def label(job: DistillJob) -> str:
-        return DISTILL.label(job)
