@@ -18,6 +18,7 @@ import nirvana.bench
 from nirvana.bench.accuracy import ACCURACY, AccuracyConfig, kl_best_gammas
 from nirvana.bench.base import Benchmark, Measured, pending, run
 from nirvana.bench.baselines import BASELINES, BaselinesConfig, best_gammas
+from nirvana.bench.distill import DISTILL, DistillConfig
 from nirvana.bench.gamma import GAMMA, GammaBenchConfig
 from nirvana.bench.gpu import GPU, GpuBenchConfig
 from nirvana.bench.quality import QUALITY
@@ -40,6 +41,7 @@ DEFAULTS = {
     RECOVERY: RecoveryBenchConfig(),
     GPU: GpuBenchConfig(tiny=True),
     BASELINES: BaselinesConfig(best_gamma={0.2: 8.0, 0.5: 4.0}),
+    DISTILL: DistillConfig(),
 }
 
 
@@ -52,10 +54,12 @@ def small(bench: Benchmark, out: Path):
         ACCURACY: AccuracyConfig(model="m", sparsities=(0.2,), lambada_limit=5, out_dir=out),
         RECOVERY: RecoveryBenchConfig(model="m", acc_limit=0, out_dir=out),
         BASELINES: BaselinesConfig(model="m", sparsities=(0.2,), lambada_limit=5, out_dir=out),
+        DISTILL: DistillConfig(model="m", budgets=(64, 128), acc_limit=0, out_dir=out),
     }[bench]  # fmt: skip
 
 
-CSV_BENCHES = (QUALITY, ACCURACY, RECOVERY, BASELINES)
+CSV_BENCHES = (QUALITY, ACCURACY, RECOVERY, BASELINES, DISTILL)
+COMMITTED_BENCHES = (QUALITY, ACCURACY, RECOVERY, BASELINES)  # those with a committed CSV
 
 
 def plain(value) -> bool:
@@ -77,7 +81,16 @@ def test_every_benchmark_in_the_package_is_covered():
         module = importlib.import_module(f"nirvana.bench.{info.name}")
         found |= {v for v in vars(module).values() if isinstance(v, Benchmark)}
     assert found == set(DEFAULTS)
-    assert {b.name for b in found} == {"quality", "gamma", "speed", "accuracy", "recovery", "gpu", "baselines"}
+    assert {b.name for b in found} == {
+        "quality",
+        "gamma",
+        "speed",
+        "accuracy",
+        "recovery",
+        "gpu",
+        "baselines",
+        "distill",
+    }
 
 
 @pytest.mark.parametrize("bench", DEFAULTS, ids=lambda b: b.name)
@@ -232,7 +245,7 @@ def _committed(bench, tmp_path):
     return RecoveryBenchConfig(out_dir=tmp_path), ROOT / "benchmarks" / "recovery" / "recovery.csv"
 
 
-@pytest.mark.parametrize("bench", CSV_BENCHES, ids=lambda b: b.name)
+@pytest.mark.parametrize("bench", COMMITTED_BENCHES, ids=lambda b: b.name)
 def test_the_committed_csvs_resume_without_rerunning_anything(bench, tmp_path, monkeypatch):
     """A copy of each committed CSV, with the CLI's default settings: every committed row is found and
     none is re-run; a grid still being filled in (rows yet to measure) is checked up to that point."""
