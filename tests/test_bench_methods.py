@@ -14,6 +14,7 @@ from nirvana.bench.base import run
 from nirvana.bench.methods import MethodChoice, settings_json
 from nirvana.bench.rows import read_rows, row_key, store_row, write_rows
 from nirvana.bench.speed import SpeedBenchConfig, run_speed_bench
+from nirvana.models.shapes import count_parameters
 from nirvana.search.calibration import AnchorSpec
 
 FLAP = settings_json("flap")
@@ -194,3 +195,40 @@ def test_accuracy_and_recovery_grids_of_a_baseline(tmp_path):
     jobs = RECOVERY.jobs(recovery)
     assert [(j.criterion, j.allocation, j.sparsity) for j in jobs] == [("flap", "method", 0.2), ("flap", "method", 0.5)]
     assert RECOVERY.key(recovery, jobs[0])[-2:] == ("flap", FLAP)
+
+
+def test_speed_bench_times_a_slicegpt_model_rotated_on_its_calibration_batch(smollm2_tiny_lm):
+    """A rotating method has no scores: the bench's batch is what it rotates on, and its rows time the
+    thinner residual stream (the hidden width in the plan's stats)."""
+    settings = SpeedBenchConfig(
+        batch_sizes=(1,), prompt_len=4, new_tokens=2, repeats=1, warmup=0, samples=2, seq_len=16, method="slicegpt"
+    )
+    result = run_speed_bench(smollm2_tiny_lm, [0.0, 0.3], settings)
+    assert result["method"] == "slicegpt" and result["calibration"]["criterion"] == "slicegpt"
+    (pruned,) = [r for r in result["rows"] if r["sparsity"] == 0.3]
+    assert abs(pruned["achieved_block_sparsity"] - 0.3) < 0.1 and pruned["method"] == "slicegpt"
+    assert pruned["params"] < count_parameters(smollm2_tiny_lm.model)
+
+
+def test_gpu_bench_tiny_rotates_with_slicegpt_on_random_ids(tmp_path):
+    from nirvana.bench.gpu import GpuBenchConfig, run_gpu_bench, write_result
+
+    result = run_gpu_bench(GpuBenchConfig(tiny=True, device="cpu", method="slicegpt", repeats=1, new_tokens=2))
+    assert result["method"] == "slicegpt" and "slicegpt on" in result["weights"]
+    assert write_result(result, tmp_path).name == "tiny-cpu-slicegpt.json"
+
+
+def test_quality_grid_of_slicegpt_from_the_cli(tiny_with_tokenizer_dir, tmp_path):
+    flags = "--method slicegpt --sparsities 0.3 --tokens 512 --samples 2 --seq-len 32 --anchor-samples 4"
+    flags += " --anchor-seq-len 16 --criteria magnitude --uniform-criteria= --select-criteria="
+    out = tmp_path / "out"
+    code, err = run_cli(
+        ["bench", "quality", "--model", str(tiny_with_tokenizer_dir), *flags.split(), "--out-dir", str(out)]
+    )
+    assert code == 0, err
+    rows = read_rows(next(out.glob("quality-*.csv")))
+    assert [(r["criterion"], r["method"], r["allocation"]) for r in rows] == [
+        ("dense", "", "-"),
+        ("slicegpt", "slicegpt", "method"),
+    ]
+    assert float(rows[1]["kl"]) > 0 and abs(float(rows[1]["achieved_block_sparsity"]) - 0.3) < 0.1

@@ -99,3 +99,12 @@ def test_bench_recovery_refuses_a_non_positive_budget(capsys, tmp_path):
     assert main(["bench", "recovery", "--acc-limit", "-1", "--out-dir", str(tmp_path)]) == 2
     assert "--acc-limit must be 0" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
+
+
+def test_a_slicegpt_row_rotates_on_the_bench_batch_then_recovers(tiny_with_tokenizer_dir, tmp_path):
+    config = tiny_config(tiny_with_tokenizer_dir, tmp_path, steps=1)
+    config = replace(config, method="slicegpt", jobs=(("-", "-", 0.3),))  # a baseline: the sparsities only
+    (row,) = run(RECOVERY, config, lambda m: None)
+    assert (row["criterion"], row["allocation"], row["method"]) == ("slicegpt", "method", "slicegpt")
+    assert abs(float(row["achieved_block_sparsity"]) - 0.3) < 0.1
+    assert float(row["ppl_wikitext2_before"]) > 1 and float(row["ppl_wikitext2_after"]) > 1

@@ -43,7 +43,6 @@ from nirvana.bench.rows import read_rows, row_key
 from nirvana.checkpoints.loading import load_model
 from nirvana.errors import NirvanaError, OutOfMemory
 from nirvana.models.shapes import count_parameters, model_shape
-from nirvana.pipeline import score
 from nirvana.pruning.allocation import Allocation
 from nirvana.pruning.slicing import slice_at
 from nirvana.scoring.criteria import CRITERIA
@@ -323,10 +322,10 @@ class AccuracyWorker:
                 )
             t = time.perf_counter()
             try:
-                self._scores[key] = score(self.lm, method.scoring(criterion), batch=batch)[0]
+                self._scores[key] = method.source(self.lm, method.scoring(criterion), batch)
             except OutOfMemory as exc:  # the machine is shared: micro-batches of 8 need ~1/4 of the memory
                 self.log(f"{criterion} scores: {str(exc)[:80]}...; retrying with micro-batches of 8")
-                self._scores[key] = score(self.lm, method.scoring(criterion, micro_batch=8), batch=batch)[0]
+                self._scores[key] = method.source(self.lm, method.scoring(criterion, micro_batch=8), batch)
             self.log(f"{criterion} scores: {time.perf_counter() - t:.0f} s")
         return self._scores[key]
 

@@ -10,8 +10,12 @@ run neither repeats nor drops them. A benchmark whose axis only NIRVANA has (gam
 baseline with `nirvana_only`.
 
     choice = MethodChoice.of("flap", {"metric": "WIFV"})
-    scores = choice.scores(lm, batch)                       # cached like any scoring
-    plan, pruned = choice.slice(lm.model, scores, 0.2)      # FLAP's allocation + its biases
+    source = choice.source(lm, choice.scoring(), batch)     # FLAP's scores, cached like any scoring
+    plan, pruned = choice.slice(lm.model, source, 0.2)      # FLAP's allocation + its biases
+
+A rotating method (SliceGPT) has no unit scores: its source is the calibration batch itself, and
+`slice` rotates on it afresh at each sparsity (one forward pass, layer by layer), so every
+benchmark's grid runs it the way the sweep does.
 """
 
 from __future__ import annotations
@@ -21,14 +25,18 @@ from dataclasses import dataclass
 
 import torch.nn as nn
 
+from nirvana.data.calibration import CalibrationBatch
 from nirvana.errors import InvalidInput
 from nirvana.methods import get_method, method_config
 from nirvana.methods.base import MethodConfig
-from nirvana.methods.run import apply_method_plan, check_method, method_plan
+from nirvana.methods.run import apply_method_plan, check_method, method_plan, rotation_plan
 from nirvana.models.shapes import ModelShape, model_shape
-from nirvana.pipeline import PruneSettings, score
+from nirvana.pipeline import PruneSettings, calibration_for, score
 from nirvana.pruning.allocation import Allocation
 from nirvana.pruning.slicing import slice_at
+from nirvana.scoring.scores import Scores
+
+Source = Scores | CalibrationBatch  # what `MethodChoice.slice` prunes from
 
 METHOD_COLUMNS = ("method", "method_settings")
 
@@ -55,6 +63,11 @@ class MethodChoice:
         return self.method == "nirvana"
 
     @property
+    def rotates(self) -> bool:
+        """A method that transforms the model on calibration data instead of cutting scored units (SliceGPT)."""
+        return get_method(self.method).rotation is not None
+
+    @property
     def config(self) -> MethodConfig:
         return method_config(self.method, json.loads(self.settings))
 
@@ -72,9 +85,12 @@ class MethodChoice:
             return PruneSettings(sparsity=0.0, criterion=criterion, **settings)
         return PruneSettings(sparsity=0.0, method=self.method, method_settings=json.loads(self.settings), **settings)
 
-    def scores(self, lm, batch=None, **settings):
-        """This method's scores on `batch` (disk cache; NIRVANA's criterion "nirvana")."""
-        return score(lm, self.scoring(**settings), batch=batch)[0]
+    def source(self, lm, settings: PruneSettings, batch: CalibrationBatch | None = None, progress=None) -> Source:
+        """What `slice` prunes from: the unit scores of `settings` on `batch` (disk cache), or for a rotating
+        method the calibration batch itself (`batch`, or the one `settings` draws)."""
+        if self.rotates:
+            return batch if batch is not None else calibration_for(lm, settings, progress)[0]
+        return score(lm, settings, progress, batch=batch)[0]
 
     def check(self, model: nn.Module, sparsity: float) -> None:
         """A baseline's model-dependent refusals (layer range, existing biases, reachable sparsity) before scoring."""
@@ -82,10 +98,14 @@ class MethodChoice:
             check_method(model, self.method, self.config, sparsity)
 
     def slice(
-        self, model: nn.Module, scores, sparsity: float, shape: ModelShape | None = None, allocation=None
+        self, model: nn.Module, source: Source, sparsity: float, shape: ModelShape | None = None, allocation=None
     ) -> tuple:
         """(plan, pruned copy) at `sparsity`: NIRVANA's `allocation` (default: gamma*, global, align 8),
-        or the baseline's own allocation and compensation (FLAP's biases)."""
+        the baseline's own allocation and compensation (FLAP's biases), or a rotation on the batch (SliceGPT)."""
+        if self.rotates:
+            plan = rotation_plan(model, self.method, self.config, sparsity, source)
+            return plan, apply_method_plan(model, plan, batch=source)
+        scores = source
         shape = shape or model_shape(model)
         if self.is_nirvana:
             return slice_at(model, scores, (allocation or Allocation(sparsity)).resolve(shape), shape)

@@ -40,7 +40,6 @@ from nirvana.data.text import load_text
 from nirvana.measure.kl import DenseReference, kl_to_dense
 from nirvana.measure.perplexity import perplexity
 from nirvana.models.shapes import count_parameters, model_shape
-from nirvana.pipeline import score
 from nirvana.pruning.allocation import Allocation
 from nirvana.pruning.slicing import prune_and_measure
 from nirvana.scoring.criteria import CRITERIA
@@ -168,8 +167,8 @@ class QualityWorker:
                     self.lm.tokenizer, self.anchor, source=c.pool, samples=c.samples, seq_len=c.seq_len, seed=seed
                 )
             t = time.perf_counter()
-            self._scores[key] = score(self.lm, method.scoring(criterion, seed=seed or 0), batch=batch)[0]
-            hit = self._scores[key].meta.get("cache_hit")
+            self._scores[key] = method.source(self.lm, method.scoring(criterion, seed=seed or 0), batch)
+            hit = getattr(self._scores[key], "meta", {}).get("cache_hit")  # a rotating method's is its batch
             self.log(f"{criterion} scores (seed {seed}): {'cache' if hit else f'{time.perf_counter() - t:.0f} s'}")
         return self._scores[key]
 

@@ -29,7 +29,6 @@ from nirvana.errors import InvalidInput
 from nirvana.measure.flops import flops_per_token
 from nirvana.measure.speed import measure_speeds, speedup_rows
 from nirvana.models.shapes import model_shape
-from nirvana.pipeline import score
 from nirvana.store.paths import benchmarks_dir
 
 DEFAULT_OUT = benchmarks_dir("speed")  # the checkout's benchmarks/speed; ./benchmarks/speed when installed
@@ -137,10 +136,10 @@ def pruned_models(lm, sparsities, settings: SpeedBenchConfig = SpeedBenchConfig(
         # Scores do not depend on the sparsity: one scoring serves every model.
         c = settings
         calibration = choice.scoring(calib=c.calib, samples=c.samples, seq_len=c.seq_len, seed=c.seed)
-        scores, _ = score(lm, calibration, progress)
+        source = choice.source(lm, calibration, progress=progress)  # scores, or SliceGPT's batch
         shape = model_shape(lm.model)
         for s in (s for s in sparsities if s > 0):
-            models[s] = tuple(reversed(choice.slice(lm.model, scores, s, shape)))  # (model, plan)
+            models[s] = tuple(reversed(choice.slice(lm.model, source, s, shape)))  # (model, plan)
     return {s: models[s] for s in sparsities}
 
 
