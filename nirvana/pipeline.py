@@ -25,7 +25,9 @@ the batch they hold) except in two places that call `compute_scores` (the layer 
 
 from __future__ import annotations
 
+import functools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch.nn as nn
@@ -43,6 +45,7 @@ from nirvana.pruning.allocation import Allocation, allocate
 from nirvana.pruning.plan import PruningPlan
 from nirvana.pruning.slicing import apply_plan
 from nirvana.scoring.criteria import CRITERIA, compute_scores
+from nirvana.scoring.distributed import ShardedScorer, gradient_scorer
 from nirvana.scoring.scores import Scores
 from nirvana.search.calibration import AnchorSpec, chosen_batch, select_calibration
 
@@ -210,6 +213,22 @@ def score(
         progress=progress,
     )
     return scores, selection
+
+
+def sharded_scoring(settings: PruneSettings) -> tuple[ShardedScorer, Callable | None]:
+    """(scorer, memory estimate) of `settings` scored with the model sharded (`--distributed`): NIRVANA's
+    gradient criteria, or a method whose row says how (`Method.sharded`: LLM-Pruner); the rest are refused."""
+    if settings.method == "nirvana":
+        return gradient_scorer(settings.criterion), None
+    method = get_method(settings.method)
+    if method.sharded is None:
+        sharded = [name for name, m in METHODS.items() if m.sharded is not None]
+        raise InvalidInput(
+            f"--distributed shards a backward pass; method {settings.method!r} has none to shard (it runs forward "
+            f"passes on one process or through --device-map). Sharded: NIRVANA's gradient criteria and "
+            f"{', '.join(sharded)}."
+        )
+    return method.sharded(settings.config), functools.partial(method.memory, settings=settings.config)
 
 
 def check_scores_match(scores: Scores, model: nn.Module, source: str = "the given Scores") -> None:

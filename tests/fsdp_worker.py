@@ -20,8 +20,14 @@ def rank_main(rank: int, world: int, port: int, family: str, criterion: str, out
     init_distributed()
     try:
         model = tiny_model(family, num_hidden_layers=4)
+        scorer = criterion
+        if criterion.startswith("llm-pruner:"):  # llm-pruner:<taylor variant>
+            from nirvana.methods.llm_pruner import LLMPrunerConfig
+            from nirvana.methods.llm_pruner.importance import sharded_scorer
+
+            scorer = sharded_scorer(LLMPrunerConfig(taylor=criterion.split(":")[1]))
         attn, mlp = sharded_gradient_scores(
-            model, criterion, random_batch(n=4, t=16), micro_batch=1, checkpoint=checkpoint
+            model, scorer, random_batch(n=4, t=16), micro_batch=1, checkpoint=checkpoint
         )
         if rank == 0:
             torch.save({"attn": attn, "mlp": mlp}, out)

@@ -42,6 +42,28 @@ def test_scoring_estimate_components():
     assert auto.components["logits"] == 8 * 16 * sizes.vocab_size * 4 * 3
 
 
+def test_sharded_estimate_per_rank_with_checkpointing_and_llm_pruners_squared_gradients():
+    from transformers import LlamaConfig
+
+    from nirvana.bench.gpu import LLAMA_31_8B
+    from nirvana.methods.llm_pruner import LLMPrunerConfig
+    from nirvana.methods.llm_pruner.memory import llm_pruner_memory
+
+    config = LlamaConfig(**LLAMA_31_8B)
+    sizes = memory.ArchSizes.from_config(config)
+    kw = dict(samples=32, seq_len=2048, micro_batch=1, dtype=torch.bfloat16)
+    one = memory.estimate_scoring(config, **kw)
+    eight = memory.estimate_scoring(config, **kw, world_size=8)
+    ckpt = memory.estimate_scoring(config, **kw, world_size=8, checkpoint=True)
+    assert eight.components["weight grads"] * 8 == one.components["weight grads"]
+    assert eight.components["activations"] == one.components["activations"]  # a micro-batch of one either way
+    per_layer = 2048 * (one.components["activations"] // 2048 // sizes.num_layers)
+    inputs = 2048 * sizes.num_layers * sizes.hidden_size * 2
+    assert ckpt.components["activations"] == inputs + per_layer < eight.components["activations"] / 10
+    mix = llm_pruner_memory(config, LLMPrunerConfig(taylor="param_mix"), **kw, world_size=8)
+    assert mix.components["squared gradients (fp32)"] == sizes.block_weights * 4 // 8
+
+
 def test_check_fits_raises_with_numbers_and_options(monkeypatch):
     est = memory.MemoryEstimate("scoring", "cpu", {"logits": 10 * memory.GIB})
     assert memory.check_fits(est, available=20 * memory.GIB) is est

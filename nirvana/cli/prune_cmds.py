@@ -14,7 +14,16 @@ from nirvana.cli.flags import json_object
 from nirvana.cli.recover_cmds import add_recovery_args, cli_progress, config_from_args
 from nirvana.errors import InvalidInput, NirvanaError
 from nirvana.methods import METHODS, get_method
-from nirvana.pipeline import PruneResult, PruneSettings, calibration_for, check_scores_match, prune, score
+from nirvana.methods.run import check_method
+from nirvana.pipeline import (
+    PruneResult,
+    PruneSettings,
+    calibration_for,
+    check_scores_match,
+    prune,
+    score,
+    sharded_scoring,
+)
 from nirvana.pruning.plan import PruningPlan
 from nirvana.recovery.data import load_documents
 from nirvana.recovery.run import recover_and_save
@@ -130,30 +139,29 @@ def cmd_score(args) -> int:
 
 def distributed_scores_from_args(args, settings: PruneSettings) -> Scores | None:
     """`--distributed`: every rank loads the model and scores its share with the model sharded (FSDP2);
-    the scores on rank 0, None on the others. Refused outside torchrun, for a baseline method, for
+    the scores on rank 0, None on the others. Refused outside torchrun, for a method without a backward pass, for
     `--scores`/`--plan`/`--select-calib` (nothing to score, or a selection that needs the whole model)."""
     if not under_torchrun():
         init_distributed()  # raises: the message says how to start it under torchrun
     if settings is None or getattr(args, "scores", None) or getattr(args, "select_calib", 0):
         raise InvalidInput("--distributed computes the scores: drop --scores, --plan and --select-calib with it.")
-    if settings.method != "nirvana":
-        raise InvalidInput(
-            f"--distributed scores NIRVANA's gradient criteria (nirvana, taylor); method {settings.method!r} "
-            "runs on one process (docs/SCALE.md)."
-        )
+    scorer, memory = sharded_scoring(settings)  # refused before joining the process group
     rank, _world = init_distributed()
     try:
         if args.device_map is None:
             args.device = "cpu"  # every rank loads on the CPU; fully_shard moves its shards to its own GPU
         lm = load_from_args(args)  # every rank: no device lock, the ranks run together
+        if settings.method != "nirvana":
+            check_method(lm.model, settings.method, settings.config, settings.sparsity)  # layer range, target
         batch, _ = calibration_for(lm, settings)
-        check_world(lm.model, settings.criterion, batch.input_ids.shape[0], _world)
+        check_world(lm.model, scorer, batch.input_ids.shape[0], _world)
         scores = distributed_scores(
             lm.model,
-            settings.criterion,
+            scorer,
             batch,
             micro_batch=settings.micro_batch,
             checkpoint=args.activation_checkpointing,
+            memory=memory,
         )
     finally:
         dist.destroy_process_group()

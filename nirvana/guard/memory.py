@@ -132,6 +132,7 @@ def estimate_scoring(
     quantization: str | None = None,
     device: str = "cpu",
     world_size: int = 1,
+    checkpoint: bool = False,
 ) -> MemoryEstimate:
     """Planned peak (bytes, above the loaded weights) of scoring `samples x seq_len` tokens.
 
@@ -140,6 +141,8 @@ def estimate_scoring(
     `world_size` > 1: per rank of FSDP scoring (`nirvana.scoring.distributed`): each rank holds
     1/world of the weights and of their gradients, scores samples/world sequences, and gathers
     two decoder layers' weights at a time (the one running and the one prefetched).
+    `checkpoint` (activation checkpointing, `--activation-checkpointing`): backward keeps each layer's
+    input hidden state and recomputes one layer's activations at a time.
     """
     a = ArchSizes.from_config(config)
     samples = -(-samples // world_size)  # this rank's share of the calibration batch
@@ -154,7 +157,13 @@ def estimate_scoring(
         elif chunks > 1:
             est.components["dW accumulators (fp32)"] = a.block_weights * 4
             est.notes.append("hooks with micro-batches accumulate dW in fp32 to equal the full-batch result")
-        est.components["activations"] = tokens * _activation_bytes_per_token(a, seq_len, act)
+        every_layer = _activation_bytes_per_token(a, seq_len, act)
+        if checkpoint:
+            inputs = a.num_layers * a.hidden_size * act  # each checkpointed layer's saved input
+            est.components["activations"] = tokens * (inputs + every_layer // a.num_layers)
+            est.notes.append("activation checkpointing: one layer's activations at a time, recomputed in backward")
+        else:
+            est.components["activations"] = tokens * every_layer
         logit_copies = 3 if dtype == torch.float32 else 4  # logits, fp32 copy, objective temp, grad
         est.components["logits"] = tokens * a.vocab_size * (act + (logit_copies - 1) * 4)
         transient = 3 if method == "hooks" else 1

@@ -98,6 +98,8 @@ class Method:
     reference: str  # the repository and files it follows (docs/BASELINES.md)
     explain: str  # "how to read it": two sentences on what it does differently from NIRVANA (app, help, docs)
     rotation: Rotation | None = None  # set instead of score/allocate/compensate (SliceGPT)
+    # (config) -> nirvana.scoring.distributed.ShardedScorer: `score` split for FSDP2 (--distributed); None: one process
+    sharded: Callable | None = None
 
 
 def check_sparsity_value(sparsity: float) -> None:

@@ -15,8 +15,13 @@ one entry per output row) is gathered from the rows each rank owns; a column-own
 (o/down, summed over output rows) is the all-reduced sum of each rank's partial column sums.
 Every rank ends with the same [L, Hkv] and [L, I] scores; rank 0 writes them.
 
-Only the gradient criteria need this (nirvana, taylor): the others need no backward pass and run
-on one device or through `device_map`.
+Only the gradient scorers need this: NIRVANA's criteria nirvana and taylor (`GRADIENT`), and
+LLM-Pruner (`nirvana.methods.llm_pruner.sharded`), each a `ShardedScorer` row: its objective, its
+element salience, whether a channel's value is |sum| or sum of |.|, and how a layer's channel
+vectors make its units. LLM-Pruner's second-order variants first accumulate each example's squared
+gradient (the reference's `acc_grad`): every rank runs the same example, so FSDP's average of the
+ranks' identical gradients is that example's gradient, and each rank squares the rows it owns.
+The other criteria need no backward pass and run on one device or through `device_map`.
 
 `checkpoint=True` (`--activation-checkpointing`) recomputes each decoder layer's activations in
 the backward pass instead of keeping them (`torch.utils.checkpoint`, non-reentrant, wrapped around
@@ -30,6 +35,8 @@ from __future__ import annotations
 import functools
 import os
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
@@ -48,7 +55,42 @@ from nirvana.scoring.scores import Scores
 from nirvana.scoring.units import UNIT_AXIS, group_units
 
 TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
-OBJECTIVES = {"nirvana": nirvana_objective, "taylor": lm_loss_objective}  # the gradient criteria's F
+
+
+def _first_order(weight: torch.Tensor, grad: torch.Tensor, acc: torch.Tensor | None) -> torch.Tensor:
+    return grad * weight  # dF/dW * W
+
+
+def _nirvana_units(vectors: dict[str, torch.Tensor], shape) -> tuple[torch.Tensor, torch.Tensor]:
+    return group_units(vectors, shape.head_dim, shape.group_size)
+
+
+@dataclass(frozen=True)
+class ShardedScorer:
+    """A gradient scorer as the sharded pass needs it (one row per criterion or method).
+
+    `objective(logits [m, T, V], ids [m, T], n)`: the micro-batch's share of F over n sequences.
+    `element(weight, grad, acc) -> [rows, in]`: each weight's salience (fp32; `acc` the squared
+    gradients when `squared_grads`). `abs_first`: a channel is the sum of |salience| (else |sum|).
+    `with_bias`: a row-owned bias's |g b| joins its row (NIRVANA's units; LLM-Pruner scores weights only).
+    `units(vectors, shape) -> (attn [Hkv], mlp [I])`: one layer's channel vectors to its units.
+    `settings`: what the score file records (`meta["method_settings"]`).
+    """
+
+    name: str
+    objective: Callable
+    element: Callable = _first_order
+    abs_first: bool = True
+    with_bias: bool = True
+    units: Callable = _nirvana_units
+    squared_grads: bool = False
+    settings: dict = field(default_factory=dict)
+
+
+GRADIENT = {  # NIRVANA's gradient criteria
+    "nirvana": ShardedScorer("nirvana", nirvana_objective),
+    "taylor": ShardedScorer("taylor", lm_loss_objective),
+}
 
 
 def under_torchrun() -> bool:
@@ -71,14 +113,20 @@ def init_distributed() -> tuple[int, int]:
     return dist.get_rank(), dist.get_world_size()
 
 
-def check_world(model, criterion: str, samples: int, world: int) -> None:
-    """Refuse what sharding cannot do: a non-gradient criterion, more ranks than layers or sequences."""
-    if criterion not in OBJECTIVES:
-        gradient = list(OBJECTIVES)
+def gradient_scorer(criterion: str) -> ShardedScorer:
+    """NIRVANA's `criterion` as a sharded scorer; a criterion without a backward pass is refused."""
+    if criterion not in GRADIENT:
         raise InvalidInput(
-            f"--distributed shards the backward pass of a gradient criterion ({', '.join(gradient)}); "
-            f"{criterion!r} needs none: score it without --distributed."
+            f"--distributed shards the backward pass of a gradient criterion ({', '.join(GRADIENT)}, or --method "
+            f"llm-pruner); {criterion!r} needs none: score it without --distributed."
         )
+    return GRADIENT[criterion]
+
+
+def check_world(model, scorer: ShardedScorer | str, samples: int, world: int) -> None:
+    """Refuse what sharding cannot do: a non-gradient criterion, more ranks than layers or sequences."""
+    if isinstance(scorer, str):
+        gradient_scorer(scorer)
     layers = model_shape(model).num_layers
     if world > layers:
         raise InvalidInput(
@@ -97,20 +145,42 @@ def _full_vector(local: torch.Tensor, length: int, mesh) -> torch.Tensor:
     return DTensor.from_local(local, mesh, [Shard(0)], shape=(length,), stride=(1,)).full_tensor()
 
 
-def _axis_vector(name: str, lin) -> torch.Tensor:
-    """This projection's unit-axis vector of |dF/dW * W| (+ the bias term of a row-owned projection)."""
+def _axis_vector(name: str, lin, scorer: ShardedScorer, acc: torch.Tensor | None = None) -> torch.Tensor:
+    """This projection's unit-axis vector of the scorer's salience (+ the bias term of a row-owned
+    projection when the scorer counts biases), whole on every rank."""
     weight, grad = lin.weight, lin.weight.grad
-    saliency = (grad.to_local().float() * weight.to_local().detach().float()).abs()  # [rows here, in]
+    salience = scorer.element(weight.to_local().detach().float(), grad.to_local().float(), acc)  # [rows here, in]
+    if scorer.abs_first:
+        salience = salience.abs()
     out_features, mesh = weight.shape[0], weight.device_mesh
     if UNIT_AXIS[name] == "row":
-        vec = _full_vector(saliency.sum(dim=1), out_features, mesh)  # [out]
-        if lin.bias is not None:
-            bias = (lin.bias.grad.to_local().float() * lin.bias.to_local().detach().float()).abs()
-            vec = vec + _full_vector(bias, out_features, mesh)
+        vec = _full_vector(salience.sum(dim=1), out_features, mesh)  # [out]: whole rows live on one rank
+        if not scorer.abs_first:
+            vec = vec.abs()
+        if scorer.with_bias and lin.bias is not None:
+            bias = scorer.element(lin.bias.to_local().detach().float(), lin.bias.grad.to_local().float(), None)
+            vec = vec + _full_vector(bias.abs(), out_features, mesh)
         return vec.cpu()
-    partial = saliency.sum(dim=0)  # [in]: this rank's rows' share of each column sum
+    partial = salience.sum(dim=0)  # [in]: this rank's rows' share of each column sum
     dist.all_reduce(partial, op=dist.ReduceOp.SUM)
-    return partial.cpu()
+    return (partial if scorer.abs_first else partial.abs()).cpu()
+
+
+def _squared_gradients(model, linears, ids: torch.Tensor, device, progress=None) -> dict:
+    """{linear: sum over examples of (dL_j/dW)^2 / N} on this rank's rows (LLM-Pruner's `acc_grad`).
+    Every rank runs every example (the same one at a time), so FSDP's average is that example's gradient."""
+    n = len(ids)
+    acc = {lin: torch.zeros_like(lin.weight.to_local(), dtype=torch.float32) for lin in linears}
+    for j in range(n):
+        model.zero_grad(set_to_none=True)
+        example = ids[j : j + 1].to(device)
+        lm_loss_objective(model(input_ids=example, use_cache=False).logits, example, 1).backward()
+        for lin in linears:
+            acc[lin] += lin.weight.grad.to_local().float().pow(2) / n
+        if progress:
+            progress(0.45 * (j + 1) / n, f"rank {dist.get_rank()}: per-example gradients {j + 1}/{n}")
+    model.zero_grad(set_to_none=True)
+    return acc
 
 
 def checkpoint_layers(model) -> None:
@@ -123,27 +193,28 @@ def checkpoint_layers(model) -> None:
 
 def sharded_gradient_scores(
     model,
-    criterion: str,
+    criterion: ShardedScorer | str,
     batch: CalibrationBatch,
     *,
     micro_batch: int = 0,
     progress=None,
     checkpoint: bool = False,
+    memory: Callable | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(attn [L, Hkv], mlp [L, I]) of a gradient criterion with the model sharded over the process group.
+    """(attn [L, Hkv], mlp [L, I]) of a gradient scorer with the model sharded over the process group.
 
-    Call on every rank with the same model and batch; `model` is sharded in place (use it for
-    nothing else afterwards). Equal to `compute_scores(model, criterion, batch)` on one process
-    up to float summation order.
+    `criterion`: a NIRVANA criterion name, or a `ShardedScorer` (LLM-Pruner's: `memory` is then its
+    method's estimate). Call on every rank with the same model and batch; `model` is sharded in place
+    (use it for nothing else afterwards). Equal to the one-process scores (`compute_scores`,
+    `taylor_scores`) up to float summation order.
     """
+    scorer = gradient_scorer(criterion) if isinstance(criterion, str) else criterion
     rank, world = dist.get_rank(), dist.get_world_size()
     n, t = batch.input_ids.shape
-    check_world(model, criterion, n, world)
+    check_world(model, scorer, n, world)
     batch.check_vocab(model.get_input_embeddings().num_embeddings)
-    check_scoring_memory(
-        model, n, t, micro_batch=micro_batch, estimate=functools.partial(estimate_scoring, world_size=world)
-    )
-    objective = OBJECTIVES[criterion]
+    estimate = functools.partial(memory or estimate_scoring, world_size=world, checkpoint=checkpoint)
+    check_scoring_memory(model, n, t, micro_batch=micro_batch, estimate=estimate)
     shape = model_shape(model)  # before sharding: the full widths
     device = torch.device(f"cuda:{torch.cuda.current_device()}") if torch.cuda.is_available() else torch.device("cpu")
     model.eval()  # on the CPU: `fully_shard` moves only this rank's shards to its device, never the whole model
@@ -153,6 +224,11 @@ def sharded_gradient_scores(
         for layer in decoder_layers(model):
             fully_shard(layer)
         fully_shard(model)
+        linears = [dict(proj.named_linears()) for proj in layer_projections(model)]
+        acc = None
+        if scorer.squared_grads:
+            every = [lin for layer in linears for lin in layer.values()]
+            acc = _squared_gradients(model, every, batch.input_ids, device, progress)
         ids = torch.tensor_split(batch.input_ids, world)[rank]  # [n / world, T]: this rank's sequences
         step = micro_batch or len(ids)
         for start in range(0, len(ids), step):
@@ -160,28 +236,27 @@ def sharded_gradient_scores(
             logits = model(input_ids=chunk, use_cache=False).logits  # (m, T, V)
             # FSDP averages the ranks' gradients; x world makes that the sum, the whole batch's gradient
             # (a divide factor of 1 would say the same, but gloo has no pre-multiplied sum to do it with).
-            (objective(logits, chunk, n) * world).backward()
+            (scorer.objective(logits, chunk, n) * world).backward()
             del logits
             if progress:
-                progress(min(1.0, (start + step) / len(ids)) * 0.9, f"rank {rank}: forward+backward")
+                done = min(1.0, (start + step) / len(ids))
+                progress(0.45 + 0.45 * done if acc else 0.9 * done, f"rank {rank}: forward+backward")
         layers = [
-            {name: _axis_vector(name, lin) for name, lin in proj.named_linears().items()}
-            for proj in layer_projections(model)
+            {name: _axis_vector(name, lin, scorer, acc[lin] if acc else None) for name, lin in layer.items()}
+            for layer in linears
         ]
-    attn, mlp = zip(*(group_units(v, shape.head_dim, shape.group_size) for v in layers))
+    attn, mlp = zip(*(scorer.units(v, shape) for v in layers))
     return torch.stack(attn), torch.stack(mlp)  # (L, Hkv), (L, I)
 
 
-def distributed_scores(
-    model, criterion: str, batch: CalibrationBatch, *, micro_batch: int = 0, progress=None, checkpoint: bool = False
-):
-    """`sharded_gradient_scores` as a `Scores` (fingerprint and calibration of the dense model, taken
-    before sharding), on every rank; the caller's rank 0 writes it."""
+def distributed_scores(model, criterion: ShardedScorer | str, batch: CalibrationBatch, **options):
+    """`sharded_gradient_scores` (the same `options`) as a `Scores` (fingerprint and calibration of the
+    dense model, taken before sharding), on every rank; the caller's rank 0 writes it."""
+    scorer = gradient_scorer(criterion) if isinstance(criterion, str) else criterion
     start = time.perf_counter()
     fingerprint = model_fingerprint(model)
-    attn, mlp = sharded_gradient_scores(
-        model, criterion, batch, micro_batch=micro_batch, progress=progress, checkpoint=checkpoint
-    )
+    attn, mlp = sharded_gradient_scores(model, scorer, batch, **options)
+    checkpoint = options.get("checkpoint", False)
     meta = {
         "seconds": round(time.perf_counter() - start, 3),
         "cache_hit": False,
@@ -193,4 +268,6 @@ def distributed_scores(
             "activation_checkpointing": checkpoint,
         },
     }
-    return Scores(attn, mlp, criterion, fingerprint, batch.describe(), meta)
+    if scorer.settings:
+        meta["method_settings"] = scorer.settings
+    return Scores(attn, mlp, scorer.name, fingerprint, batch.describe(), meta)

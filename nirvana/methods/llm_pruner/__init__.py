@@ -5,7 +5,7 @@ from __future__ import annotations
 from nirvana.methods.base import Method
 from nirvana.methods.llm_pruner.allocation import allocate_llm_pruner, solve_ratio
 from nirvana.methods.llm_pruner.config import LLMPrunerConfig
-from nirvana.methods.llm_pruner.importance import taylor_scores
+from nirvana.methods.llm_pruner.importance import sharded_scorer, taylor_scores
 from nirvana.methods.llm_pruner.memory import llm_pruner_memory
 
 
@@ -25,6 +25,7 @@ METHOD = Method(
     needs_data=True,
     uses_gradients=True,
     memory=llm_pruner_memory,
+    sharded=sharded_scorer,
     color="#ff7f0e",
     description="Taylor importance of the LM loss per coupled group; the same ratio in every layer of a range "
     "(first and last layers untouched), where NIRVANA ranks all layers together",

@@ -25,6 +25,7 @@ from nirvana.models.shapes import model_shape
 from nirvana.models.weights import input_device
 from nirvana.progress import Progress
 from nirvana.scoring.criteria import _only_block_weights_require_grad, lm_loss_objective
+from nirvana.scoring.distributed import ShardedScorer
 from nirvana.scoring.units import UNIT_AXIS
 
 REDUCTIONS = {
@@ -107,3 +108,18 @@ def taylor_scores(model, batch, config: LLMPrunerConfig, micro_batch: int = 0, p
             layers.append(group_scores(vectors, shape, config))
     attn, mlp = zip(*layers)
     return torch.stack(attn), torch.stack(mlp), {}
+
+
+def sharded_scorer(config: LLMPrunerConfig) -> ShardedScorer:
+    """`taylor_scores` as FSDP2 runs it (`--distributed`): the same salience on each rank's rows, the
+    same channel sums completed across ranks, the same groups (tested equal to one process)."""
+    return ShardedScorer(
+        "llm-pruner",
+        lm_loss_objective,
+        element=lambda w, g, acc: salience(w, g, acc, config.taylor),
+        abs_first=config.taylor != "vectorize",
+        with_bias=False,  # the reference reads layer.weight only
+        units=lambda vectors, shape: group_scores(vectors, shape, config),
+        squared_grads=config.taylor in SECOND_ORDER,
+        settings=config.score_key(),
+    )

@@ -18,6 +18,7 @@ def llm_pruner_memory(model_config, settings: LLMPrunerConfig, **sizes) -> Memor
     """Planned peak (bytes above the weights) of `taylor_scores` on `sizes` (samples, seq_len, micro_batch, ...)."""
     est = estimate_scoring(model_config, method="autograd", backward=True, **sizes)
     if settings.taylor in SECOND_ORDER:
-        est.components["squared gradients (fp32)"] = ArchSizes.from_config(model_config).block_weights * 4
+        world = sizes.get("world_size", 1)  # sharded (FSDP2): each rank squares the rows it owns
+        est.components["squared gradients (fp32)"] = ArchSizes.from_config(model_config).block_weights * 4 // world
         est.notes.append(f"taylor={settings.taylor} keeps acc_grad, one fp32 buffer per block weight")
     return est
