@@ -7,7 +7,10 @@ import os
 import torch
 
 
-def rank_main(rank: int, world: int, port: int, family: str, criterion: str, out: str, checkpoint=False) -> None:
+def rank_main(
+    rank: int, world: int, port: int, family: str, criterion: str, out: str, checkpoint=False, meta=False
+) -> None:
+    """`meta`: the ranks other than 0 build the model on the meta device and receive their shards from rank 0."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
     os.environ["LOCAL_RANK"] = str(rank)
     torch.set_num_threads(1)
@@ -19,7 +22,12 @@ def rank_main(rank: int, world: int, port: int, family: str, criterion: str, out
 
     init_distributed()
     try:
-        model = tiny_model(family, num_hidden_layers=4)
+        family, tied = family.removesuffix("-tied"), family.endswith("-tied")  # "llama-tied": tied embeddings
+        if meta and rank != 0:
+            with torch.device("meta"):
+                model = tiny_model(family, num_hidden_layers=4, tie_word_embeddings=tied)
+        else:
+            model = tiny_model(family, num_hidden_layers=4, tie_word_embeddings=tied)
         scorer = criterion
         if criterion.startswith("llm-pruner:"):  # llm-pruner:<taylor variant>
             from nirvana.methods.llm_pruner import LLMPrunerConfig

@@ -65,6 +65,20 @@ def test_activation_checkpointing_gives_the_same_sharded_scores(tmp_path, monkey
     assert len(calls) == 2 * 2  # each layer's attention ran twice: the forward and its recompute
 
 
+@pytest.mark.parametrize("family", ["llama", "llama-tied", "qwen2"])
+def test_ranks_built_on_the_meta_device_receive_rank_0s_weights_and_give_the_same_scores(family, tmp_path):
+    out = tmp_path / "scores.pt"
+    args = (2, free_port(), family, "nirvana", str(out), False, True)
+    mp.spawn(rank_main, args=args, nprocs=2, join=True)
+    sharded = torch.load(out)
+    tied = family.endswith("-tied")
+    model = tiny_model(family.removesuffix("-tied"), num_hidden_layers=4, tie_word_embeddings=tied)
+    assert (model.lm_head.weight is model.model.embed_tokens.weight) == tied
+    single = compute_scores(model, "nirvana", random_batch(n=4, t=16), use_cache=False)
+    torch.testing.assert_close(sharded["attn"], single.attn, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(sharded["mlp"], single.mlp, rtol=1e-6, atol=1e-6)
+
+
 def _cli(*argv, env=None):
     env = {**{k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}, **(env or {})}
     return subprocess.run([sys.executable, "-m", "nirvana", *argv], capture_output=True, text=True, env=env, cwd=ROOT)
@@ -159,3 +173,18 @@ def test_a_method_without_a_backward_pass_is_refused_under_torchrun(tiny_with_to
     )  # fmt: skip
     assert refused.returncode == 2 and "method 'flap' has none to shard" in refused.stderr, refused.stderr
     assert not out.exists()
+
+
+def test_a_model_built_without_weights_is_on_the_meta_device_and_a_pruned_one_is_refused(
+    tiny_with_tokenizer_dir, tmp_path
+):
+    from nirvana.checkpoints.loading import load_model
+    from nirvana.errors import InvalidInput
+    from nirvana.scoring.distributed import is_meta
+
+    lm = load_model(str(tiny_with_tokenizer_dir), dtype="float32", device="cpu", weights=False)
+    assert is_meta(lm.model) and lm.tokenizer is not None
+    assert model_shape(lm.model) == model_shape(load_model(str(tiny_with_tokenizer_dir), device="cpu").model)
+    (tmp_path / "plan.json").write_text("{}")
+    with pytest.raises(InvalidInput, match="only a dense model is built without its weights"):
+        load_model(str(tmp_path), weights=False)

@@ -115,6 +115,7 @@ def load_model(
     quantization: str | None = None,
     trust_remote_code: bool = False,
     progress=None,
+    weights: bool = True,
 ) -> LoadedModel:
     """Load a causal LM and its tokenizer by registry name, hub id or local directory.
 
@@ -128,6 +129,8 @@ def load_model(
     `max_memory` (e.g. `{0: "70GiB", 1: "70GiB", "cpu": "200GiB"}`) caps each device and implies
     `device_map="auto"`. Without a device map the weights' size is checked against the device's
     free memory first (`nirvana.guard.memory`): a model that cannot fit raises `OutOfMemory`.
+    `weights=False`: the architecture alone, on the meta device, no weight read (a rank of sharded
+    scoring that receives its shards from rank 0: `nirvana.scoring.distributed`); a dense model only.
     """
 
     import_seconds = _import_model_code(name)
@@ -144,6 +147,8 @@ def load_model(
     if name in REGISTRY:
         src, source = embedded_model_dir(name, progress), f"registry:{name}"
     elif path.is_dir():
+        if is_pruned_dir(path) and not weights:
+            raise InvalidInput(f"{name!r} is a pruned model: only a dense model is built without its weights.")
         if is_pruned_dir(path):
             loaded = load_pruned(path, dtype=torch_dtype, device=device)
             loaded.load_seconds = time.perf_counter() - start
@@ -164,6 +169,8 @@ def load_model(
         # Without this, huggingface_hub retries for ~25 s before failing on an offline machine.
         kwargs["local_files_only"] = True
         notes.append("hub unreachable: only the local Hugging Face cache was searched")
+    if quantization and not weights:
+        raise InvalidInput("a quantized model is not sharded from rank 0's weights; drop --quantization.")
     if quantization:
         kwargs["quantization_config"] = _bnb_config(quantization, torch_dtype)
         kwargs.setdefault("device_map", device_map or ("auto" if device.startswith("cuda") else "cpu"))
@@ -177,12 +184,17 @@ def load_model(
             src, trust_remote_code=trust_remote_code, local_files_only=kwargs.get("local_files_only", False)
         )
         get_architecture(config)  # encoder-only or unknown layouts fail here, before any weight is read
-        if kwargs.get("device_map") in (None, "cpu"):  # one device: would the weights fit at all?
-            est = memory.estimate_load(config, dtype=torch_dtype, quantization=quantization)
-            est.device = "cpu" if kwargs.get("device_map") == "cpu" else device
-            memory.check_fits(est)
-        with memory.oom_guard(f"loading {name}"):
-            model = AutoModelForCausalLM.from_pretrained(src, **kwargs)
+        if not weights:
+            with torch.device("meta"):
+                model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype, trust_remote_code=trust_remote_code)
+            device = "meta"
+        else:
+            if kwargs.get("device_map") in (None, "cpu"):  # one device: would the weights fit at all?
+                est = memory.estimate_load(config, dtype=torch_dtype, quantization=quantization)
+                est.device = "cpu" if kwargs.get("device_map") == "cpu" else device
+                memory.check_fits(est)
+            with memory.oom_guard(f"loading {name}"):
+                model = AutoModelForCausalLM.from_pretrained(src, **kwargs)
         tokenizer = _load_tokenizer(src, name, trust_remote_code, kwargs.get("local_files_only", False))
     except OSError as exc:  # hub ids that do not exist, offline machines, missing files
         where = "; the hub is not reachable from here and it is not in the local HF cache" if notes else ""
@@ -196,7 +208,7 @@ def load_model(
                 "trust_remote_code=True (CLI: --trust-remote-code) and trust its author."
             ) from exc
         raise UnsupportedArchitecture(f"{name!r} is not a causal LM transformers can load: {_first_line(exc)}") from exc
-    if "device_map" not in kwargs and device != "cpu":
+    if "device_map" not in kwargs and device not in ("cpu", "meta"):
         model.to(device)
     model.eval()
     if tokenizer.pad_token_id is None:

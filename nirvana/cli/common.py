@@ -37,7 +37,7 @@ def add_model_args(p, default: str | None = DEFAULT_MODEL, flag: str = "--model"
         p.add_argument("--trust-remote-code", action="store_true", help="run code from the model's repository")
 
 
-def load_from_args(args, name: str | None = None):
+def load_from_args(args, name: str | None = None, weights: bool = True):
 
     return load_model(
         name or args.model,
@@ -48,6 +48,7 @@ def load_from_args(args, name: str | None = None):
         quantization=getattr(args, "quantization", None),
         trust_remote_code=getattr(args, "trust_remote_code", False),
         progress=stderr_progress,
+        weights=weights,
     )
 
 

@@ -138,7 +138,8 @@ def cmd_score(args) -> int:
 
 
 def distributed_scores_from_args(args, settings: PruneSettings) -> Scores | None:
-    """`--distributed`: every rank loads the model and scores its share with the model sharded (FSDP2);
+    """`--distributed`: rank 0 loads the model, the others build it on the meta device, and every rank
+    scores its share with the model sharded (FSDP2, shards filled from rank 0);
     the scores on rank 0, None on the others. Refused outside torchrun, for a method without a backward pass, for
     `--scores`/`--plan`/`--select-calib` (nothing to score, or a selection that needs the whole model)."""
     if not under_torchrun():
@@ -149,8 +150,10 @@ def distributed_scores_from_args(args, settings: PruneSettings) -> Scores | None
     rank, _world = init_distributed()
     try:
         if args.device_map is None:
-            args.device = "cpu"  # every rank loads on the CPU; fully_shard moves its shards to its own GPU
-        lm = load_from_args(args)  # every rank: no device lock, the ranks run together
+            args.device = "cpu"  # rank 0 loads on the CPU; fully_shard moves each rank's shards to its own GPU
+        # Rank 0 alone reads the weights (one copy per job, not one per process); the others build the
+        # architecture on the meta device and receive their shards from it. No device lock: the ranks run together.
+        lm = load_from_args(args, weights=rank == 0)
         if settings.method != "nirvana":
             check_method(lm.model, settings.method, settings.config, settings.sparsity)  # layer range, target
         batch, _ = calibration_for(lm, settings)

@@ -296,6 +296,7 @@ def check_scoring_memory(
     method: str = "autograd",
     backward: bool = True,
     estimate: Callable[..., MemoryEstimate] | None = None,
+    device: str | None = None,
 ) -> MemoryEstimate:
     """Estimate and check a scoring pass on a loaded model; suggest a micro-batch that would fit.
 
@@ -305,10 +306,12 @@ def check_scoring_memory(
     buffers, FLAP's forward one layer at a time).
     For a model dispatched over several devices the free memory of all of them is pooled (an
     approximation: activations follow the layers, the logits land on the last device).
+    `device`: where the pass will run when that is not where the weights are now (sharded scoring:
+    the weights wait on the CPU, or on the meta device, until `fully_shard` moves each rank's share).
     """
     if estimate is None:
         estimate = functools.partial(estimate_scoring, method=method, backward=backward)
-    devices = model_devices(model)
+    devices = [device] if device else model_devices(model)
     weight = next((p for p in model.parameters() if p.is_floating_point()), None)
     dtype = weight.dtype if weight is not None else torch.float32
     quant = getattr(getattr(model, "config", None), "quantization_config", None)

@@ -2,9 +2,14 @@
 
     torchrun --nproc-per-node 8 -m nirvana score --model meta-llama/Llama-3.1-70B --distributed --out s.safetensors
 
-Every rank loads the model, `fully_shard`s each decoder layer and then the root (PyTorch FSDP2:
-each rank keeps 1/world of every layer's weights and gradients; a layer's weights are gathered
-only while it runs), and takes its contiguous share of the calibration batch. Each backward
+Rank 0 loads the model; the other ranks build the architecture on the meta device (no weight
+read, no memory: `load_model(..., weights=False)`). Every rank `fully_shard`s each decoder layer
+and then the root (PyTorch FSDP2: each rank keeps 1/world of every layer's weights and gradients;
+a layer's weights are gathered only while it runs); the meta ranks then allocate their shards and
+all of them are filled from rank 0's full state dict, one tensor at a time
+(`set_model_state_dict(..., broadcast_from_rank0=True)`), with the buffers broadcast, so a node
+holds one copy of the weights in CPU memory, not one per process. Each rank takes its contiguous
+share of the calibration batch. Each backward
 reduce-scatters the gradients (FSDP's average of objectives scaled by the world size: their sum),
 so after the last micro-batch every rank holds its rows of dF/dW for the whole batch, the
 gradient one process would have.
@@ -40,6 +45,7 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor, Shard
 from torch.utils.checkpoint import checkpoint as _checkpoint
@@ -140,6 +146,12 @@ def check_world(model, scorer: ShardedScorer | str, samples: int, world: int) ->
         )
 
 
+def _any_rank(flag: bool) -> bool:
+    value = torch.tensor([int(flag)])
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return bool(value.item())
+
+
 def _full_vector(local: torch.Tensor, length: int, mesh) -> torch.Tensor:
     """The whole `[length]` vector from the rows this rank owns (FSDP's Shard(0) split, uneven at the end)."""
     return DTensor.from_local(local, mesh, [Shard(0)], shape=(length,), stride=(1,)).full_tensor()
@@ -183,6 +195,23 @@ def _squared_gradients(model, linears, ids: torch.Tensor, device, progress=None)
     return acc
 
 
+def is_meta(model) -> bool:
+    """A model built without its weights (`load_model(..., weights=False)`): its shards come from rank 0."""
+    return any(p.is_meta for p in model.parameters())
+
+
+def _fill_from_rank0(model, full: dict | None, device) -> None:
+    """After `fully_shard` on every rank: each rank's shards filled from rank 0's full state dict (one
+    tensor at a time, `broadcast_from_rank0`), and the buffers (rotary frequencies, not in the state
+    dict) broadcast. A rank built on the meta device first allocates its shards (`to_empty`)."""
+    if is_meta(model):
+        model.to_empty(device=device)
+    options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+    set_model_state_dict(model, full if dist.get_rank() == 0 else {}, options=options)
+    for buffer in model.buffers():
+        dist.broadcast(buffer, src=0)
+
+
 def checkpoint_layers(model) -> None:
     """Recompute every decoder layer's activations in the backward pass (non-reentrant), in any mode.
     Run the model with `use_cache=False` (the scoring does): a recompute would write the KV cache twice."""
@@ -213,10 +242,14 @@ def sharded_gradient_scores(
     n, t = batch.input_ids.shape
     check_world(model, scorer, n, world)
     batch.check_vocab(model.get_input_embeddings().num_embeddings)
-    estimate = functools.partial(memory or estimate_scoring, world_size=world, checkpoint=checkpoint)
-    check_scoring_memory(model, n, t, micro_batch=micro_batch, estimate=estimate)
-    shape = model_shape(model)  # before sharding: the full widths
     device = torch.device(f"cuda:{torch.cuda.current_device()}") if torch.cuda.is_available() else torch.device("cpu")
+    estimate = functools.partial(memory or estimate_scoring, world_size=world, checkpoint=checkpoint)
+    check_scoring_memory(model, n, t, micro_batch=micro_batch, estimate=estimate, device=str(device))
+    from_rank0 = _any_rank(is_meta(model))  # some rank was built without weights: rank 0's are shared
+    if from_rank0 and rank == 0 and is_meta(model):
+        raise InvalidInput("rank 0 must hold the model's weights: the other ranks receive their shards from it.")
+    full = model.state_dict() if from_rank0 and rank == 0 else None  # before sharding: whole tensors
+    shape = model_shape(model)  # before sharding: the full widths
     model.eval()  # on the CPU: `fully_shard` moves only this rank's shards to its device, never the whole model
     if checkpoint:
         checkpoint_layers(model)
@@ -224,6 +257,9 @@ def sharded_gradient_scores(
         for layer in decoder_layers(model):
             fully_shard(layer)
         fully_shard(model)
+        if from_rank0:
+            _fill_from_rank0(model, full, device)
+            del full
         linears = [dict(proj.named_linears()) for proj in layer_projections(model)]
         acc = None
         if scorer.squared_grads:
@@ -254,7 +290,9 @@ def distributed_scores(model, criterion: ShardedScorer | str, batch: Calibration
     dense model, taken before sharding), on every rank; the caller's rank 0 writes it."""
     scorer = gradient_scorer(criterion) if isinstance(criterion, str) else criterion
     start = time.perf_counter()
-    fingerprint = model_fingerprint(model)
+    fingerprint = [model_fingerprint(model) if dist.get_rank() == 0 else None]  # rank 0 holds the weights
+    dist.broadcast_object_list(fingerprint, src=0)
+    fingerprint = fingerprint[0]
     attn, mlp = sharded_gradient_scores(model, scorer, batch, **options)
     checkpoint = options.get("checkpoint", False)
     meta = {
