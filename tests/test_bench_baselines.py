@@ -294,8 +294,11 @@ def test_readme_summary_verdicts_come_from_the_rows(tmp_path):
         + _rows("nirvana", 0.2, 0.2, "nirvana s=0.2 gamma*", 60.0, 0.50)
         + _rows("llm-pruner", 0.2, 0.2, "llm-pruner s=0.2", 40.0, 0.40)
         + _rows("flap", 0.2, 0.2, "flap s=0.2", 80.0, 0.49)
+        + _rows("slicegpt", 0.2, 0.142, "slicegpt slicing=0.25 (reference)", 90.0, 0.38)
     )
     text = readme_summary(rows, config, pending_rows=3, extra=[])
+    slicegpt = next(line for line in text.splitlines() if "− slicegpt slicing=0.25 (reference)" in line)
+    assert "(not matched: a different budget)" in slicegpt and "60.00 vs 90.00 (NIRVANA lower)" in slicegpt
     llm = next(line for line in text.splitlines() if "− llm-pruner s=0.2" in line)
     flap = next(line for line in text.splitlines() if "− flap s=0.2" in line)
     # averages 50 vs 40 with se 3.5/sqrt(7) each: +10.0 ± 1.9 points, resolved; 50 vs 49: not resolved

@@ -139,7 +139,7 @@ def _caption(rows: list[dict]) -> str:
 
 def evidence(model: str | None = None) -> None:
     """The section of the Evidence page: table, PNG, caption, and which rows of the grid are still missing."""
-    st.markdown("##### Does NIRVANA beat LLM-Pruner and FLAP? (the paper's baselines, measured)")
+    st.markdown("##### Does NIRVANA beat LLM-Pruner, FLAP and SliceGPT? (the paper's baselines, measured)")
     paths = committed()
     if not paths:
         st.caption("No baselines benchmark yet: `python -m nirvana bench baselines --model smollm2-135m`.")

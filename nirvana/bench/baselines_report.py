@@ -19,6 +19,7 @@ from nirvana.accuracy.tasks import ZEROSHOT7
 from nirvana.bench.accuracy import read_per_problem
 from nirvana.bench.accuracy_report import BPB_SHORT, BPB_TASKS, SHORT, _diff, _f, _paired, _pm, summarize
 from nirvana.bench.rows import read_rows
+from nirvana.methods import METHODS
 from nirvana.store.atomic import atomic_write_text
 from nirvana.store.paths import benchmarks_dir
 
@@ -340,11 +341,16 @@ def plot(rows: list[dict], config, path: Path, extra: list[dict] | None = None) 
     b.set_ylim(len(entries) - 0.5, -0.5)
     b.set_yticks(y, [""] * len(y))
     b.set_xlabel(f"7-task zero-shot average, % (n = {config.limit} each, ± 1 se)")
-    fig.suptitle(f"{config.model}: NIRVANA, LLM-Pruner, FLAP (and ablations from the grids)")
+    present = {v.get("method") for v in entries}
+    labels = ", ".join(m.label for name, m in METHODS.items() if name in present)
+    fig.suptitle(f"{config.model}: {labels} (and ablations from the grids)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+BASELINES = tuple(name for name in METHODS if name != "nirvana")
 
 
 def _versus(a: dict, b: dict, per: dict) -> list[str]:
@@ -366,7 +372,8 @@ def _versus(a: dict, b: dict, per: dict) -> list[str]:
 
 
 def readme_summary(rows: list[dict], config, pending_rows: int | None = None, extra: list[dict] | None = None) -> str:
-    """The README's answer to "does NIRVANA beat LLM-Pruner and FLAP?", generated from the CSV (no figure typed)."""
+    """The README's answer to "does NIRVANA beat the baselines?" (every method of the table that was run
+    at NIRVANA's sparsity: LLM-Pruner, FLAP, SliceGPT), generated from the CSV (no figure typed)."""
     measured = variants(rows)
     extra = ablations(config.model, config.sparsities) if extra is None else extra
     per = per_problem(config)
@@ -395,10 +402,12 @@ def readme_summary(rows: list[dict], config, pending_rows: int | None = None, ex
                 continue
             for b in measured:
                 same = _f(b.get("sparsity")) == sparsity and b["variant"].endswith(" + LoRA") == bool(lora)
-                if b.get("method") in ("llm-pruner", "flap") and same:
+                if b.get("method") in BASELINES and same:
                     facts = _versus(ours, b, per)
                     if facts:
-                        lines.append(f"- {sparsity:.0%}, {ours['variant']} − {b['variant']}: " + "; ".join(facts) + ".")
+                        unmatched = " (not matched: a different budget)" if b.get("matched") is False else ""
+                        head = f"- {sparsity:.0%}, {ours['variant']} − {b['variant']}{unmatched}: "
+                        lines.append(head + "; ".join(facts) + ".")
     if pending_rows:
         lines += ["", f"{pending_rows} rows of the grid are not measured yet ('-' above); the verdict is partial."]
     return "\n".join(lines) + "\n"
