@@ -139,3 +139,37 @@ def test_bad_distillation_settings_exit_2_and_write_nothing(capsys, pruned_tiny_
     assert code == 2 and "Traceback" not in err, err
     assert all(n in err.replace("\n", " ") for n in needles), err
     assert not out.exists()
+
+
+def test_the_memory_estimate_counts_the_adapters_the_teacher_and_full_fine_tuning(monkeypatch):
+    import nirvana.guard.memory as memory
+    from nirvana.errors import OutOfMemory
+    from nirvana.models.architectures import decoder_layers, layer_projections
+    from nirvana.recovery.memory import recovery_memory, trainable_parameters
+
+    pruned, _ = pruned_tiny("llama")
+    lora = RecoveryConfig(**FAST)
+    adapters = sum(
+        4 * (lin.in_features + lin.out_features)
+        for p in layer_projections(pruned)
+        for lin in p.named_linears().values()
+    )
+    assert trainable_parameters(pruned, lora) == adapters  # r = 4 on every projection of the ragged layers
+    full = RecoveryConfig(**FAST, train="full")
+    assert trainable_parameters(pruned, full) == sum(
+        p.numel() for layer in decoder_layers(pruned) for p in layer.parameters()
+    )
+    lm = recovery_memory(pruned, lora)
+    teacher = tiny_model("llama")
+    kd_loaded = recovery_memory(pruned, RecoveryConfig(**FAST, loss="kd"), teacher=teacher)
+    kd_before = recovery_memory(pruned, RecoveryConfig(**FAST, loss="kd"), teacher_config=teacher.config)
+    assert "teacher weights" not in kd_loaded.components and kd_loaded.components["teacher logits"] > 0
+    assert kd_before.components["teacher weights"] == memory.estimate_load(teacher.config).total
+    assert lm.total < kd_loaded.total < kd_before.total
+    assert lm.components["trainable: gradients, AdamW moments, last good copy"] == 4 * adapters * 4
+    # recover refuses before copying or training when the estimate cannot fit
+    before = copy.deepcopy(pruned.state_dict())
+    monkeypatch.setattr(memory, "available_bytes", lambda device="cpu": 1024)
+    with pytest.raises(OutOfMemory, match="recovery training needs about"):
+        recover(pruned, tiny_data(), lora)
+    assert all(torch.equal(v, pruned.state_dict()[k]) for k, v in before.items())

@@ -16,12 +16,14 @@ from pathlib import Path
 
 import torch
 
-from nirvana.checkpoints.loading import load_model
+from nirvana.checkpoints.loading import load_model, resolve_dtype
 from nirvana.cli.common import add_model_args, hold_device, load_from_args, print_json, record_command, stderr_progress
 from nirvana.errors import InvalidInput
+from nirvana.guard.memory import check_fits
 from nirvana.recovery.config import DEFAULT_STEPS, LOSSES, PROJECTIONS, TRAIN, RecoveryConfig
 from nirvana.recovery.data import load_documents
 from nirvana.recovery.distill import check_teacher
+from nirvana.recovery.memory import recovery_memory
 from nirvana.recovery.run import recover_and_save
 from nirvana.recovery.save import base_report
 
@@ -117,7 +119,10 @@ def cmd_recover(args) -> int:
         start = time.perf_counter()
         lm = load_from_args(args)
         teacher = None
-        if teacher_name is not None:
+        if teacher_name is not None:  # would the student's training and the teacher fit? before loading it
+            student_dtype = next(lm.model.parameters()).dtype
+            teacher_dtype = resolve_dtype(args.teacher_dtype, args.device) if args.teacher_dtype else student_dtype
+            check_fits(recovery_memory(lm.model, config, teacher_config=lm.model.config, teacher_dtype=teacher_dtype))
             teacher = load_model(
                 teacher_name, dtype=args.teacher_dtype or args.dtype, device=args.device, progress=stderr_progress
             ).model

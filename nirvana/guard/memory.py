@@ -228,6 +228,53 @@ def estimate_load(config, *, dtype: torch.dtype = torch.float32, quantization: s
     return est
 
 
+def estimate_training(
+    config,
+    *,
+    micro_batch: int,
+    seq_len: int,
+    trainable_params: int,
+    dtype: torch.dtype = torch.float32,
+    trainable_dtype: torch.dtype = torch.float32,
+    copy_bytes: int = 0,
+    gradient_checkpointing: bool = False,
+    teacher_config=None,
+    teacher_dtype: torch.dtype | None = None,
+    teacher_loaded: bool = False,
+    device: str = "cpu",
+) -> MemoryEstimate:
+    """Planned peak (bytes above the loaded student) of recovery training, one micro-batch at a time.
+
+    The trainable parameters (LoRA adapters, or the decoder's own weights with full fine-tuning) carry
+    a gradient, AdamW's two moments and the last good copy kept for a non-finite step, all in
+    `trainable_dtype`; `copy_bytes` is the copy of the student that is trained when the caller's model
+    is left untouched. Activations follow `estimate_scoring`'s count for the dense widths (an upper
+    bound for a pruned model), or with `gradient_checkpointing` each layer's input plus one layer.
+    A distillation `teacher_config` adds the teacher's weights (unless `teacher_loaded`) and one
+    micro-batch of its logits with their fp32 log-probabilities.
+    """
+    a = ArchSizes.from_config(config)
+    act, tokens = dtype_bytes(dtype), micro_batch * seq_len
+    est = MemoryEstimate("recovery training", device)
+    est.components["copy of the student"] = copy_bytes
+    est.components["trainable: gradients, AdamW moments, last good copy"] = (
+        4 * trainable_params * dtype_bytes(trainable_dtype)
+    )
+    every_layer = _activation_bytes_per_token(a, seq_len, act)
+    if gradient_checkpointing:
+        every_layer = a.num_layers * a.hidden_size * act + every_layer // a.num_layers
+    est.components["activations"] = tokens * every_layer
+    est.components["logits"] = tokens * a.vocab_size * (act + 2 * 4)  # logits, fp32 log-softmax, its gradient
+    if teacher_config is not None:
+        t_dtype = teacher_dtype or dtype
+        if not teacher_loaded:
+            est.components["teacher weights"] = estimate_load(teacher_config, dtype=t_dtype).total
+        vocab = ArchSizes.from_config(teacher_config).vocab_size
+        est.components["teacher logits"] = tokens * vocab * (dtype_bytes(t_dtype) + 2 * 4)  # + fp32 log-probs, probs
+        est.notes.append("distillation: the teacher's forward runs without gradients, one micro-batch at a time")
+    return est
+
+
 def available_bytes(device: str | torch.device = "cpu") -> int:
     """Free memory a new allocation can use: CUDA free + the caching allocator's reserve, or CPU available."""
     device = torch.device(device)

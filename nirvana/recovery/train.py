@@ -28,12 +28,14 @@ import torch
 import torch.nn as nn
 
 from nirvana.errors import InvalidInput
+from nirvana.guard.memory import check_fits
 from nirvana.models.architectures import decoder_layers, layer_projections
 from nirvana.models.weights import input_device
 from nirvana.pruning.slicing import update_config
 from nirvana.recovery.config import RecoveryConfig
 from nirvana.recovery.data import RecoveryData
 from nirvana.recovery.distill import Objective, heldout_kl
+from nirvana.recovery.memory import recovery_memory
 
 
 @dataclass(frozen=True)
@@ -204,6 +206,7 @@ def recover(
             f"the data holds {data.train.shape[0]} training windows, fewer than one batch of {config.batch_size}."
         )
     objective = Objective(config.loss, teacher, config.temperature, config.kd_weight)
+    check_fits(recovery_memory(model, config, inplace=inplace, teacher=teacher))  # before the copy is made
     lora = config.train == "lora"
     targets = target_module_names(model, config) if lora else None
     if not inplace:
