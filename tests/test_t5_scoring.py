@@ -1,0 +1,97 @@
+"""T5 (issue 26, first step): the anatomy table and NIRVANA's seq2seq saliency on tiny random T5 models
+of both FFN kinds, against an autograd reference that sums each head's and neuron's weights by hand."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import T5Config, T5ForConditionalGeneration
+
+from nirvana.errors import InvalidInput, UnsupportedArchitecture
+from nirvana.models.t5 import KINDS, kind_modules
+from nirvana.scoring.seq2seq import split_windows, t5_scores
+from tests.tiny import tiny_model
+
+
+def tiny_t5(ff: str, seed: int = 0) -> T5ForConditionalGeneration:
+    config = T5Config(
+        vocab_size=64, d_model=32, d_kv=8, d_ff=24, num_layers=2, num_decoder_layers=3, num_heads=4,
+        feed_forward_proj=ff, relative_attention_num_buckets=8, decoder_start_token_id=0, pad_token_id=0,
+        dropout_rate=0.0,
+    )  # fmt: skip
+    torch.manual_seed(seed)
+    return T5ForConditionalGeneration(config).eval()
+
+
+def reference(model, ids: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Autograd on the whole batch, then each unit's weights summed one by one (loops, no reshapes)."""
+    half = ids.shape[1] // 2
+    enc, dec = ids[:, :half], model._shift_right(ids[:, half:])
+    logits = model(input_ids=enc, decoder_input_ids=dec, use_cache=False).logits
+    f = logits.max(dim=1).values.mean()  # mean over (N, V) of the max over decoder positions
+    params = dict(model.named_parameters())
+    grads = dict(zip(params, torch.autograd.grad(f, list(params.values()), allow_unused=True)))
+
+    def s(name):
+        g = grads[name]
+        return torch.zeros_like(params[name]) if g is None else (g * params[name]).abs().double()
+
+    out = {}
+    for kind, k in KINDS.items():
+        stack = model.encoder if k.stack == "encoder" else model.decoder
+        rows = []
+        for i, _ in enumerate(stack.block):
+            prefix = f"{k.stack}.block.{i}.layer.{k.sublayer}.{k.module}."
+            if k.attention:
+                d, heads = model.config.d_kv, model.config.num_heads
+                vals = []
+                for h in range(heads):
+                    v = sum(s(prefix + p + ".weight")[h * d : (h + 1) * d, :].sum() for p in "qkv")
+                    v = v + s(prefix + "o.weight")[:, h * d : (h + 1) * d].sum()
+                    if prefix + "relative_attention_bias.weight" in params:
+                        v = v + s(prefix + "relative_attention_bias.weight")[:, h].sum()
+                    vals.append(v)
+            else:
+                wi = [n for n in ("wi", "wi_0", "wi_1") if prefix + n + ".weight" in params]
+                vals = [
+                    sum(s(prefix + n + ".weight")[j, :].sum() for n in wi) + s(prefix + "wo.weight")[:, j].sum()
+                    for j in range(model.config.d_ff)
+                ]
+            rows.append(torch.stack(vals))
+        out[kind] = torch.stack(rows).float()
+    return out
+
+
+@pytest.mark.parametrize("ff", ["relu", "gated-gelu"])
+def test_t5_scores_equal_the_autograd_reference_and_micro_batches_add_up(ff):
+    model = tiny_t5(ff)
+    ids = torch.randint(1, 64, (4, 12), generator=torch.Generator().manual_seed(1))
+    scores = t5_scores(model, ids)
+    expected = reference(model, ids)
+    assert {k: tuple(v.shape) for k, v in scores.items()} == {
+        "enc_self": (2, 4), "dec_self": (3, 4), "cross": (3, 4), "enc_ffn": (2, 24), "dec_ffn": (3, 24),
+    }  # fmt: skip
+    for kind in KINDS:
+        torch.testing.assert_close(scores[kind], expected[kind], rtol=1e-5, atol=1e-8)
+        assert (scores[kind] > 0).float().mean() > 0.9, kind  # (a ReLU neuron dead on every token scores 0)
+    chunked = t5_scores(model, ids, micro_batch=1)
+    for kind in KINDS:
+        torch.testing.assert_close(chunked[kind], scores[kind], rtol=1e-4, atol=1e-8)
+    assert all(p.grad is None for p in model.parameters())  # nothing left behind
+
+
+def test_the_relative_bias_column_belongs_to_its_head_in_the_owning_block_only():
+    model = tiny_t5("relu")
+    ids = torch.randint(1, 64, (2, 10), generator=torch.Generator().manual_seed(2))
+    with_bias = t5_scores(model, ids)["enc_self"]
+    kind_modules(model, "enc_self")[0].relative_attention_bias.weight.data.zero_()  # its saliency vanishes
+    without = t5_scores(model, ids)["enc_self"]
+    assert (with_bias[0] != without[0]).any()
+    assert kind_modules(model, "enc_self")[1].has_relative_attention_bias is False
+
+
+def test_bad_input():
+    with pytest.raises(UnsupportedArchitecture, match="not a T5 encoder-decoder"):
+        t5_scores(tiny_model("llama"), torch.zeros(2, 8, dtype=torch.long))
+    with pytest.raises(InvalidInput, match="T >= 2 to split in halves"):
+        split_windows(torch.zeros(2, 1, dtype=torch.long))
