@@ -1,7 +1,10 @@
-"""T5 (issue 26, first step): the anatomy table and NIRVANA's seq2seq saliency on tiny random T5 models
-of both FFN kinds, against an autograd reference that sums each head's and neuron's weights by hand."""
+"""T5 (issue 26, first steps) on tiny random T5 models of both FFN kinds: NIRVANA's seq2seq saliency
+against an autograd reference that sums each head's and neuron's weights by hand, and slicing against
+the dense model with the removed units masked (logits and greedy generation with the KV cache)."""
 
 from __future__ import annotations
+
+import copy
 
 import pytest
 import torch
@@ -13,9 +16,10 @@ from nirvana.scoring.seq2seq import split_windows, t5_scores
 from tests.tiny import tiny_model
 
 
-def tiny_t5(ff: str, seed: int = 0) -> T5ForConditionalGeneration:
+def tiny_t5(ff: str, seed: int = 0, decoder_layers: int = 3) -> T5ForConditionalGeneration:
+    """Two encoder and three decoder blocks (so a stack mix-up shows), four heads of 8, 24 FFN neurons."""
     config = T5Config(
-        vocab_size=64, d_model=32, d_kv=8, d_ff=24, num_layers=2, num_decoder_layers=3, num_heads=4,
+        vocab_size=64, d_model=32, d_kv=8, d_ff=24, num_layers=2, num_decoder_layers=decoder_layers, num_heads=4,
         feed_forward_proj=ff, relative_attention_num_buckets=8, decoder_start_token_id=0, pad_token_id=0,
         dropout_rate=0.0,
     )  # fmt: skip
@@ -95,3 +99,69 @@ def test_bad_input():
         t5_scores(tiny_model("llama"), torch.zeros(2, 8, dtype=torch.long))
     with pytest.raises(InvalidInput, match="T >= 2 to split in halves"):
         split_windows(torch.zeros(2, 1, dtype=torch.long))
+    from nirvana.pruning.seq2seq import slice_t5
+
+    model = tiny_t5("relu")
+    kept = _kept(model, 0, True)
+    for kind, bad in (("enc_self", [[], [0]]), ("cross", [[0], [1], [4]]), ("dec_ffn", [[0, 0], [1], [2]])):
+        with pytest.raises(InvalidInput, match=f"kept {kind} of layer"):
+            slice_t5(model, {**kept, kind: bad})
+    with pytest.raises(InvalidInput, match="one list per layer"):
+        slice_t5(model, {**kept, "enc_ffn": [[0]]})
+    with pytest.raises(InvalidInput, match="already sliced"):
+        slice_t5(slice_t5(model, kept), kept)
+
+
+def _kept(model, seed: int, drop_first_heads: bool) -> dict:
+    g = torch.Generator().manual_seed(seed)
+    out = {}
+    for kind, k in KINDS.items():
+        rows = []
+        for i, m in enumerate(kind_modules(model, kind)):
+            total = m.n_heads if k.attention else m.wo.in_features
+            keep = sorted(torch.randperm(total, generator=g)[: max(1, total // 2 + i % 2)].tolist())
+            if k.attention and i == 0 and not drop_first_heads:
+                keep = list(range(total))  # the block that owns the relative bias keeps every head
+            rows.append(keep)
+        out[kind] = rows
+    return out
+
+
+def _masked(model, kept):
+    """The dense model with each removed head's o columns and each removed neuron's wo column zeroed."""
+    masked = copy.deepcopy(model)
+    with torch.no_grad():
+        for kind, k in KINDS.items():
+            for units, m in zip(kept[kind], kind_modules(masked, kind)):
+                if k.attention:
+                    d = m.key_value_proj_dim
+                    for h in set(range(m.n_heads)) - set(units):
+                        m.o.weight[:, h * d : (h + 1) * d] = 0
+                else:
+                    for j in set(range(m.wo.in_features)) - set(units):
+                        m.wo.weight[:, j] = 0
+    return masked
+
+
+@pytest.mark.parametrize("ff", ["relu", "gated-gelu"])
+@pytest.mark.parametrize("drop_first_heads", [False, True], ids=["bias-owner-whole", "bias-owner-sliced"])
+def test_a_sliced_t5_equals_the_dense_model_with_the_removed_units_masked(ff, drop_first_heads):
+    from nirvana.pruning.seq2seq import slice_t5
+
+    model = tiny_t5(ff)
+    kept = _kept(model, 3, drop_first_heads)
+    sliced = slice_t5(model, kept)
+    enc = torch.randint(1, 64, (2, 7), generator=torch.Generator().manual_seed(4))
+    dec = torch.randint(1, 64, (2, 5), generator=torch.Generator().manual_seed(5))
+    expected = _masked(model, kept)(input_ids=enc, decoder_input_ids=dec).logits
+    torch.testing.assert_close(sliced(input_ids=enc, decoder_input_ids=dec).logits, expected, rtol=1e-5, atol=1e-5)
+    sizes = {kind: [len(u) for u in rows] for kind, rows in kept.items()}
+    assert [m.q.out_features // 8 for m in kind_modules(sliced, "cross")] == sizes["cross"]
+    assert [m.wo.in_features for m in kind_modules(sliced, "enc_ffn")] == sizes["enc_ffn"]
+    assert sum(p.numel() for p in sliced.parameters()) < sum(p.numel() for p in model.parameters())
+    # generate() with the KV cache (on equal stacks: transformers 5.24 sizes T5's cache by the encoder's depth)
+    even = tiny_t5(ff, decoder_layers=2)
+    kept_even = _kept(even, 3, drop_first_heads)
+    greedy = dict(max_new_tokens=4, min_new_tokens=4, do_sample=False)
+    out = slice_t5(even, kept_even).generate(input_ids=enc, **greedy)
+    assert out.shape == (2, 5) and torch.equal(out, _masked(even, kept_even).generate(input_ids=enc, **greedy))
