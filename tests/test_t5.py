@@ -16,10 +16,12 @@ from nirvana.scoring.seq2seq import split_windows, t5_scores
 from tests.tiny import tiny_model
 
 
-def tiny_t5(ff: str, seed: int = 0, decoder_layers: int = 3) -> T5ForConditionalGeneration:
+def tiny_t5(
+    ff: str, seed: int = 0, decoder_layers: int = 3, heads: int = 4, d_ff: int = 24
+) -> T5ForConditionalGeneration:
     """Two encoder and three decoder blocks (so a stack mix-up shows), four heads of 8, 24 FFN neurons."""
     config = T5Config(
-        vocab_size=64, d_model=32, d_kv=8, d_ff=24, num_layers=2, num_decoder_layers=decoder_layers, num_heads=4,
+        vocab_size=64, d_model=32, d_kv=8, d_ff=d_ff, num_layers=2, num_decoder_layers=decoder_layers, num_heads=heads,
         feed_forward_proj=ff, relative_attention_num_buckets=8, decoder_start_token_id=0, pad_token_id=0,
         dropout_rate=0.0,
     )  # fmt: skip
@@ -165,3 +167,45 @@ def test_a_sliced_t5_equals_the_dense_model_with_the_removed_units_masked(ff, dr
     greedy = dict(max_new_tokens=4, min_new_tokens=4, do_sample=False)
     out = slice_t5(even, kept_even).generate(input_ids=enc, **greedy)
     assert out.shape == (2, 5) and torch.equal(out, _masked(even, kept_even).generate(input_ids=enc, **greedy))
+
+
+def test_t5_gamma_star_known_answers():
+    from nirvana.pruning.seq2seq import t5_default_gamma
+
+    ca = 4 * 64  # T5-base: d_kv 64, 12 heads, 12 + 12 blocks
+    heads_all, heads_enc, heads_dec = 12 * (12 + 2 * 12), 12 * 12, 12 * 2 * 12
+    assert t5_default_gamma(heads_all, 3072 * 24, ca, 2) == pytest.approx(2 / 3)  # T5-base, ReLU
+    assert t5_default_gamma(heads_all, 2048 * 24, ca, 3) == pytest.approx(2 / 3)  # FLAN-T5-base, gated
+    assert t5_default_gamma(heads_enc, 3072 * 12, ca, 2) == pytest.approx(1.0)
+    assert t5_default_gamma(heads_dec, 3072 * 12, ca, 2) == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("ff", ["relu", "gated-gelu"])
+@pytest.mark.parametrize("scope", ["global", "per-stack"])
+def test_t5_allocation_meets_the_budget_and_slices(ff, scope):
+    from nirvana.pruning.seq2seq import allocate_t5, slice_t5, unit_costs
+
+    model = tiny_t5(ff, heads=8, d_ff=96)  # units fine enough for the budget to land within 1%
+    ids = torch.randint(1, 64, (4, 12), generator=torch.Generator().manual_seed(1))
+    scores = t5_scores(model, ids)
+    ca, cm = unit_costs(model)
+    assert (ca, cm) == (32, 2 if ff == "relu" else 3)
+    kept, stats = allocate_t5(scores, model, 0.3, scope=scope, align=1)
+    # per stack, each of the two rankings floors its own counts; one head is 1.1% of this tiny model's blocks
+    assert abs(stats["achieved_block_sparsity"] - 0.3) < (0.01 if scope == "global" else 0.02), stats
+    assert all(rows and all(r for r in rows) for rows in kept.values())  # at least one unit everywhere
+    counted = sum(sum(len(r) for r in kept[k]) * (ca if KINDS[k].attention else cm) for k in KINDS)
+    sliced = slice_t5(model, kept)
+    block = sum(p.numel() for n, p in sliced.named_parameters() if ".layer." in n and "layer_norm" not in n
+                and "relative_attention_bias" not in n)  # fmt: skip
+    assert block == counted * model.config.d_model  # the plan's weights are the model's real weights
+    if scope == "global":  # one ranking: every kept unit outscores every removed one of its ranking
+        for group in ([k for k in KINDS if KINDS[k].attention], [k for k in KINDS if not KINDS[k].attention]):
+            kept_scores = [float(scores[k][i, u]) for k in group for i, row in enumerate(kept[k]) for u in row]
+            removed = [float(scores[k][i, u]) for k in group for i, row in enumerate(kept[k])
+                       for u in range(scores[k].shape[1]) if u not in row]  # fmt: skip
+            assert max(removed) <= min(kept_scores)
+    dense = allocate_t5(scores, model, 0.0, scope=scope, align=1)[0]
+    assert all(len(r) == (8 if KINDS[k].attention else 96) for k in KINDS for r in dense[k])  # sparsity 0: dense
+    kept8, _ = allocate_t5(scores, model, 0.3, scope=scope, align=8)
+    assert all(len(r) % 8 == 0 for k in ("enc_ffn", "dec_ffn") for r in kept8[k])
