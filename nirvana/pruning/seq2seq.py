@@ -6,7 +6,7 @@
 A head's q/k/v rows and o columns go; the relative position bias table stays whole, because the
 first block computes it for the whole stack and later blocks still read the columns of heads the
 first block dropped (`nirvana.models.modeling_t5_sliced`: each layer adds its own columns). It is
-`num_buckets x H` parameters per stack (256 of T5-base's 220 M), so nothing is lost by keeping it.
+`num_buckets x H` parameters per stack (32 x 12 = 384 on T5-base), so nothing is lost by keeping it.
 An FFN neuron's row of `wi` (or `wi_0` and `wi_1`) and column of `wo` go. Every layer keeps at
 least one head and one neuron (a layer with none would need its sublayer removed: not done).
 """
