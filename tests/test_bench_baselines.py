@@ -299,6 +299,17 @@ def test_readme_summary_verdicts_come_from_the_rows(tmp_path):
     text = readme_summary(rows, config, pending_rows=3, extra=[])
     slicegpt = next(line for line in text.splitlines() if "− slicegpt slicing=0.25 (reference)" in line)
     assert "(not matched: a different budget)" in slicegpt and "60.00 vs 90.00 (NIRVANA lower)" in slicegpt
+    # gamma* short of the budget (Gemma-3): a matched NIRVANA run at a fixed gamma is compared too
+    short = [
+        {**r, "achieved_block_param_sparsity": "0.163"} if r["variant"] == "nirvana s=0.2 gamma*" else r for r in rows
+    ] + _rows("nirvana", 0.2, 0.2, "nirvana s=0.2 gamma=20", 70.0, 0.47)
+    lines = readme_summary(short, config, extra=[]).splitlines()
+    assert any(
+        line.startswith("- 20%, nirvana s=0.2 gamma* (not matched: a different budget) − flap") for line in lines
+    )
+    assert any(
+        line.startswith("- 20%, nirvana s=0.2 gamma=20 − flap s=0.2: WikiText-2 perplexity 70.00") for line in lines
+    )
     llm = next(line for line in text.splitlines() if "− llm-pruner s=0.2" in line)
     flap = next(line for line in text.splitlines() if "− flap s=0.2" in line)
     # averages 50 vs 40 with se 3.5/sqrt(7) each: +10.0 ± 1.9 points, resolved; 50 vs 49: not resolved

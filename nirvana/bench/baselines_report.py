@@ -371,6 +371,25 @@ def _versus(a: dict, b: dict, per: dict) -> list[str]:
     return out
 
 
+def _side(v: dict) -> str:
+    return v["variant"] + (" (not matched: a different budget)" if v.get("matched") is False else "")
+
+
+def _nirvana_sides(measured: list[dict], sparsity: float, lora: str) -> list[dict]:
+    """NIRVANA's entries a verdict compares: gamma*, and when gamma* misses the budget (Gemma-3: one KV
+    group per layer) every matched NIRVANA run at another fixed gamma (`--nirvana-gamma`) as well."""
+    star = next((v for v in measured if v["variant"] == f"nirvana s={sparsity:g} gamma*{lora}"), None)
+    if star is None or star.get("matched") is not False:
+        return [star] if star else []
+    fixed = [
+        v for v in measured
+        if v.get("method") == "nirvana" and _f(v.get("sparsity")) == sparsity and v.get("matched")
+        and (" + LoRA" in v["variant"]) == bool(lora)
+        and "KL-best" not in v["variant"] and v is not star
+    ]  # fmt: skip
+    return [star, *fixed]
+
+
 def readme_summary(rows: list[dict], config, pending_rows: int | None = None, extra: list[dict] | None = None) -> str:
     """The README's answer to "does NIRVANA beat the baselines?" (every method of the table that was run
     at NIRVANA's sparsity: LLM-Pruner, FLAP, SliceGPT), generated from the CSV (no figure typed)."""
@@ -397,17 +416,13 @@ def readme_summary(rows: list[dict], config, pending_rows: int | None = None, ex
     lines.append("")
     for sparsity in config.sparsities:
         for lora in ("", " + LoRA"):
-            ours = next((v for v in measured if v["variant"] == f"nirvana s={sparsity:g} gamma*{lora}"), None)
-            if ours is None:
-                continue
-            for b in measured:
-                same = _f(b.get("sparsity")) == sparsity and b["variant"].endswith(" + LoRA") == bool(lora)
-                if b.get("method") in BASELINES and same:
-                    facts = _versus(ours, b, per)
-                    if facts:
-                        unmatched = " (not matched: a different budget)" if b.get("matched") is False else ""
-                        head = f"- {sparsity:.0%}, {ours['variant']} − {b['variant']}{unmatched}: "
-                        lines.append(head + "; ".join(facts) + ".")
+            for ours in _nirvana_sides(measured, sparsity, lora):
+                for b in measured:
+                    same = _f(b.get("sparsity")) == sparsity and b["variant"].endswith(" + LoRA") == bool(lora)
+                    if b.get("method") in BASELINES and same:
+                        facts = _versus(ours, b, per)
+                        if facts:
+                            lines.append(f"- {sparsity:.0%}, {_side(ours)} − {_side(b)}: " + "; ".join(facts) + ".")
     if pending_rows:
         lines += ["", f"{pending_rows} rows of the grid are not measured yet ('-' above); the verdict is partial."]
     return "\n".join(lines) + "\n"
