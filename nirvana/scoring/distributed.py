@@ -21,7 +21,7 @@ one entry per output row) is gathered from the rows each rank owns; a column-own
 Every rank ends with the same [L, Hkv] and [L, I] scores; rank 0 writes them.
 
 Only the gradient scorers need this: NIRVANA's criteria nirvana and taylor (`GRADIENT`), and
-LLM-Pruner (`nirvana.methods.llm_pruner.sharded`), each a `ShardedScorer` row: its objective, its
+LLM-Pruner (`nirvana.methods.llm_pruner.importance.sharded_scorer`), each a `ShardedScorer` row: its objective, its
 element salience, whether a channel's value is |sum| or sum of |.|, and how a layer's channel
 vectors make its units. LLM-Pruner's second-order variants first accumulate each example's squared
 gradient (the reference's `acc_grad`): every rank runs the same example, so FSDP's average of the
@@ -146,8 +146,8 @@ def check_world(model, scorer: ShardedScorer | str, samples: int, world: int) ->
         )
 
 
-def _any_rank(flag: bool) -> bool:
-    value = torch.tensor([int(flag)])
+def _any_rank(flag: bool, device) -> bool:
+    value = torch.tensor([int(flag)], device=device)  # NCCL reduces CUDA tensors only
     dist.all_reduce(value, op=dist.ReduceOp.MAX)
     return bool(value.item())
 
@@ -208,8 +208,10 @@ def _fill_from_rank0(model, full: dict | None, device) -> None:
         model.to_empty(device=device)
     options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
     set_model_state_dict(model, full if dist.get_rank() == 0 else {}, options=options)
-    for buffer in model.buffers():
-        dist.broadcast(buffer, src=0)
+    for buffer in model.buffers():  # through the rank's device: NCCL broadcasts CUDA tensors only
+        shared = buffer.data.to(device)
+        dist.broadcast(shared, src=0)
+        buffer.data.copy_(shared)
 
 
 def checkpoint_layers(model) -> None:
@@ -245,7 +247,7 @@ def sharded_gradient_scores(
     device = torch.device(f"cuda:{torch.cuda.current_device()}") if torch.cuda.is_available() else torch.device("cpu")
     estimate = functools.partial(memory or estimate_scoring, world_size=world, checkpoint=checkpoint)
     check_scoring_memory(model, n, t, micro_batch=micro_batch, estimate=estimate, device=str(device))
-    from_rank0 = _any_rank(is_meta(model))  # some rank was built without weights: rank 0's are shared
+    from_rank0 = _any_rank(is_meta(model), device)  # some rank was built without weights: rank 0's are shared
     if from_rank0 and rank == 0 and is_meta(model):
         raise InvalidInput("rank 0 must hold the model's weights: the other ranks receive their shards from it.")
     full = model.state_dict() if from_rank0 and rank == 0 else None  # before sharding: whole tensors
