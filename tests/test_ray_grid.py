@@ -192,3 +192,18 @@ def test_the_cli_refuses_an_unreachable_address_with_exit_2_and_writes_nothing(t
     assert address in result.stderr and "ray start --head" in result.stderr
     assert time.monotonic() - start < 60  # Python and torch imports included; the connect itself is < 10 s
     assert not out.exists()
+
+
+def test_the_scale_benchmarks_local_instance_is_its_own_even_beside_a_running_cluster(cluster_address, monkeypatch):
+    """`start_local` (bench scale) starts a new instance of its size; a plain ray.init() would join the
+    cluster a user's `ray start` runs (found via RAY_ADDRESS or /tmp/ray) and refuse num_cpus there."""
+    import ray
+
+    from nirvana.cluster.ray_tasks import start_local
+
+    monkeypatch.setenv("RAY_ADDRESS", cluster_address)
+    try:
+        start_local(1)
+        assert ray.cluster_resources().get("CPU") == 1  # not the 2-CPU cluster of the fixture
+    finally:
+        disconnect()

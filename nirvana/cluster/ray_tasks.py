@@ -159,8 +159,11 @@ def start_local(num_cpus: int) -> Cluster:
 
     if ray.is_initialized():
         ray.shutdown()
+    # address="local": a new instance even when `ray start` runs a cluster on this machine (ray.init would
+    # join that one, and refuse num_cpus there)
     ray.init(
-        num_cpus=num_cpus, num_gpus=0, include_dashboard=False, runtime_env={"env_vars": _worker_env()},
+        address="local", num_cpus=num_cpus, num_gpus=0, include_dashboard=False,
+        runtime_env={"env_vars": _worker_env()},
         logging_level="ERROR", object_store_memory=200_000_000,
     )  # fmt: skip
     return Cluster("local", 1, num_cpus, 1.0, 0.0)
