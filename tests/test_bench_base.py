@@ -240,7 +240,9 @@ def _committed(bench, tmp_path):
         config = AccuracyConfig(out_dir=tmp_path, best_gamma=kl_best_gammas("smollm2-135m"), allow_code_execution=True)
         return config, ROOT / "benchmarks" / "accuracy" / "accuracy-smollm2-135m.csv"
     if bench is BASELINES:
-        config = BaselinesConfig(out_dir=tmp_path, best_gamma=best_gammas("smollm2-135m", (0.2, 0.5)))
+        config = BaselinesConfig(
+            out_dir=tmp_path, best_gamma=best_gammas("smollm2-135m", (0.2, 0.5)), allow_code_execution=True
+        )  # the committed grid has its MBPP pass@1 rows (run with --allow-code-execution)
         return config, ROOT / "benchmarks" / "baselines" / "baselines-smollm2-135m.csv"
     return RecoveryBenchConfig(out_dir=tmp_path), ROOT / "benchmarks" / "recovery" / "recovery.csv"
 
