@@ -26,9 +26,11 @@ the batch they hold) except in two places that call `compute_scores` (the layer 
 from __future__ import annotations
 
 import functools
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch.nn as nn
 
@@ -40,13 +42,17 @@ from nirvana.methods.run import apply_method_plan, check_method, method_plan, me
 from nirvana.models.architectures import layer_projections
 from nirvana.models.fingerprint import model_fingerprint
 from nirvana.models.shapes import ModelShape, count_block_parameters, count_parameters, model_shape
+from nirvana.models.t5 import block_weights, is_t5, kept_units
 from nirvana.progress import Progress
 from nirvana.pruning.allocation import Allocation, allocate
 from nirvana.pruning.plan import PruningPlan
+from nirvana.pruning.seq2seq import apply_t5_plan, plan_t5
+from nirvana.pruning.seq2seq_plan import SCOPES, Seq2SeqPlan, is_seq2seq_plan
 from nirvana.pruning.slicing import apply_plan
 from nirvana.scoring.criteria import CRITERIA, compute_scores
 from nirvana.scoring.distributed import ShardedScorer, gradient_scorer
 from nirvana.scoring.scores import Scores
+from nirvana.scoring.seq2seq import T5_CRITERIA, Seq2SeqScores, check_t5_criterion, compute_t5_scores
 from nirvana.search.calibration import AnchorSpec, chosen_batch, select_calibration
 
 DEFAULT_CALIBRATION = "wikitext2-valid"
@@ -130,9 +136,9 @@ class PruneResult:
     """A pruned model (physically smaller), the plan that made it, and the measured report."""
 
     model: nn.Module
-    plan: PruningPlan
+    plan: PruningPlan | Seq2SeqPlan
     report: dict
-    scores: Scores | None = None
+    scores: Scores | Seq2SeqScores | None = None
     selection: dict | None = None  # KL-guided calibration: chosen seed, KL per candidate
 
 
@@ -194,6 +200,8 @@ def score(
     same either way: model, criterion, batch content, seed, micro-batch.
     `allocation`: the resolved `settings.allocation_settings`, when the caller has it (see `calibration_for`).
     """
+    if is_t5(lm.model):
+        return _score_seq2seq(lm, settings, progress, batch), None
     if settings.method != "nirvana":
         check_method(lm.model, settings.method, settings.config, settings.sparsity)
     if batch is None:
@@ -264,6 +272,8 @@ def prune(
     """
     if settings is None and plan is None:
         raise InvalidInput("prune needs settings (sparsity, criterion, ...) or an existing plan.")
+    if is_t5(lm.model):
+        return _prune_seq2seq(lm, settings, scores=scores, plan=plan, inplace=inplace, progress=progress, batch=batch)
     method = plan.settings.method if plan is not None else settings.method
     if get_method(method).rotation is not None:
         return _prune_with_rotation(
@@ -371,6 +381,121 @@ def _prune_with_rotation(
     return PruneResult(pruned, plan, report, None, None)
 
 
+def load_plan(path) -> PruningPlan | Seq2SeqPlan:
+    """A plan file of either kind: a T5's (`"format": "nirvana-t5-plan"`) or a decoder-only model's (whose
+    loader says what is wrong with a file that is neither)."""
+    try:
+        is_t5_plan = is_seq2seq_plan(json.loads(Path(path).read_text()))
+    except (OSError, ValueError):
+        is_t5_plan = False
+    return (Seq2SeqPlan if is_t5_plan else PruningPlan).load(path)
+
+
+def load_scores(path) -> Scores | Seq2SeqScores:
+    """A score file of either kind (`score --out`): a T5's or a decoder-only model's."""
+    try:
+        return Seq2SeqScores.load(path)
+    except PlanMismatch as exc:
+        if "decoder-only" not in str(exc):
+            raise
+    return Scores.load(path)
+
+
+def check_seq2seq_settings(settings: PruneSettings) -> None:
+    """What a T5 accepts of the settings: NIRVANA's own method, a criterion of `T5_CRITERIA`, one of
+    `SCOPES` as the allocation (docs/METHOD-T5.md), no KL-guided calibration search."""
+    if settings.method != "nirvana":
+        raise InvalidInput(
+            f"method {settings.method!r} is written for decoder-only models (its coupled groups, bias compensation "
+            f"or rotation read a decoder layer); on T5 use method nirvana with a criterion of {', '.join(T5_CRITERIA)}."
+        )
+    check_t5_criterion(settings.criterion)
+    if settings.allocation not in SCOPES:
+        raise InvalidInput(
+            f"allocation {settings.allocation!r} is not a T5 allocation; accepted: {', '.join(SCOPES)} (one "
+            "ranking over both stacks, or one budget per stack)."
+        )
+    if settings.select_calib:
+        raise InvalidInput("KL-guided calibration (select_calib) is for decoder-only models; drop it on T5.")
+
+
+def _score_seq2seq(lm: LoadedModel, settings: PruneSettings, progress: Progress, batch=None) -> Seq2SeqScores:
+    """T5 scores of `settings.criterion` on the settings' calibration windows (split in halves), disk-cached."""
+    check_seq2seq_settings(settings)
+    needs_data = T5_CRITERIA[settings.criterion].objective is not None
+    if needs_data and batch is None:
+        batch, _ = calibration_for(lm, settings, progress)
+    return compute_t5_scores(
+        lm.model,
+        settings.criterion,
+        batch if needs_data else None,
+        seed=settings.seed,
+        micro_batch=settings.micro_batch,
+        use_cache=settings.use_cache,
+        progress=progress,
+    )
+
+
+def _prune_seq2seq(lm, settings, *, scores=None, plan=None, inplace=False, progress=None, batch=None) -> PruneResult:
+    """`prune` for a T5: score (cached), allocate over the five unit kinds, slice; the report counts the result."""
+    dense_params = count_parameters(lm.model)
+    timings: dict[str, float] = {}
+    t = time.perf_counter()
+    if plan is None:
+        check_seq2seq_settings(settings)  # bad settings fail before scoring
+        if scores is None:
+            scores = _score_seq2seq(lm, settings, progress, batch)
+        elif not isinstance(scores, Seq2SeqScores):
+            raise InvalidInput("these are decoder-only scores; score the T5 itself (`nirvana score`).")
+        timings["score"] = time.perf_counter() - t
+        t = time.perf_counter()
+        plan = plan_t5(
+            scores, lm.model, settings.sparsity, gamma=settings.gamma, scope=settings.allocation, align=settings.align
+        )
+    elif not isinstance(plan, Seq2SeqPlan):
+        raise InvalidInput("this is a decoder-only plan; a T5 is pruned by a T5 plan (`prune` on the T5 writes one).")
+    else:
+        timings["score"] = 0.0
+    timings["plan"] = time.perf_counter() - t
+    t = time.perf_counter()
+    pruned = apply_t5_plan(lm.model, plan, inplace=inplace)
+    timings["slice"] = time.perf_counter() - t
+    report = seq2seq_report(lm.name, dense_params, plan, pruned, scores=scores, timings=timings)
+    if progress:
+        progress(1.0, f"pruned to {report['params_after'] / 1e6:.2f} M parameters")
+    return PruneResult(pruned, plan, report, scores, None)
+
+
+def seq2seq_report(name, dense_params: int, plan: Seq2SeqPlan, pruned: nn.Module, *, scores=None, timings=None) -> dict:
+    """What a T5 prune did, counted on the sliced model; `kept_kv_groups` / `kept_neurons` per kind (g = 1: a head
+    is its own KV group)."""
+    kept = kept_units(pruned)
+    return {
+        "model": name,
+        "architecture": "t5",
+        "params_before": dense_params,
+        "params_after": count_parameters(pruned),
+        "block_params_before": plan.stats["block_weights_before"],
+        "block_params_after": block_weights(pruned),
+        "target_sparsity": plan.settings.sparsity,
+        "achieved_block_sparsity": plan.stats["achieved_block_sparsity"],
+        "total_param_reduction": 1 - count_parameters(pruned) / dense_params,
+        "method": "nirvana",
+        "criterion": plan.settings.criterion,
+        "gamma": plan.settings.gamma,
+        "gamma_default": plan.settings.gamma_default,
+        "scope": plan.settings.scope,
+        "allocation": plan.settings.scope,
+        "align": plan.settings.align,
+        "calibration": plan.settings.calibration,
+        "kept_kv_groups": {k: v for k, v in kept.items() if k in ("enc_self", "dec_self", "cross")},
+        "kept_neurons": {k: v for k, v in kept.items() if k in ("enc_ffn", "dec_ffn")},
+        "notes": plan.stats.get("notes", []),
+        "scores": None if scores is None else {k: scores.metadata()[k] for k in ("criterion", "fingerprint", "meta")},
+        "timings": {k: round(v, 3) for k, v in (timings or {}).items()},
+    }
+
+
 def prune_report(
     name: str,
     shape: ModelShape,
@@ -439,6 +564,8 @@ __all__ = [
     "PruneSettings",
     "calibration_for",
     "check_scores_match",
+    "load_plan",
+    "load_scores",
     "prune",
     "prune_report",
     "score",

@@ -112,5 +112,5 @@ def test_the_loaded_models_plan_is_typed():
     assert LoadedModel(model, None, "x", "local", 0.0).plan is None
     from_dict = LoadedModel(model, None, "x", "pruned", 0.0, plan=plan.to_dict()).plan
     assert isinstance(from_dict, PruningPlan) and from_dict == plan
-    with pytest.raises(InvalidInput, match=r"LoadedModel\.plan must be a PruningPlan or None, got str"):
+    with pytest.raises(InvalidInput, match=r"LoadedModel\.plan must be a PruningPlan, a Seq2SeqPlan or None, got str"):
         LoadedModel(model, None, "x", "pruned", 0.0, plan="plan.json")

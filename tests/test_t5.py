@@ -8,25 +8,12 @@ import copy
 
 import pytest
 import torch
-from transformers import T5Config, T5ForConditionalGeneration
 
 from nirvana.errors import InvalidInput, UnsupportedArchitecture
 from nirvana.models.t5 import KINDS, kind_modules
 from nirvana.scoring.seq2seq import split_windows, t5_scores
 from tests.tiny import tiny_model
-
-
-def tiny_t5(
-    ff: str, seed: int = 0, decoder_layers: int = 3, heads: int = 4, d_ff: int = 24
-) -> T5ForConditionalGeneration:
-    """Two encoder and three decoder blocks (so a stack mix-up shows), four heads of 8, 24 FFN neurons."""
-    config = T5Config(
-        vocab_size=64, d_model=32, d_kv=8, d_ff=d_ff, num_layers=2, num_decoder_layers=decoder_layers, num_heads=heads,
-        feed_forward_proj=ff, relative_attention_num_buckets=8, decoder_start_token_id=0, pad_token_id=0,
-        dropout_rate=0.0,
-    )  # fmt: skip
-    torch.manual_seed(seed)
-    return T5ForConditionalGeneration(config).eval()
+from tests.tiny_t5 import tiny_t5
 
 
 def reference(model, ids: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -209,3 +196,82 @@ def test_t5_allocation_meets_the_budget_and_slices(ff, scope):
     assert all(len(r) == (8 if KINDS[k].attention else 96) for k in KINDS for r in dense[k])  # sparsity 0: dense
     kept8, _ = allocate_t5(scores, model, 0.3, scope=scope, align=8)
     assert all(len(r) % 8 == 0 for k in ("enc_ffn", "dec_ffn") for r in kept8[k])
+
+
+@pytest.mark.parametrize("ff", ["relu", "gated-gelu"])
+def test_prune_save_and_reload_through_nirvana_and_stock_transformers(ff, tmp_path):
+    """The pipeline's prune on a T5 folder: the plan is JSON, the saved folder reloads (nirvana, and stock
+    transformers through the shipped modeling file) with the same logits, the sliced widths are the plan's."""
+    from transformers import AutoModelForSeq2SeqLM
+
+    from nirvana.checkpoints.loading import load_model
+    from nirvana.checkpoints.pruned import save_prune_output
+    from nirvana.models.t5 import kept_units
+    from nirvana.pipeline import PruneSettings, load_plan, prune
+    from nirvana.pruning.seq2seq_plan import Seq2SeqPlan
+    from tests.tiny_t5 import write_tiny_t5
+
+    lm = load_model(str(write_tiny_t5(tmp_path / "dense", ff)))
+    settings = PruneSettings(sparsity=0.3, calib="pydoc", samples=4, seq_len=32, align=1, use_cache=False)
+    result = prune(lm, settings)
+    assert isinstance(result.plan, Seq2SeqPlan) and abs(result.report["achieved_block_sparsity"] - 0.3) < 0.02
+    assert kept_units(result.model) == result.plan.kept_counts
+    assert result.report["params_after"] < result.report["params_before"]
+    save_prune_output(tmp_path / "out", result.model, lm.tokenizer, result.plan, result.report)
+    assert load_plan(tmp_path / "out" / "plan.json").to_dict() == result.plan.to_dict()
+    again = load_model(str(tmp_path / "out"))
+    stock = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "out" / "model", trust_remote_code=True).eval()
+    enc = torch.randint(3, 300, (2, 9), generator=torch.Generator().manual_seed(0))
+    dec = torch.randint(3, 300, (2, 5), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        expected = result.model(input_ids=enc, decoder_input_ids=dec).logits
+        torch.testing.assert_close(again.model(input_ids=enc, decoder_input_ids=dec).logits, expected)
+        torch.testing.assert_close(stock(input_ids=enc, decoder_input_ids=dec).logits, expected)
+    assert again.plan.to_dict() == result.plan.to_dict()
+    # the plan applied again to the dense model gives the same model
+    replay = prune(load_model(str(tmp_path / "dense")), plan=again.plan)
+    with torch.no_grad():
+        torch.testing.assert_close(replay.model(input_ids=enc, decoder_input_ids=dec).logits, expected)
+
+
+def test_t5_criteria_and_refusals(tmp_path):
+    from nirvana.checkpoints.loading import load_model
+    from nirvana.pipeline import PruneSettings, prune
+    from tests.tiny_t5 import write_tiny_t5
+
+    lm = load_model(str(write_tiny_t5(tmp_path / "dense", "relu")))
+    small = dict(calib="pydoc", samples=4, seq_len=32, use_cache=False)
+    for criterion in ("taylor", "magnitude", "random"):
+        result = prune(lm, PruneSettings(sparsity=0.3, criterion=criterion, **small))
+        assert (
+            result.report["criterion"] == criterion and result.report["params_after"] < result.report["params_before"]
+        )
+    with pytest.raises(InvalidInput, match="not available on T5"):
+        prune(lm, PruneSettings(sparsity=0.3, criterion="wanda", **small))
+    with pytest.raises(InvalidInput, match="written for decoder-only models"):
+        prune(lm, PruneSettings(sparsity=0.3, method="flap", **small))
+    with pytest.raises(InvalidInput, match="not a T5 allocation"):
+        prune(lm, PruneSettings(sparsity=0.3, allocation="uniform", **small))
+    per_stack = prune(lm, PruneSettings(sparsity=0.3, allocation="per-stack", **small))
+    assert set(per_stack.plan.settings.gamma) == {"enc_self+enc_ffn", "dec_self+cross+dec_ffn"}
+
+
+def test_cli_prune_writes_a_t5_folder(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from tests.tiny_t5 import write_tiny_t5
+
+    folder = write_tiny_t5(tmp_path / "t5")
+    out = tmp_path / "t30"
+    cmd = [sys.executable, "-m", "nirvana", "prune", "--model", str(folder), "--sparsity", "0.3", "--calib", "pydoc",
+           "--samples", "4", "--seq-len", "32", "--out", str(out)]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads((out / "report.json").read_text())
+    assert report["architecture"] == "t5" and report["params_after"] < report["params_before"]
+    assert (out / "model" / "modeling_t5_sliced.py").exists()
+    bad = subprocess.run([*cmd[:-2], "--out", str(tmp_path / "x"), "--method", "flap"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "decoder-only" in bad.stderr and "Traceback" not in bad.stderr
+    assert not (tmp_path / "x").exists()

@@ -1,7 +1,9 @@
 """Run accuracy tasks through lm-evaluation-harness on the model in memory.
 
 `run_accuracy(model, tokenizer, "zeroshot7,lambada,mbpp", limit=200)` wraps the model as the
-harness's `HFLM(pretrained=model, tokenizer=tokenizer, batch_size=...)` and evaluates each task
+harness's `HFLM(pretrained=model, tokenizer=tokenizer, batch_size=..., backend=...)` (`harness_lm`:
+"seq2seq" for a T5, whose encoder reads the context and decoder scores each continuation; "causal"
+otherwise, the only backend the shared-prefix optimisation `prefix` applies to) and evaluates each task
 with `simple_evaluate` on the harness's own config (`nirvana.accuracy.tasks.harness_config`).
 Per task it reports acc, acc_norm and their standard errors (the harness's: sample standard
 deviation / sqrt(n)), LAMBADA perplexity, pass@1 for code, n, the data source and split, the
@@ -43,6 +45,7 @@ from nirvana.accuracy.tasks import (
 from nirvana.checkpoints.loading import hub_reachable
 from nirvana.errors import DatasetNotFound, InvalidInput, Stopped
 from nirvana.models.fingerprint import model_fingerprint
+from nirvana.models.t5 import is_t5
 from nirvana.progress import Progress
 from nirvana.store.evalcache import eval_cache_path, load_cached, save_cached
 
@@ -120,6 +123,25 @@ def _lm_class():
             return super()._model_generate(context, max_length, stop, **kwargs)
 
     return MeteredHFLM
+
+
+def harness_backend(model) -> str:
+    """lm-eval's backend for `model`: "seq2seq" for a T5 encoder-decoder (the encoder reads the context, the
+    decoder scores the continuation under teacher forcing), "causal" for every decoder-only model."""
+    return "seq2seq" if is_t5(model) else "causal"
+
+
+def harness_lm(model, tokenizer, *, batch_size: int = 8, **kwargs):
+    """The in-memory model as lm-eval's `HFLM` (metered: progress and stop), on the backend its family needs.
+
+    Example (a T5 scores `loglikelihood` requests through lm-eval's seq2seq path):
+        >>> lm = harness_lm(t5, tokenizer, batch_size=4)
+        >>> lm.backend
+        'seq2seq'
+    """
+    return _lm_class()(
+        pretrained=model, tokenizer=tokenizer, batch_size=batch_size, backend=harness_backend(model), **kwargs
+    )
 
 
 @lru_cache(maxsize=1)
@@ -389,7 +411,7 @@ def run_accuracy(
                 raise Stopped(f"stopped before {name}; finished tasks stay cached.")
             if lm is None:
                 kwargs = {"max_gen_toks": max_gen_toks} if max_gen_toks else {}
-                lm = _lm_class()(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, **kwargs)
+                lm = harness_lm(model, tokenizer, batch_size=batch_size, **kwargs)
             lm.meter = meter
             meter.begin(done_weight / weight, total_rows[name] / weight, total_rows[name], name)
             if progress:

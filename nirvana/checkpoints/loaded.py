@@ -8,6 +8,7 @@ import torch
 
 from nirvana.errors import InvalidInput
 from nirvana.pruning.plan import PruningPlan
+from nirvana.pruning.seq2seq_plan import Seq2SeqPlan, is_seq2seq_plan
 
 
 @dataclass
@@ -20,11 +21,13 @@ class LoadedModel:
     source: str  # "registry:<name>", "hub", "local", "pruned"
     load_seconds: float
     notes: list[str] = field(default_factory=list)
-    plan: PruningPlan | None = None  # the pruning plan, for directories written by save_pruned
+    plan: PruningPlan | Seq2SeqPlan | None = None  # the pruning plan, for directories written by save_pruned
     import_seconds: float = 0.0  # one-time Python import of the model's transformers modules (not in load_seconds)
 
     def __post_init__(self) -> None:
-        if isinstance(self.plan, dict):  # a plan as JSON (plan.json, PruningPlan.to_dict())
-            self.plan = PruningPlan.from_dict(self.plan)
-        if self.plan is not None and not isinstance(self.plan, PruningPlan):
-            raise InvalidInput(f"LoadedModel.plan must be a PruningPlan or None, got {type(self.plan).__name__}.")
+        if isinstance(self.plan, dict):  # a plan as JSON (plan.json, PruningPlan.to_dict(), Seq2SeqPlan.to_dict())
+            self.plan = (Seq2SeqPlan if is_seq2seq_plan(self.plan) else PruningPlan).from_dict(self.plan)
+        if self.plan is not None and not isinstance(self.plan, (PruningPlan, Seq2SeqPlan)):
+            raise InvalidInput(
+                f"LoadedModel.plan must be a PruningPlan, a Seq2SeqPlan or None, got {type(self.plan).__name__}."
+            )

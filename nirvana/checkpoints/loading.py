@@ -21,7 +21,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig
+from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer, BitsAndBytesConfig
 from transformers.models.auto.configuration_auto import model_type_to_module_name
 
 from nirvana.checkpoints.gguf_cache import convert_gguf, gguf_model_dir, is_converted
@@ -31,7 +31,9 @@ from nirvana.errors import InvalidInput, ModelNotFound, UnsupportedArchitecture
 from nirvana.guard import memory
 from nirvana.guard.safety import check_model_name
 from nirvana.models.architectures import get_architecture
+from nirvana.models.modeling_t5_sliced import HEADS_KEY
 from nirvana.models.registry import REGISTRY, embedded_gguf_file
+from nirvana.models.t5 import is_t5
 from nirvana.store.paths import cache_dir
 
 DEFAULT_MODEL = "smollm2-135m"
@@ -102,7 +104,7 @@ def _has_reference_format(path: Path) -> bool:
         data = json.loads(cfg.read_text())
     except (OSError, json.JSONDecodeError):
         return False
-    return bool(data.get("nirvana_layer_shapes") or data.get("pruned"))
+    return bool(data.get("nirvana_layer_shapes") or data.get("pruned") or data.get(HEADS_KEY))
 
 
 def load_model(
@@ -183,10 +185,12 @@ def load_model(
         config = AutoConfig.from_pretrained(
             src, trust_remote_code=trust_remote_code, local_files_only=kwargs.get("local_files_only", False)
         )
-        get_architecture(config)  # encoder-only or unknown layouts fail here, before any weight is read
+        auto = AutoModelForSeq2SeqLM if is_t5(config) else AutoModelForCausalLM  # T5: nirvana.models.t5
+        if not is_t5(config):
+            get_architecture(config)  # encoder-only or unknown layouts fail here, before any weight is read
         if not weights:
             with torch.device("meta"):
-                model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype, trust_remote_code=trust_remote_code)
+                model = auto.from_config(config, dtype=torch_dtype, trust_remote_code=trust_remote_code)
             device = "meta"
         else:
             if kwargs.get("device_map") in (None, "cpu"):  # one device: would the weights fit at all?
@@ -194,7 +198,7 @@ def load_model(
                 est.device = "cpu" if kwargs.get("device_map") == "cpu" else device
                 memory.check_fits(est)
             with memory.oom_guard(f"loading {name}"):
-                model = AutoModelForCausalLM.from_pretrained(src, **kwargs)
+                model = auto.from_pretrained(src, **kwargs)
         tokenizer = _load_tokenizer(src, name, trust_remote_code, kwargs.get("local_files_only", False))
     except OSError as exc:  # hub ids that do not exist, offline machines, missing files
         where = "; the hub is not reachable from here and it is not in the local HF cache" if notes else ""

@@ -22,12 +22,16 @@ from transformers.conversion_mapping import get_model_conversion_mapping
 from transformers.core_model_loading import WeightConverter, WeightRenaming, rename_source_key
 
 from nirvana.checkpoints.loaded import LoadedModel
+from nirvana.checkpoints.seq2seq import load_t5_pruned, save_t5_pruned
 from nirvana.errors import CorruptCheckpoint, PlanMismatch
 from nirvana.export.card import write_model_card
 from nirvana.export.modeling import add_stock_loading, has_per_layer_widths
 from nirvana.guard.safety import check_local_path
 from nirvana.models.modeling_nirvana import layer_widths, resize_to_config
+from nirvana.models.modeling_t5_sliced import is_sliced_t5_config
+from nirvana.models.t5 import is_t5
 from nirvana.pruning.plan import PruningPlan
+from nirvana.pruning.seq2seq_plan import Seq2SeqPlan
 from nirvana.pruning.slicing import update_config
 from nirvana.store.atomic import atomic_path, atomic_write_text
 
@@ -38,7 +42,7 @@ REPORT_FILE = "report.json"
 def save_pruned(
     model: nn.Module,
     tokenizer,
-    plan: PruningPlan | None,
+    plan: PruningPlan | Seq2SeqPlan | None,
     directory: str | Path,
     *,
     base_model: str | None = None,
@@ -53,6 +57,8 @@ def save_pruned(
     Example:
         >>> save_pruned(pruned, tok, plan, "out/model")
     """
+    if is_t5(model):  # an encoder-decoder: its own config keys and modeling file
+        return save_t5_pruned(model, tokenizer, plan, directory)
     directory = Path(directory)
     with atomic_path(directory) as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
@@ -68,7 +74,13 @@ def save_pruned(
 
 
 def save_prune_output(
-    folder: str | Path, model: nn.Module, tokenizer, plan: PruningPlan, report: dict, *, base_model: str | None = None
+    folder: str | Path,
+    model: nn.Module,
+    tokenizer,
+    plan: PruningPlan | Seq2SeqPlan,
+    report: dict,
+    *,
+    base_model: str | None = None,
 ) -> dict:
     """The `prune --out` folder, every file written once: model/ (`save_pruned`, its card from
     `report`), plan.json and report.json. Returns the report as written: `report` with the save's
@@ -154,6 +166,10 @@ def load_pruned(directory: str | Path, *, dtype: torch.dtype | None = None, devi
         config = AutoConfig.from_pretrained(directory)
     except (OSError, ValueError) as exc:
         raise CorruptCheckpoint(f"config.json in {str(directory)!r} is unreadable ({exc}).") from exc
+    if is_t5(config):
+        if not is_sliced_t5_config(config):
+            raise CorruptCheckpoint(f"{str(directory)!r} is a T5 without per-layer widths: not a pruned checkpoint.")
+        return load_t5_pruned(directory, config, _read_state_dict(directory), dtype=dtype, device=device)
     _layer_widths(config)  # not a pruned checkpoint: CorruptCheckpoint before any weight is read
     state = _read_state_dict(directory)
     with init_empty_weights(include_buffers=False):  # parameters on meta, buffers (rotary) real

@@ -1,8 +1,15 @@
-"""`eval` (measure one model) and `compare` (dense vs pruned, with ratios)."""
+"""`eval` (measure one model) and `compare` (dense vs pruned, with ratios).
+
+What each family is measured with is one table (`MEASURES`: the library functions for decoder-only
+models and for T5 encoder-decoders), looked up once per loaded model; the commands never branch on
+the architecture themselves.
+"""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -17,11 +24,19 @@ from nirvana.cli.common import (
     stderr_progress,
 )
 from nirvana.errors import InvalidInput
-from nirvana.measure.compare import model_facts, ratios
+from nirvana.measure.compare import generation_rows, model_facts, ratios
 from nirvana.measure.flops import phase_flops
-from nirvana.measure.generation import generate, load_prompts, side_by_side
+from nirvana.measure.generation import generate, load_prompts
 from nirvana.measure.perplexity import perplexity
-from nirvana.measure.speed import measure_speed, measure_speeds
+from nirvana.measure.seq2seq import (
+    generate_seq2seq,
+    measure_seq2seq_speeds,
+    seq2seq_perplexity,
+    seq2seq_summary,
+)
+from nirvana.measure.speed import measure_speeds
+from nirvana.models.t5 import is_t5
+from nirvana.progress import sub_progress
 
 
 def add_eval_args(p) -> None:
@@ -89,6 +104,66 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_compare)
 
 
+def _decoder_speeds(models: dict, prompt_len: int, new_tokens: int, **kwargs) -> dict:
+    """`measure_speeds` with each model's FLOPs per token of the two phases beside its measurement."""
+    out = measure_speeds(models, prompt_len=prompt_len, new_tokens=new_tokens, **kwargs)
+    for name, model in models.items():
+        out[name]["flops_per_token_phase"] = phase_flops(model, prompt_len, new_tokens)
+    return out
+
+
+def _decoder_speed_line(x: dict) -> str:
+    return (
+        f"prefill {x['prefill_tokens_per_s']:8.1f} tok/s  decode {x['decode_tokens_per_s']:7.1f} tok/s  "
+        f"{x['latency_ms_per_token']:7.1f} ms/step  peak {x['peak_memory_bytes'] / 2**20:7.1f} MiB"
+    )
+
+
+def _t5_speed_line(x: dict) -> str:
+    return (
+        f"encoder {x['encoder_tokens_per_s']:8.1f} tok/s  decode {x['decode_tokens_per_s']:7.1f} tok/s  "
+        f"{x['latency_ms_per_token']:7.1f} ms/step  peak {x['peak_memory_bytes'] / 2**20:7.1f} MiB"
+    )
+
+
+@dataclass(frozen=True)
+class Measures:
+    """The library functions `eval` and `compare` measure one family of models with."""
+
+    facts: Callable  # model -> {params, flops_per_token, flops_context, ...}
+    perplexity: Callable  # (model, tokenizer, dataset, **settings) -> a result with .to_dict()
+    speeds: Callable  # ({name: model}, **settings) -> {name: result with flops_per_token_phase}
+    speed_line: Callable  # one point of a speed result -> the line `eval` prints
+    generate: Callable  # (model, tokenizer, prompts (None: the family's defaults), **settings) -> rows
+    ppl_note: str = ""  # what the perplexity is of, where it is not next-token
+    compare_refuses: tuple[tuple[str, str], ...] = ()  # (argument, why) `compare` cannot do for this family
+
+
+MEASURES = {
+    "decoder-only": Measures(model_facts, perplexity, _decoder_speeds, _decoder_speed_line, generate),
+    "t5": Measures(
+        seq2seq_summary,
+        seq2seq_perplexity,
+        measure_seq2seq_speeds,
+        _t5_speed_line,
+        generate_seq2seq,
+        ppl_note="  [continuation | prefix: each window's second half given its first]",
+        compare_refuses=(
+            (
+                "speed",
+                "`compare --speed` has no T5 speed-up table yet; run `eval --speed` on each folder (the library's "
+                "nirvana.measure.seq2seq.seq2seq_speedup_rows compares two measure_seq2seq_speeds results)",
+            ),
+        ),
+    ),
+}
+
+
+def family(model) -> str:
+    """The key of `MEASURES` for a loaded model."""
+    return "t5" if is_t5(model) else "decoder-only"
+
+
 def _check(args) -> None:
     if args.threads is not None:
         if args.threads < 1:
@@ -119,10 +194,9 @@ def _datasets(args) -> list[str]:
 
 
 def perplexities(model, tokenizer, args) -> dict:
-
     out = {}
     for name in _datasets(args):
-        r = perplexity(
+        r = MEASURES[family(model)].perplexity(
             model,
             tokenizer,
             name,
@@ -138,6 +212,7 @@ def perplexities(model, tokenizer, args) -> dict:
 
 
 def speed_kwargs(args) -> dict:
+    """The settings of `--speed` for the family's `speeds` function."""
     return {
         "batch_sizes": args.batch_size_list,
         "prompt_len": args.prompt_len,
@@ -148,13 +223,12 @@ def speed_kwargs(args) -> dict:
     }
 
 
-def add_phase_flops(speed: dict, model, args) -> None:
-
-    speed["flops_per_token_phase"] = phase_flops(model, args.prompt_len, args.new_tokens)
+def speeds_for(models: dict, args) -> dict:
+    """{name: speed result} of models of one family, repeats interleaved."""
+    return MEASURES[family(next(iter(models.values())))].speeds(models, **speed_kwargs(args))
 
 
 def run_tasks_for(model, tokenizer, args) -> dict:
-
     return run_accuracy(
         model,
         tokenizer,
@@ -194,9 +268,9 @@ def task_progress(fraction: float, message: str) -> None:
 
 
 def generation_kwargs(args) -> dict:
-
+    """`--generate`'s settings; no `--prompts`: each family's default prompts."""
     return {
-        "prompts": load_prompts(args.prompts),
+        "prompts": load_prompts(args.prompts) if args.prompts else None,
         "max_new_tokens": args.max_new_tokens,
         "do_sample": args.sample,
         "seed": args.seed,
@@ -205,17 +279,18 @@ def generation_kwargs(args) -> dict:
 
 
 def evaluate(lm, args) -> dict:
-    """Everything `eval` was asked for, on one loaded model."""
-    result = {"model": lm.name, "source": lm.source, **model_facts(lm.model)}
+    """Everything `eval` was asked for, on one loaded model, with its family's functions (`MEASURES`)."""
+    kind = family(lm.model)
+    m = MEASURES[kind]
+    result = {"model": lm.name, "source": lm.source, "family": kind, **m.facts(lm.model)}
     if args.ppl:
         result["ppl"] = perplexities(lm.model, lm.tokenizer, args)
     if args.speed:
-        result["speed"] = measure_speed(lm.model, **speed_kwargs(args))
-        add_phase_flops(result["speed"], lm.model, args)
+        result["speed"] = speeds_for({"model": lm.model}, args)["model"]
     if args.tasks:
         result["tasks"] = run_tasks_for(lm.model, lm.tokenizer, args)
     if args.generate:
-        result["generations"] = generate(lm.model, lm.tokenizer, **generation_kwargs(args))
+        result["generations"] = m.generate(lm.model, lm.tokenizer, **generation_kwargs(args))
     return result
 
 
@@ -239,26 +314,48 @@ def _run_summary(result: dict) -> dict:
     return summary
 
 
+def _same_family(dense, pruned, args) -> Measures:
+    """The two models' shared `Measures`; InvalidInput for a mixed pair or an option the family cannot do."""
+    kinds = family(dense.model), family(pruned.model)
+    if kinds[0] != kinds[1]:
+        raise InvalidInput(
+            f"{args.dense!r} is {kinds[0]} but {args.pruned!r} is {kinds[1]}: compare a pruned model with its own "
+            "dense model."
+        )
+    m = MEASURES[kinds[0]]
+    for flag, why in m.compare_refuses:
+        if getattr(args, flag, None):
+            raise InvalidInput(f"--{flag.replace('_', '-')} on a {kinds[0]} model: {why}.")
+    return m
+
+
 def compare(dense, pruned, args) -> dict:
     """Both models' figures and the library's comparison of them (`measure.compare.ratios`; speed interleaved)."""
+    m = _same_family(dense, pruned, args)
     out = {
-        "dense": {"model": dense.name, "source": dense.source, **model_facts(dense.model)},
-        "pruned": {"model": pruned.name, "source": pruned.source, **model_facts(pruned.model)},
+        "dense": {"model": dense.name, "source": dense.source, "family": family(dense.model), **m.facts(dense.model)},
+        "pruned": {
+            "model": pruned.name,
+            "source": pruned.source,
+            "family": family(pruned.model),
+            **m.facts(pruned.model),
+        },
     }
     if args.ppl:
         out["dense"]["ppl"] = perplexities(dense.model, dense.tokenizer, args)
         out["pruned"]["ppl"] = perplexities(pruned.model, pruned.tokenizer, args)
     if args.speed:
-        speeds = measure_speeds({"dense": dense.model, "pruned": pruned.model}, **speed_kwargs(args))
-        for key, lm in (("dense", dense), ("pruned", pruned)):
-            out[key]["speed"] = speeds[key]
-            add_phase_flops(speeds[key], lm.model, args)
+        speeds = speeds_for({"dense": dense.model, "pruned": pruned.model}, args)
+        out["dense"]["speed"], out["pruned"]["speed"] = speeds["dense"], speeds["pruned"]
     if args.tasks:
         out["dense"]["tasks"] = run_tasks_for(dense.model, dense.tokenizer, args)
         out["pruned"]["tasks"] = run_tasks_for(pruned.model, pruned.tokenizer, args)
     if args.generate:
-        out["generations"] = side_by_side(
-            dense.model, pruned.model, dense.tokenizer, pruned_tokenizer=pruned.tokenizer, **generation_kwargs(args)
+        settings = generation_kwargs(args)
+        progress = settings.pop("progress")
+        out["generations"] = generation_rows(
+            m.generate(dense.model, dense.tokenizer, progress=sub_progress(progress, 0.0, 0.5), **settings),
+            m.generate(pruned.model, pruned.tokenizer, progress=sub_progress(progress, 0.5, 1.0), **settings),
         )
     out["ratios"] = ratios(out["dense"], out["pruned"], dense.model, pruned.model)
     return out
@@ -285,8 +382,12 @@ def print_summary(r: dict, title: str | None = None) -> None:
     w = sys.stdout.write
     w(f"== {title or r['model']} ({r['model']}) ==\n")
     w(f"params {r['params']:,}   FLOPs/token {r['flops_per_token'] / 1e6:.1f} M (context {r['flops_context']})\n")
+    m = MEASURES[r.get("family", "decoder-only")]
     for name, p in r.get("ppl", {}).items():
-        w(f"ppl {name}:{p['split']} = {p['ppl']:.3f}  ({p['tokens']} tokens, {p['windows']} x {p['seq_len']})\n")
+        w(
+            f"ppl {name}:{p['split']} = {p['ppl']:.3f}  ({p['tokens']} tokens, {p['windows']} x {p['seq_len']})"
+            f"{m.ppl_note}\n"
+        )
     if "speed" in r:
         s = r["speed"]
         w(
@@ -294,11 +395,7 @@ def print_summary(r: dict, title: str | None = None) -> None:
             f"(median of {s['repeats']})\n"
         )
         for x in s["results"]:
-            w(
-                f"  batch {x['batch_size']:>3}: prefill {x['prefill_tokens_per_s']:8.1f} tok/s  decode "
-                f"{x['decode_tokens_per_s']:7.1f} tok/s  {x['latency_ms_per_token']:7.1f} ms/step  "
-                f"peak {x['peak_memory_bytes'] / 2**20:7.1f} MiB\n"
-            )
+            w(f"  batch {x['batch_size']:>3}: {m.speed_line(x)}\n")
     for name, t in r.get("tasks", {}).get("tasks", {}).items():
         w(f"task {name}: {task_line(t)}\n")
         if t.get("sandbox"):

@@ -20,11 +20,12 @@ from nirvana.pipeline import (
     PruneSettings,
     calibration_for,
     check_scores_match,
+    load_plan,
+    load_scores,
     prune,
     score,
     sharded_scoring,
 )
-from nirvana.pruning.plan import PruningPlan
 from nirvana.recovery.data import load_documents
 from nirvana.recovery.run import recover_and_save
 from nirvana.runs import new_run
@@ -80,7 +81,12 @@ def register(sub) -> None:
     p.add_argument("--sparsity", type=float, required=True, help="fraction of decoder-block weights to remove")
     p.add_argument("--gamma", type=float, default=None, help="MLP/attention pruning ratio (default: analytic gamma*)")
     p.add_argument("--align", type=int, default=8, help="round kept MLP neurons up to a multiple of this")
-    p.add_argument("--allocation", choices=["global", "uniform"], default="global")
+    p.add_argument(
+        "--allocation",
+        choices=["global", "uniform", "per-stack"],
+        default="global",
+        help="global ranking, the same ratio per layer (uniform), or one ranking per stack (per-stack: T5 only)",
+    )
     p.add_argument("--scores", default=None, help="use a score file from `score --out` instead of computing")
     p.add_argument("--plan", default=None, help="apply an existing plan.json instead of allocating")
     p.add_argument(
@@ -202,7 +208,7 @@ def _prune(args, settings: PruneSettings | None, run, recovery=None) -> int:
     try:
         lm = load_from_args(args)
         load_seconds = time.perf_counter() - t
-        plan = PruningPlan.load(args.plan) if args.plan else None
+        plan = load_plan(args.plan) if args.plan else None
         if plan is not None and get_method(plan.settings.method).rotation is not None:
             # A SliceGPT plan holds widths, not rotations: they are computed again on the same calibration batch.
             settings = dataclasses.replace(
@@ -212,7 +218,7 @@ def _prune(args, settings: PruneSettings | None, run, recovery=None) -> int:
                 method_settings=plan.settings.method_settings,
             )
         # A FLAP plan's biases come from its score file's statistics, so --scores goes with --plan too.
-        scores = Scores.load(args.scores) if args.scores else None
+        scores = load_scores(args.scores) if args.scores else None
         if scores is not None:
             check_scores_match(scores, lm.model, repr(args.scores))
         result = prune(lm, settings, scores=scores, plan=plan, inplace=True, progress=stderr_progress)

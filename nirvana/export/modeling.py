@@ -121,3 +121,24 @@ def is_stock_loadable(folder: str | Path) -> bool:
     entry = (config.get("auto_map") or {}).get("AutoModelForCausalLM")
     model_type = config.get("model_type")
     return current and model_type in CLASS_FOR_MODEL_TYPE and entry == auto_map_entry(model_type)
+
+
+T5_MODELING_FILE = "modeling_t5_sliced.py"
+T5_MODELING_SOURCE = Path(__file__).parents[1] / "models" / T5_MODELING_FILE  # standalone: torch + transformers
+T5_AUTO_MAP = {"AutoModelForSeq2SeqLM": f"{T5_MODELING_FILE[:-3]}.SlicedT5ForConditionalGeneration"}
+
+
+def add_t5_stock_loading(folder: str | Path) -> Path:
+    """Copy `modeling_t5_sliced.py` into a pruned T5 folder and point `auto_map` at its class, so
+    `AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True)` rebuilds it. Idempotent."""
+    folder = Path(folder)
+    config = _read_config(folder)
+    if not (config.get("nirvana_t5_kept_heads") and config.get("nirvana_t5_ffn_widths")):
+        raise CorruptCheckpoint(
+            f"config.json in {str(folder)!r} has no per-layer T5 widths (nirvana_t5_kept_heads, "
+            "nirvana_t5_ffn_widths): it is not a pruned T5."
+        )
+    shutil.copyfile(T5_MODELING_SOURCE, folder / T5_MODELING_FILE)
+    config["auto_map"] = {**(config.get("auto_map") or {}), **T5_AUTO_MAP}
+    (folder / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    return folder / T5_MODELING_FILE

@@ -35,6 +35,7 @@ import torch
 from nirvana.errors import OutOfMemory
 from nirvana.models.architectures import text_config
 from nirvana.models.shapes import head_dim_of
+from nirvana.models.t5 import is_t5
 from nirvana.models.weights import input_device
 
 GIB = 1024**3
@@ -209,11 +210,29 @@ def estimate_forward_by_layer(
     return est
 
 
+def t5_parameters(config) -> tuple[int, int]:
+    """(block linear weights, all parameters) of a dense T5 config: per block q/k/v/o of its attentions
+    (the decoder's two) and the FFN's wi (or wi_0, wi_1) and wo; embeddings, LM head, norms, position bias."""
+    d, inner = config.d_model, config.num_heads * config.d_kv
+    ffn = (3 if getattr(config, "is_gated_act", False) else 2) * d * config.d_ff
+    enc, dec = config.num_layers, config.num_decoder_layers
+    block = enc * (4 * d * inner + ffn) + dec * (8 * d * inner + ffn)
+    embeddings = config.vocab_size * d * (1 if getattr(config, "tie_word_embeddings", True) else 2)
+    norms = (2 * enc + 3 * dec + 2) * d
+    bias = 2 * config.relative_attention_num_buckets * config.num_heads
+    return block, block + embeddings + norms + bias
+
+
 def estimate_load(config, *, dtype: torch.dtype = torch.float32, quantization: str | None = None) -> MemoryEstimate:
     """Bytes the weights take once loaded (8-bit: 1 byte per block weight, 4-bit: ~0.5 + scales)."""
-    a = ArchSizes.from_config(config)
     act = dtype_bytes(dtype)
     est = MemoryEstimate("loading", "")
+    if is_t5(config):
+        block, total = t5_parameters(config)
+        est.components["block weights"] = block * act
+        est.components["embeddings, lm_head, norms"] = (total - block) * act
+        return est
+    a = ArchSizes.from_config(config)
     rest = a.total_params - a.block_weights
     if quantization == "8bit":
         est.components["block weights (int8)"] = a.block_weights + a.num_layers * 8 * a.hidden_size * 4

@@ -9,7 +9,7 @@ column j of `wo`. Five kinds of units, each `[layers of its stack, units]`:
 
     enc_self [L_enc, H]   dec_self [L_dec, H]   cross [L_dec, H]   enc_ffn [L_enc, I]   dec_ffn [L_dec, I]
 
-This is the anatomy only (issue 26's first step): scoring is `nirvana.scoring.seq2seq`.
+Scoring is `nirvana.scoring.seq2seq`, allocation and slicing `nirvana.pruning.seq2seq`.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch.nn as nn
 
 from nirvana.errors import UnsupportedArchitecture
+from nirvana.models.modeling_t5_sliced import ATTENTION_ROWS, FFN_ROWS, LAYOUT
 
 
 @dataclass(frozen=True)
@@ -32,16 +33,16 @@ class UnitKind:
     attention: bool
 
 
-KINDS: dict[str, UnitKind] = {
-    "enc_self": UnitKind("encoder self-attention heads", "encoder", 0, "SelfAttention", True),
-    "dec_self": UnitKind("decoder self-attention heads", "decoder", 0, "SelfAttention", True),
-    "cross": UnitKind("decoder cross-attention heads", "decoder", 1, "EncDecAttention", True),
-    "enc_ffn": UnitKind("encoder FFN neurons", "encoder", 1, "DenseReluDense", False),
-    "dec_ffn": UnitKind("decoder FFN neurons", "decoder", 2, "DenseReluDense", False),
+LABELS = {
+    "enc_self": "encoder self-attention heads",
+    "dec_self": "decoder self-attention heads",
+    "cross": "decoder cross-attention heads",
+    "enc_ffn": "encoder FFN neurons",
+    "dec_ffn": "decoder FFN neurons",
 }
-ATTENTION_ROWS = ("q", "k", "v")  # a head's rows; its columns are in "o"
+# Where each kind lives is the modeling file's table (`LAYOUT`), which a pruned folder ships.
+KINDS: dict[str, UnitKind] = {kind: UnitKind(LABELS[kind], *where) for kind, where in LAYOUT.items()}
 ATTENTION_COLUMNS = ("o",)
-FFN_ROWS = ("wi", "wi_0", "wi_1")  # whichever the FFN kind has (ReLU: wi; gated: wi_0, wi_1)
 FFN_COLUMNS = ("wo",)
 RELATIVE_BIAS = "relative_attention_bias"  # nn.Embedding(num_buckets, H): column h belongs to head h
 
@@ -94,3 +95,45 @@ def relative_bias(module: nn.Module) -> nn.Embedding | None:
     if getattr(module, "has_relative_attention_bias", False):
         return getattr(module, RELATIVE_BIAS)
     return None
+
+
+def t5_shape(model: nn.Module) -> dict:
+    """The dense sizes a plan and the app describe: stacks, heads, FFN kind and width, parameter counts."""
+    check_t5(model)
+    c = model.config
+    return {
+        "model_type": c.model_type,
+        "feed_forward_proj": c.feed_forward_proj,
+        "gated": bool(getattr(c, "is_gated_act", False)),
+        "d_model": c.d_model,
+        "d_kv": c.d_kv,
+        "num_heads": c.num_heads,
+        "d_ff": c.d_ff,
+        "encoder_layers": len(model.encoder.block),
+        "decoder_layers": len(model.decoder.block),
+        "vocab_size": c.vocab_size,
+        "total_params": sum(p.numel() for p in model.parameters()),
+        "block_weights": block_weights(model),
+    }
+
+
+def block_weights(model: nn.Module) -> int:
+    """Weights of the blocks' prunable linears: q/k/v/o of the three attentions and wi*/wo of both FFNs."""
+    total = 0
+    for kind, k in KINDS.items():
+        for module in kind_modules(model, kind):
+            linears = {**row_linears(module, k.attention), **column_linears(module, k.attention)}
+            total += sum(lin.weight.numel() for lin in linears.values())
+    return total
+
+
+def kept_units(model: nn.Module) -> dict[str, list[int]]:
+    """{kind: units kept per layer} of a (sliced or dense) T5."""
+    out = {}
+    for kind, k in KINDS.items():
+        modules = kind_modules(model, kind)
+        if k.attention:
+            out[kind] = [m.q.out_features // head_dim(m) for m in modules]
+        else:
+            out[kind] = [m.wo.in_features for m in modules]
+    return out

@@ -28,7 +28,7 @@ from nirvana.models.shapes import ModelShape
 from nirvana.pruning.plan import LayerPlan, PlanSettings, PruningPlan, check_align, check_allocation, check_gamma
 from nirvana.scoring.scores import Scores
 
-_EPS = 1e-9  # floor(0.3 * 10) must be 3, not 2
+EPS = 1e-9  # floor(0.3 * 10) must be 3, not 2
 
 
 def default_gamma(shape: ModelShape) -> float:
@@ -111,7 +111,7 @@ def budget_fractions(shape: ModelShape, sparsity: float, gamma: float) -> tuple[
     return pa, pm, notes
 
 
-def _lowest(flat: np.ndarray, n: int) -> np.ndarray:
+def lowest(flat: np.ndarray, n: int) -> np.ndarray:
     """Boolean mask of the n lowest entries; ties broken by position (stable sort)."""
     mask = np.zeros(flat.size, dtype=bool)
     if n > 0:
@@ -119,7 +119,7 @@ def _lowest(flat: np.ndarray, n: int) -> np.ndarray:
     return mask
 
 
-def _spare_best(pruned_row: np.ndarray, score_row: np.ndarray, count: int) -> None:
+def spare_best(pruned_row: np.ndarray, score_row: np.ndarray, count: int) -> None:
     """Un-prune the `count` best-scoring pruned units of one layer (in place)."""
     if count <= 0:
         return
@@ -136,7 +136,7 @@ def _apply_minimums(attn_pruned, mlp_pruned, attn_scores, mlp_scores, align: int
         width = mlp_pruned.shape[1]
         kept = width - int(mlp_pruned[layer].sum())
         target = min(width, max(align, math.ceil(kept / align) * align))
-        _spare_best(mlp_pruned[layer], mlp_scores[layer], target - kept)
+        spare_best(mlp_pruned[layer], mlp_scores[layer], target - kept)
 
 
 def allocate(scores: Scores, shape: ModelShape, allocation: Allocation) -> PruningPlan:
@@ -164,9 +164,9 @@ def allocate(scores: Scores, shape: ModelShape, allocation: Allocation) -> Pruni
         raise InvalidInput("scores contain NaN or inf (the forward pass overflowed?); recompute them in float32.")
     pa, pm, notes = budget_fractions(shape, sparsity, gamma)
     if allocation.kind == "global":
-        n_attn, n_mlp = math.floor(pa * L * hkv + _EPS), math.floor(pm * L * inter + _EPS)
-        attn_pruned = _lowest(attn_scores.reshape(-1), n_attn).reshape(L, hkv)
-        mlp_pruned = _lowest(mlp_scores.reshape(-1), n_mlp).reshape(L, inter)
+        n_attn, n_mlp = math.floor(pa * L * hkv + EPS), math.floor(pm * L * inter + EPS)
+        attn_pruned = lowest(attn_scores.reshape(-1), n_attn).reshape(L, hkv)
+        mlp_pruned = lowest(mlp_scores.reshape(-1), n_mlp).reshape(L, inter)
     else:
         n_attn, n_mlp, attn_pruned, mlp_pruned = _uniform(attn_scores, mlp_scores, shape, sparsity, pa)
     ranked_attn = int(attn_pruned.sum())
@@ -205,9 +205,9 @@ def _uniform(attn_scores: np.ndarray, mlp_scores: np.ndarray, shape: ModelShape,
     D, ca, cm = shape.hidden_size, shape.attn_unit_cost, shape.mlp_unit_cost
     na = min(hkv - 1, round(pa * hkv))
     layer_budget = sparsity * shape.layer_block_weights(0)
-    nm = max(0, min(inter, math.floor((layer_budget - na * ca * D) / (cm * D) + _EPS)))
-    attn_pruned = np.stack([_lowest(attn_scores[i], na) for i in range(L)])
-    mlp_pruned = np.stack([_lowest(mlp_scores[i], nm) for i in range(L)])
+    nm = max(0, min(inter, math.floor((layer_budget - na * ca * D) / (cm * D) + EPS)))
+    attn_pruned = np.stack([lowest(attn_scores[i], na) for i in range(L)])
+    mlp_pruned = np.stack([lowest(mlp_scores[i], nm) for i in range(L)])
     return na * L, nm * L, attn_pruned, mlp_pruned
 
 

@@ -21,9 +21,22 @@ import torch
 import torch.nn as nn
 
 from nirvana.errors import InvalidInput
-from nirvana.models.modeling_t5_sliced import ATTENTION, kept_heads_buffer
-from nirvana.models.t5 import KINDS, check_t5, column_linears, head_dim, kind_modules, row_linears, unit_count
-from nirvana.pruning.allocation import _EPS, _lowest, _spare_best
+from nirvana.models.fingerprint import model_fingerprint
+from nirvana.models.modeling_t5_sliced import ATTENTION, FFN_KEY, HEADS_KEY, kept_heads_buffer
+from nirvana.models.t5 import (
+    KINDS,
+    block_weights,
+    check_t5,
+    column_linears,
+    head_dim,
+    kind_modules,
+    row_linears,
+    t5_shape,
+    unit_count,
+)
+from nirvana.pruning.allocation import EPS, lowest, spare_best
+from nirvana.pruning.seq2seq_plan import SCOPES, Seq2SeqPlan, Seq2SeqSettings
+from nirvana.scoring.seq2seq import Seq2SeqScores
 
 
 def _select(lin: nn.Linear, index: torch.Tensor, dim: int) -> nn.Linear:
@@ -79,11 +92,14 @@ def slice_t5(model: nn.Module, kept: dict[str, list[list[int]]], *, inplace: boo
                 setattr(module, name, _select(lin, index, 0))
             for name, lin in column_linears(module, k.attention).items():
                 setattr(module, name, _select(lin, index, 1))
+    model.config.update(
+        {
+            HEADS_KEY: {kind: [sorted(r) for r in kept[kind]] for kind, k in KINDS.items() if k.attention},
+            FFN_KEY: {kind: [len(r) for r in kept[kind]] for kind, k in KINDS.items() if not k.attention},
+        }
+    )  # what the modeling file (and `load_pruned`) rebuilds the layers from
     model.set_attn_implementation(ATTENTION)
     return model
-
-
-SCOPES = ("global", "per-stack")  # one ranking over both stacks (the default), or one budget per stack
 
 
 def unit_costs(model: nn.Module) -> tuple[int, int]:
@@ -114,7 +130,7 @@ def _scope_kinds(scope: str) -> list[list[str]]:
 
 
 def allocate_t5(
-    scores: dict[str, torch.Tensor],
+    scores: dict[str, torch.Tensor] | Seq2SeqScores,
     model: nn.Module,
     sparsity: float,
     *,
@@ -130,32 +146,35 @@ def allocate_t5(
     floor(pa A), n_mlp = floor(gamma pa N). Then each attention module keeps its best head if the
     ranking took them all, and each FFN's kept neurons are rounded up to a multiple of `align`.
     """
+    if isinstance(scores, Seq2SeqScores):
+        scores = scores.tensors
     from_module = {kind: kind_modules(model, kind) for kind in KINDS}
     if not 0 <= sparsity < 1:
         raise InvalidInput(f"sparsity must be in [0, 1), got {sparsity}.")
     ca, cm = unit_costs(model)
     pruned: dict[str, np.ndarray] = {}
-    gammas, notes = {}, []
+    gammas, defaults, notes = {}, {}, []
     for kinds in _scope_kinds(scope):
         attn = [k for k in kinds if KINDS[k].attention]
         ffn = [k for k in kinds if not KINDS[k].attention]
         a_flat = np.concatenate([scores[k].numpy().ravel() for k in attn])
         f_flat = np.concatenate([scores[k].numpy().ravel() for k in ffn])
-        g = gamma if gamma is not None else t5_default_gamma(a_flat.size, f_flat.size, ca, cm)
+        default = t5_default_gamma(a_flat.size, f_flat.size, ca, cm)
+        g = gamma if gamma is not None else default
         pa = sparsity * (a_flat.size * ca + f_flat.size * cm) / (a_flat.size * ca + g * f_flat.size * cm)
         if pa > 1 or g * pa > 1:
             notes.append(f"{'+'.join(kinds)}: a fraction above 1 was clamped; gamma {g:.3g} cannot meet the target")
         pa_c, pm_c = min(pa, 1.0), min(g * pa, 1.0)
         for flat, group, n in (
-            (a_flat, attn, math.floor(pa_c * a_flat.size + _EPS)),
-            (f_flat, ffn, math.floor(pm_c * f_flat.size + _EPS)),
+            (a_flat, attn, math.floor(pa_c * a_flat.size + EPS)),
+            (f_flat, ffn, math.floor(pm_c * f_flat.size + EPS)),
         ):
-            mask, start = _lowest(flat, n), 0
+            mask, start = lowest(flat, n), 0
             for k in group:
                 size = scores[k].numel()
                 pruned[k] = mask[start : start + size].reshape(tuple(scores[k].shape))
                 start += size
-        gammas["+".join(kinds)] = round(g, 4)
+        gammas["+".join(kinds)], defaults["+".join(kinds)] = round(g, 4), round(default, 4)
     kept: dict[str, list[list[int]]] = {}
     for kind, k in KINDS.items():
         rows = []
@@ -165,7 +184,7 @@ def allocate_t5(
                 p[int(np.argmax(s))] = False
             if not k.attention:
                 width, left = p.size, p.size - int(p.sum())
-                _spare_best(p, s, min(width, max(align, math.ceil(left / align) * align)) - left)
+                spare_best(p, s, min(width, max(align, math.ceil(left / align) * align)) - left)
             rows.append([int(i) for i in np.flatnonzero(~p)])
         kept[kind] = rows
     total = sum(scores[k].numel() * (ca if v.attention else cm) for k, v in KINDS.items())
@@ -173,5 +192,35 @@ def allocate_t5(
         (scores[k].numel() - sum(len(r) for r in kept[k])) * (ca if v.attention else cm) for k, v in KINDS.items()
     )
     stats = {"target_sparsity": sparsity, "achieved_block_sparsity": removed / total, "gamma": gammas,
-             "scope": scope, "align": align, "notes": notes}  # fmt: skip
+             "gamma_default": defaults, "scope": scope, "align": align, "notes": notes}  # fmt: skip
     return kept, stats
+
+
+def plan_t5(
+    scores: Seq2SeqScores,
+    model: nn.Module,
+    sparsity: float,
+    *,
+    gamma: float | None = None,
+    scope: str = "global",
+    align: int = 8,
+) -> Seq2SeqPlan:
+    """The plan (JSON-able) of `allocate_t5` on these scores, for this dense model."""
+    fingerprint = model_fingerprint(model)
+    if scores.fingerprint != fingerprint:
+        raise InvalidInput(
+            f"these T5 scores are of model fingerprint {scores.fingerprint}, not of this model ({fingerprint}); "
+            "score this model."
+        )
+    kept, stats = allocate_t5(scores, model, sparsity, gamma=gamma, scope=scope, align=align)
+    settings = Seq2SeqSettings(
+        sparsity, stats["gamma"], stats["gamma_default"], gamma, scope, align, scores.criterion, scores.calibration
+    )
+    stats = {**stats, "block_weights_before": block_weights(model)}
+    return Seq2SeqPlan(fingerprint, t5_shape(model), settings, kept, stats)
+
+
+def apply_t5_plan(model: nn.Module, plan: Seq2SeqPlan, *, inplace: bool = False) -> nn.Module:
+    """Slice the dense model `plan` was made for (fingerprint checked) to the plan's kept units."""
+    plan.check_model(model_fingerprint(model))
+    return slice_t5(model, plan.kept, inplace=inplace)

@@ -1,9 +1,9 @@
-"""NIRVANA's saliency on a T5 encoder-decoder: units of five kinds (`nirvana.models.t5`).
+"""Unit scores of a T5 encoder-decoder: units of five kinds (`nirvana.models.t5`), cached on disk.
 
 Calibration: each window of T tokens is split in halves, the first as the encoder's input and
 the second as the decoder's target (a prefix -> continuation pair; the perplexity of T5 uses the
 same split), and the decoder runs under teacher forcing (its inputs are the targets shifted right
-by the decoder start token). The objective is METHOD.md's on the decoder's logits:
+by the decoder start token). NIRVANA's objective is METHOD.md's on the decoder's logits:
 
     z = decoder logits [N, T_dec, V];   f = mean over (N, V) of max over T_dec of z
 
@@ -11,14 +11,28 @@ and s(W) = |df/dW * W| elementwise. A head's score is the sum of s over its q/k/
 columns and, in the block that owns the relative position bias, that bias's column; a neuron's is
 the sum over its `wi` (or `wi_0`, `wi_1`) row and its `wo` column. No labels, no normalisation.
 Micro-batches add up to the full batch's gradient (f is a mean over sequences).
+
+The other criteria, where they carry over (`T5_CRITERIA`): loss-Taylor is the same sum with f the
+mean next-token loss of the targets; magnitude sums |W| over the same weights; random is seeded.
+Wanda-style needs each projection's input norms, which the decoder-only hooks collect per layer
+of one stack; it is not offered on T5 (the message says so).
 """
 
 from __future__ import annotations
 
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
 
-from nirvana.errors import InvalidInput
+from nirvana.errors import InvalidInput, PlanMismatch
+from nirvana.models.fingerprint import model_fingerprint
 from nirvana.models.t5 import (
     KINDS,
     check_t5,
@@ -29,6 +43,9 @@ from nirvana.models.t5 import (
     row_linears,
     unit_count,
 )
+from nirvana.progress import Progress
+from nirvana.scoring.scores import computed_once, score_cache_path
+from nirvana.store.atomic import atomic_path
 
 
 def split_windows(input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -41,32 +58,78 @@ def split_windows(input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return input_ids[:, :half], input_ids[:, half:]
 
 
-def seq2seq_objective(logits: torch.Tensor, n_total: int) -> torch.Tensor:
-    """This micro-batch's share of f: sum over its sequences and the vocabulary of the max over decoder
-    positions, divided by (N V) of the whole batch."""
+def seq2seq_objective(logits: torch.Tensor, targets: torch.Tensor, n_total: int) -> torch.Tensor:
+    """NIRVANA's f, this micro-batch's share: the sum over its sequences and the vocabulary of the max over
+    decoder positions, divided by (N V) of the whole batch."""
     return logits.float().max(dim=1).values.sum() / (n_total * logits.shape[-1])
 
 
-def _unit_sums(module: nn.Module, attention: bool, units: int) -> torch.Tensor:
-    """One module's `[units]` scores from its weights' .grad (rows, columns and the relative bias)."""
+def lm_objective(logits: torch.Tensor, targets: torch.Tensor, n_total: int) -> torch.Tensor:
+    """loss-Taylor's f, this micro-batch's share: its summed next-token loss over (N T_dec) of the whole batch."""
+    loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="sum")
+    return loss / (n_total * targets.shape[1])
+
+
+def _gradient_saliency(weight: torch.Tensor) -> torch.Tensor:
+    return (weight.grad.double() * weight.detach().double()).abs()
+
+
+def _magnitude(weight: torch.Tensor) -> torch.Tensor:
+    return weight.detach().double().abs()
+
+
+@dataclass(frozen=True)
+class T5Criterion:
+    name: str
+    objective: Callable | None  # f of (logits, targets, N): a gradient criterion; None: no data, no gradient
+    saliency: Callable | None  # per-weight saliency summed over each unit's weights; None: random
+
+
+T5_CRITERIA: dict[str, T5Criterion] = {
+    c.name: c
+    for c in (
+        T5Criterion("nirvana", seq2seq_objective, _gradient_saliency),
+        T5Criterion("taylor", lm_objective, _gradient_saliency),
+        T5Criterion("magnitude", None, _magnitude),
+        T5Criterion("random", None, None),
+    )
+}
+
+
+def check_t5_criterion(criterion: str) -> T5Criterion:
+    if criterion not in T5_CRITERIA:
+        why = " (it needs per-projection input norms, collected for decoder-only layers only)" * (criterion == "wanda")
+        raise InvalidInput(
+            f"criterion {criterion!r} is not available on T5{why}; accepted on T5: {', '.join(T5_CRITERIA)}."
+        )
+    return T5_CRITERIA[criterion]
+
+
+def _unit_sums(module: nn.Module, attention: bool, units: int, saliency: Callable) -> torch.Tensor:
+    """One module's `[units]` scores: `saliency` summed over its rows, columns and relative bias column."""
     size = head_dim(module) if attention else 1
     total = torch.zeros(units, dtype=torch.float64)
     for lin in row_linears(module, attention).values():
-        s = (lin.weight.grad.double() * lin.weight.detach().double()).abs().sum(dim=1)  # [units * size]
-        total += s.view(units, size).sum(dim=1).cpu()
+        total += saliency(lin.weight).sum(dim=1).view(units, size).sum(dim=1).cpu()
     for lin in column_linears(module, attention).values():
-        s = (lin.weight.grad.double() * lin.weight.detach().double()).abs().sum(dim=0)
-        total += s.view(units, size).sum(dim=1).cpu()
+        total += saliency(lin.weight).sum(dim=0).view(units, size).sum(dim=1).cpu()
     bias = relative_bias(module) if attention else None
     if bias is not None:
-        total += (bias.weight.grad.double() * bias.weight.detach().double()).abs().sum(dim=0).cpu()  # [H]
+        total += saliency(bias.weight).sum(dim=0).cpu()  # [H]
     return total.float()
 
 
+def _sums(model: nn.Module, saliency: Callable) -> dict[str, torch.Tensor]:
+    return {
+        kind: torch.stack(
+            [_unit_sums(m, k.attention, unit_count(m, k.attention), saliency) for m in kind_modules(model, kind)]
+        )
+        for kind, k in KINDS.items()
+    }
+
+
 @torch.enable_grad()
-def t5_scores(model: nn.Module, input_ids: torch.Tensor, micro_batch: int = 0) -> dict[str, torch.Tensor]:
-    """{kind: [layers, units]} NIRVANA scores of a T5 model on calibration windows `input_ids: [N, T]`."""
-    check_t5(model)
+def _gradient_scores(model, input_ids, objective, micro_batch: int, progress: Progress) -> dict[str, torch.Tensor]:
     encoder_ids, targets = split_windows(input_ids)
     n = len(input_ids)
     step = micro_batch or n
@@ -80,16 +143,118 @@ def t5_scores(model: nn.Module, input_ids: torch.Tensor, micro_batch: int = 0) -
             p.grad = None
         for start in range(0, n, step):
             enc = encoder_ids[start : start + step].to(device)
-            dec = model._shift_right(targets[start : start + step].to(device))
-            logits = model(input_ids=enc, decoder_input_ids=dec, use_cache=False).logits  # [m, T_dec, V]
-            seq2seq_objective(logits, n).backward()
-        scores = {}
-        for kind, k in KINDS.items():
-            modules = kind_modules(model, kind)
-            scores[kind] = torch.stack([_unit_sums(m, k.attention, unit_count(m, k.attention)) for m in modules])
+            tgt = targets[start : start + step].to(device)
+            logits = model(input_ids=enc, decoder_input_ids=model._shift_right(tgt), use_cache=False).logits
+            objective(logits, tgt, n).backward()
+            if progress:
+                progress(min(start + step, n) / n * 0.95, f"scoring: {min(start + step, n)}/{n} sequences")
+        return _sums(model, _gradient_saliency)
     finally:
         for p, flag in requires.items():
             p.grad = None
             p.requires_grad_(flag)
         model.train(was_training)
+
+
+def t5_scores(
+    model: nn.Module,
+    input_ids: torch.Tensor | None,
+    micro_batch: int = 0,
+    *,
+    criterion: str = "nirvana",
+    seed: int = 0,
+    progress: Progress = None,
+) -> dict[str, torch.Tensor]:
+    """{kind: [layers, units]} scores of `criterion` on calibration windows `input_ids: [N, T]` (None: data-free)."""
+    check_t5(model)
+    c = check_t5_criterion(criterion)
+    if c.objective is not None:
+        if input_ids is None:
+            raise InvalidInput(f"criterion {criterion!r} needs calibration windows.")
+        return _gradient_scores(model, input_ids, c.objective, micro_batch, progress)
+    if c.saliency is not None:
+        return _sums(model, c.saliency)
+    g = torch.Generator().manual_seed(seed)
+    shapes = {kind: (len(kind_modules(model, kind)), unit_count(kind_modules(model, kind)[0], k.attention))
+              for kind, k in KINDS.items()}  # fmt: skip
+    return {kind: torch.rand(shape, generator=g) for kind, shape in shapes.items()}
+
+
+@dataclass
+class Seq2SeqScores:
+    """T5 unit scores: `{kind: [layers, units]}`, higher = more important; where they came from."""
+
+    tensors: dict[str, torch.Tensor]
+    criterion: str
+    fingerprint: str
+    calibration: dict | None = None  # CalibrationBatch.describe(); None for data-free criteria
+    meta: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if set(self.tensors) != set(KINDS):
+            raise PlanMismatch(f"T5 scores need the kinds {', '.join(KINDS)}; got {', '.join(sorted(self.tensors))}.")
+
+    def metadata(self) -> dict:
+        return {"criterion": self.criterion, "fingerprint": self.fingerprint, "calibration": self.calibration,
+                "shapes": {k: list(v.shape) for k, v in self.tensors.items()}, "meta": self.meta}  # fmt: skip
+
+    def save(self, path: str | Path) -> Path:
+        """`<path>.safetensors` and `<path>.json`, atomically (the JSON lands last)."""
+        stem = Path(path).with_suffix("")
+        stem.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(stem.with_suffix(".json")) as js, atomic_path(stem.with_suffix(".safetensors")) as st:
+            save_file({k: v.contiguous() for k, v in self.tensors.items()}, str(st))
+            js.write_text(json.dumps({"format": "nirvana-t5-scores", **self.metadata()}, indent=1))
+        return stem.with_suffix(".safetensors")
+
+    @classmethod
+    def load(cls, path: str | Path) -> Seq2SeqScores:
+        stem = Path(path).with_suffix("")
+        try:
+            meta = json.loads(stem.with_suffix(".json").read_text())
+            tensors = load_file(str(stem.with_suffix(".safetensors")))
+        except (OSError, ValueError) as exc:
+            raise PlanMismatch(
+                f"{str(stem)!r} is not a readable T5 score file ({exc}); score the model again."
+            ) from exc
+        if meta.get("format") != "nirvana-t5-scores":
+            raise PlanMismatch(f"{str(stem)!r} holds decoder-only scores, not a T5's.")
+        return cls(tensors, meta["criterion"], meta["fingerprint"], meta.get("calibration"), meta.get("meta", {}))
+
+
+def compute_t5_scores(
+    model: nn.Module,
+    criterion: str,
+    batch=None,
+    *,
+    seed: int = 0,
+    micro_batch: int = 0,
+    use_cache: bool = True,
+    progress: Progress = None,
+) -> Seq2SeqScores:
+    """`t5_scores` on a `CalibrationBatch` (or none), cached on disk by model, criterion, batch and seed."""
+    c = check_t5_criterion(criterion)
+    needs_data = c.objective is not None
+    if needs_data and batch is None:
+        raise InvalidInput(f"criterion {criterion!r} needs a calibration batch.")
+    fingerprint = model_fingerprint(model)
+    calib = batch.describe() if needs_data else None
+    path = score_cache_path(fingerprint, f"t5-{criterion}", calib["hash"] if calib else None,
+                            {"seed": seed} if c.objective is None and c.saliency is None else {})  # fmt: skip
+    with computed_once(path, use_cache):
+        if use_cache and path.with_suffix(".json").exists():
+            cached = Seq2SeqScores.load(path)
+            cached.meta["cache_hit"] = True
+            if progress:
+                progress(1.0, "scores loaded from cache")
+            return cached
+        start = time.perf_counter()
+        tensors = t5_scores(model, batch.input_ids if needs_data else None, micro_batch,
+                            criterion=criterion, seed=seed, progress=progress)  # fmt: skip
+        scores = Seq2SeqScores(tensors, criterion, fingerprint, calib,
+                               {"seconds": round(time.perf_counter() - start, 3), "seed": seed})  # fmt: skip
+        if use_cache:
+            scores.save(path)
+    if progress:
+        progress(1.0, f"scored in {scores.meta['seconds']:.1f} s")
     return scores

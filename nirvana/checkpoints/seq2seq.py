@@ -1,0 +1,85 @@
+"""Save and reload pruned T5 models (safetensors only; never pickle).
+
+The encoder-decoder counterpart of `nirvana.checkpoints.pruned`. A pruned T5 folder holds the
+sliced weights, the tokenizer, `plan.json` (a `Seq2SeqPlan`) and a `config.json` whose global sizes
+stay the dense model's, with the kept heads and FFN widths of every layer added
+(`nirvana_t5_kept_heads`, `nirvana_t5_ffn_widths`), plus `modeling_t5_sliced.py` and `auto_map`
+for stock transformers. `load_t5_pruned` builds the dense skeleton without allocating weights,
+resizes it with the same code the folder ships (`resize_t5_to_config`), and assigns the tensors.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+from accelerate import init_empty_weights
+from transformers import AutoConfig, AutoTokenizer, T5ForConditionalGeneration
+
+from nirvana.checkpoints.loaded import LoadedModel
+from nirvana.errors import CorruptCheckpoint, PlanMismatch
+from nirvana.export.modeling import add_t5_stock_loading
+from nirvana.models.modeling_t5_sliced import is_sliced_t5_config, resize_t5_to_config
+from nirvana.pruning.seq2seq_plan import Seq2SeqPlan
+from nirvana.store.atomic import atomic_path
+
+PLAN_FILE = "plan.json"
+
+
+def save_t5_pruned(model: nn.Module, tokenizer, plan: Seq2SeqPlan | None, directory: str | Path) -> Path:
+    """Write a pruned T5's weights, tokenizer, config (with per-layer widths), plan and modeling file, atomically."""
+    directory = Path(directory)
+    with atomic_path(directory) as tmp:
+        model.save_pretrained(tmp, safe_serialization=True)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(tmp)
+        if plan is not None:
+            plan.save(tmp / PLAN_FILE)
+        if is_sliced_t5_config(model.config):
+            add_t5_stock_loading(tmp)
+    return directory
+
+
+def load_t5_pruned(directory: Path, config, state: dict[str, torch.Tensor], *, dtype=None, device: str = "cpu"):
+    """Rebuild a pruned T5 from its folder's config and tensors (read by the caller); a `LoadedModel`."""
+    start = time.perf_counter()
+    with init_empty_weights(include_buffers=False):
+        model = T5ForConditionalGeneration(config)
+    try:
+        resize_t5_to_config(model)
+    except ValueError as exc:
+        raise CorruptCheckpoint(f"config.json in {str(directory)!r} does not describe its layers: {exc}") from exc
+    try:
+        result = model.load_state_dict(state, strict=False, assign=True)
+    except RuntimeError as exc:
+        mismatch = next((line.strip() for line in str(exc).splitlines() if "size mismatch" in line), str(exc)[:300])
+        raise CorruptCheckpoint(
+            f"weights in {str(directory)!r} do not match the widths in its config.json: {mismatch}; re-save the model."
+        ) from exc
+    if result.unexpected_keys:
+        raise CorruptCheckpoint(f"unexpected tensors in {str(directory)!r}: {result.unexpected_keys[:5]}")
+    model.tie_weights()
+    missing = [n for n, p in model.named_parameters() if p.device.type == "meta"]
+    if missing:
+        raise CorruptCheckpoint(f"{str(directory)!r} is missing tensors: {missing[:5]}")
+    if dtype is not None:
+        model.to(dtype)
+    model.to(device).eval()
+    plan = None
+    if (directory / PLAN_FILE).exists():
+        try:
+            plan = Seq2SeqPlan.load(directory / PLAN_FILE)
+        except PlanMismatch as exc:
+            raise CorruptCheckpoint(f"{str(directory / PLAN_FILE)!r} is damaged: {exc}") from exc
+    tokenizer = AutoTokenizer.from_pretrained(directory)
+    return LoadedModel(model, tokenizer, str(directory), "pruned", time.perf_counter() - start, [], plan)
+
+
+def is_t5_pruned_config(directory: Path) -> bool:
+    try:
+        return is_sliced_t5_config(AutoConfig.from_pretrained(directory))
+    except (OSError, ValueError, json.JSONDecodeError):
+        return False
