@@ -22,10 +22,10 @@ from transformers.conversion_mapping import get_model_conversion_mapping
 from transformers.core_model_loading import WeightConverter, WeightRenaming, rename_source_key
 
 from nirvana.checkpoints.loaded import LoadedModel
-from nirvana.checkpoints.seq2seq import load_t5_pruned, save_t5_pruned
+from nirvana.checkpoints.seq2seq import load_t5_pruned
 from nirvana.errors import CorruptCheckpoint, PlanMismatch
 from nirvana.export.card import write_model_card
-from nirvana.export.modeling import add_stock_loading, has_per_layer_widths
+from nirvana.export.modeling import add_stock_loading, add_t5_stock_loading, has_per_layer_widths
 from nirvana.guard.safety import check_local_path
 from nirvana.models.modeling_nirvana import layer_widths, resize_to_config
 from nirvana.models.modeling_t5_sliced import is_sliced_t5_config
@@ -57,8 +57,6 @@ def save_pruned(
     Example:
         >>> save_pruned(pruned, tok, plan, "out/model")
     """
-    if is_t5(model):  # an encoder-decoder: its own config keys and modeling file
-        return save_t5_pruned(model, tokenizer, plan, directory)
     directory = Path(directory)
     with atomic_path(directory) as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
@@ -66,7 +64,10 @@ def save_pruned(
             tokenizer.save_pretrained(tmp)
         if plan is not None:
             plan.save(tmp / PLAN_FILE)
-        if has_per_layer_widths(model.config.to_dict()):
+        if is_t5(model):  # an encoder-decoder: its own per-layer keys and modeling file; no card yet
+            if is_sliced_t5_config(model.config):
+                add_t5_stock_loading(tmp)
+        elif has_per_layer_widths(model.config.to_dict()):
             add_stock_loading(tmp)
             source = base_model or getattr(model.config, "_name_or_path", None)
             write_model_card(tmp, report, plan, base_model=source, location=directory)

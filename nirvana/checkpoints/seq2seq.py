@@ -1,4 +1,4 @@
-"""Save and reload pruned T5 models (safetensors only; never pickle).
+"""Reload pruned T5 models (safetensors only; never pickle); `save_pruned` writes them.
 
 The encoder-decoder counterpart of `nirvana.checkpoints.pruned`. A pruned T5 folder holds the
 sliced weights, the tokenizer, `plan.json` (a `Seq2SeqPlan`) and a `config.json` whose global sizes
@@ -10,37 +10,19 @@ resizes it with the same code the folder ships (`resize_t5_to_config`), and assi
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
 import torch
-import torch.nn as nn
 from accelerate import init_empty_weights
-from transformers import AutoConfig, AutoTokenizer, T5ForConditionalGeneration
+from transformers import AutoTokenizer, T5ForConditionalGeneration
 
 from nirvana.checkpoints.loaded import LoadedModel
 from nirvana.errors import CorruptCheckpoint, PlanMismatch
-from nirvana.export.modeling import add_t5_stock_loading
-from nirvana.models.modeling_t5_sliced import is_sliced_t5_config, resize_t5_to_config
+from nirvana.models.modeling_t5_sliced import resize_t5_to_config
 from nirvana.pruning.seq2seq_plan import Seq2SeqPlan
-from nirvana.store.atomic import atomic_path
 
 PLAN_FILE = "plan.json"
-
-
-def save_t5_pruned(model: nn.Module, tokenizer, plan: Seq2SeqPlan | None, directory: str | Path) -> Path:
-    """Write a pruned T5's weights, tokenizer, config (with per-layer widths), plan and modeling file, atomically."""
-    directory = Path(directory)
-    with atomic_path(directory) as tmp:
-        model.save_pretrained(tmp, safe_serialization=True)
-        if tokenizer is not None:
-            tokenizer.save_pretrained(tmp)
-        if plan is not None:
-            plan.save(tmp / PLAN_FILE)
-        if is_sliced_t5_config(model.config):
-            add_t5_stock_loading(tmp)
-    return directory
 
 
 def load_t5_pruned(directory: Path, config, state: dict[str, torch.Tensor], *, dtype=None, device: str = "cpu"):
@@ -76,10 +58,3 @@ def load_t5_pruned(directory: Path, config, state: dict[str, torch.Tensor], *, d
             raise CorruptCheckpoint(f"{str(directory / PLAN_FILE)!r} is damaged: {exc}") from exc
     tokenizer = AutoTokenizer.from_pretrained(directory)
     return LoadedModel(model, tokenizer, str(directory), "pruned", time.perf_counter() - start, [], plan)
-
-
-def is_t5_pruned_config(directory: Path) -> bool:
-    try:
-        return is_sliced_t5_config(AutoConfig.from_pretrained(directory))
-    except (OSError, ValueError, json.JSONDecodeError):
-        return False
