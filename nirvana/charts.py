@@ -73,11 +73,12 @@ def _layout(fig: go.Figure, title: str, height: int) -> go.Figure:
     return fig
 
 
-def kv_heatmap(attn, pruned=None, title: str = "KV-group scores") -> go.Figure:
+def kv_heatmap(attn, pruned=None, title: str = "KV-group scores", unit: str = "KV group") -> go.Figure:
     """Heatmap of KV-group scores `attn: [L, Hkv]`; `pruned: [L, Hkv]` bool marks units a plan removes.
 
-    Rows are layers (layer 0 at the bottom), columns KV groups. Pruned cells are darkened and
-    crossed, so the overlay reads even on a 30 x 3 grid.
+    Rows are layers (layer 0 at the bottom), columns KV groups (`unit`: what a column is, e.g. "head"
+    on a T5, where every head is its own KV group). Pruned cells are darkened and crossed, so the
+    overlay reads even on a 30 x 3 grid.
     """
     s = as_array(attn)  # (L, Hkv)
     z = log10_scores(s)
@@ -90,7 +91,7 @@ def kv_heatmap(attn, pruned=None, title: str = "KV-group scores") -> go.Figure:
             customdata=s.astype(np.float32),
             colorscale=COLORSCALE,
             colorbar=_log_colorbar(z, "score"),
-            hovertemplate="layer %{y}<br>KV group %{x}<br>score %{customdata:.3e}<extra></extra>",
+            hovertemplate=f"layer %{{y}}<br>{unit} %{{x}}<br>score %{{customdata:.3e}}<extra></extra>",
             name="score",
         )
     )
@@ -108,7 +109,7 @@ def kv_heatmap(attn, pruned=None, title: str = "KV-group scores") -> go.Figure:
                 hoverinfo="skip",
             )
         )
-    fig.update_xaxes(title_text="KV group", dtick=1)
+    fig.update_xaxes(title_text=unit, dtick=1)
     fig.update_yaxes(title_text="layer")
     return _layout(fig, title, 420)
 
@@ -266,6 +267,36 @@ def kept_units_bars(
     fig.update_xaxes(title_text="layer", row=2, col=1)
     fig.update_layout(legend={"orientation": "h", "y": -0.18})
     return _layout(fig, title, 460)
+
+
+def kind_kept_bars(
+    kept: dict[str, Sequence[int]], totals: dict[str, int], labels: dict[str, str], title: str = "Kept units per layer"
+) -> go.Figure:
+    """Kept units per layer of several unit kinds (a T5's five), one subplot each: `kept[kind][layer]`
+    of `totals[kind]` (the dense width), titled by `labels[kind]`."""
+    kinds = list(kept)
+    fig = make_subplots(
+        rows=len(kinds), cols=1, vertical_spacing=0.35 / max(1, len(kinds)),
+        subplot_titles=[f"{labels.get(k, k)}: kept (of {totals[k]})" for k in kinds],
+    )  # fmt: skip
+    for row, kind in enumerate(kinds, start=1):
+        values = list(kept[kind])
+        fig.add_trace(
+            go.Bar(
+                x=list(range(len(values))),
+                y=values,
+                marker_color=KEPT,
+                name=labels.get(kind, kind),
+                hovertemplate=f"layer %{{x}}<br>kept %{{y}} of {totals[kind]}<extra></extra>",
+            ),
+            row,
+            1,
+        )
+        fig.update_yaxes(range=[0, totals[kind] * 1.05], row=row, col=1)
+        fig.update_xaxes(dtick=1, row=row, col=1)
+    fig.update_xaxes(title_text="layer", row=len(kinds), col=1)
+    fig.update_layout(showlegend=False)
+    return _layout(fig, title, 150 + 140 * len(kinds))
 
 
 def bar_chart(
@@ -532,3 +563,14 @@ def pruned_masks(plan) -> tuple[np.ndarray, np.ndarray]:
         attn[layer.layer_idx, layer.kept_kv_groups] = False
         mlp[layer.layer_idx, layer.kept_neurons] = False
     return attn, mlp
+
+
+def kind_masks(kept: dict[str, Sequence[Sequence[int]]], widths: dict[str, int]) -> dict[str, np.ndarray]:
+    """Boolean masks of the units a plan of unit kinds removes (a T5 plan's `kept`): `{kind: [L, width]}`."""
+    out = {}
+    for kind, rows in kept.items():
+        mask = np.ones((len(rows), widths[kind]), dtype=bool)
+        for layer, units in enumerate(rows):
+            mask[layer, list(units)] = False
+        out[kind] = mask
+    return out

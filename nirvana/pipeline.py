@@ -26,11 +26,9 @@ the batch they hold) except in two places that call `compute_scores` (the layer 
 from __future__ import annotations
 
 import functools
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch.nn as nn
 
@@ -47,7 +45,7 @@ from nirvana.progress import Progress
 from nirvana.pruning.allocation import Allocation, allocate
 from nirvana.pruning.plan import PruningPlan
 from nirvana.pruning.seq2seq import apply_t5_plan, plan_t5
-from nirvana.pruning.seq2seq_plan import SCOPES, Seq2SeqPlan, is_seq2seq_plan
+from nirvana.pruning.seq2seq_plan import SCOPES, Seq2SeqPlan, load_plan
 from nirvana.pruning.slicing import apply_plan
 from nirvana.scoring.criteria import CRITERIA, compute_scores
 from nirvana.scoring.distributed import ShardedScorer, gradient_scorer
@@ -379,16 +377,6 @@ def _prune_with_rotation(
     if progress:
         progress(1.0, f"rotated and sliced to {report['params_after'] / 1e6:.1f} M parameters")
     return PruneResult(pruned, plan, report, None, None)
-
-
-def load_plan(path) -> PruningPlan | Seq2SeqPlan:
-    """A plan file of either kind: a T5's (`"format": "nirvana-t5-plan"`) or a decoder-only model's (whose
-    loader says what is wrong with a file that is neither)."""
-    try:
-        is_t5_plan = is_seq2seq_plan(json.loads(Path(path).read_text()))
-    except (OSError, ValueError):
-        is_t5_plan = False
-    return (Seq2SeqPlan if is_t5_plan else PruningPlan).load(path)
 
 
 def load_scores(path) -> Scores | Seq2SeqScores:

@@ -38,6 +38,7 @@ from pathlib import Path
 
 from nirvana.errors import CorruptCheckpoint, InvalidInput, NirvanaError
 from nirvana.pruning.plan import PruningPlan
+from nirvana.pruning.seq2seq_plan import Seq2SeqPlan, load_plan
 from nirvana.store.atomic import atomic_write_text
 from nirvana.store.paths import cache_dir
 
@@ -200,7 +201,7 @@ class RunInfo:
 class Run(RunInfo):
     """A reopened run: its plan, report, metrics and scores reference (None when not written)."""
 
-    plan: PruningPlan | None = None
+    plan: PruningPlan | Seq2SeqPlan | None = None
     report: dict | None = None
     metrics: dict | None = None
     scores: dict | None = None
@@ -255,7 +256,7 @@ def open_run(run_id: str, root: str | Path | None = None) -> Run:
             loaded[name] = json.loads(path.read_text()) if path.exists() else None
     except (OSError, ValueError) as exc:
         raise CorruptCheckpoint(f"run {run_id!r} in {str(base)!r} is unreadable ({exc}); delete its folder.") from exc
-    plan = PruningPlan.load(folder / "plan.json") if (folder / "plan.json").exists() else None
+    plan = load_plan(folder / "plan.json") if (folder / "plan.json").exists() else None
     info = _info(folder, data)
     return Run(**vars(info), plan=plan, files=list(data.get("files", [])), **loaded)
 

@@ -17,7 +17,7 @@ from nirvana.models.shapes import ModelShape
 from nirvana.pruning.allocation import Allocation, default_gamma
 from nirvana.pruning.plan import MAX_SPARSITY
 from nirvana.pruning.slicing import planned_shape
-from ui import frame, methods, resources, state
+from ui import frame, methods, resources, seq2seq, state
 from ui.errors import guard
 
 ALIGNS = (1, 8, 16, 64, 128)
@@ -130,12 +130,7 @@ def _metrics(shape: ModelShape, plan, uniform) -> None:
     after = planned_shape(shape, plan)
     flops_before, flops_after = flops_per_token(shape), flops_per_token(after)
     row = st.columns(5)
-    row[0].metric(
-        "Achieved block sparsity",
-        f"{stats['achieved_block_sparsity']:.1%}",
-        delta=f"{stats['achieved_block_sparsity'] - plan.settings.sparsity:+.1%} vs target",
-        delta_color="off",
-    )
+    frame.achieved_metric(row[0], stats["achieved_block_sparsity"], plan.settings.sparsity)
     row[1].metric(
         "Parameters",
         f"{stats['params_after'] / 1e6:.1f} M",
@@ -319,6 +314,10 @@ def main() -> None:
     if scored is None:
         return
     lm, scores_key, scores, shape = scored
+    if shape is None:  # a T5: five unit kinds, NIRVANA's own allocation (the baselines read decoder layers)
+        with guard("the T5 allocation"):
+            seq2seq.allocation(lm, scores_key, scores)
+        return
     chosen = {}
     with guard("choosing the methods to compare"):
         chosen = _method_picker(lm)

@@ -13,7 +13,7 @@ from nirvana import charts
 from nirvana.measure.compare import kl_rows
 from nirvana.models.shapes import ModelShape
 from nirvana.scoring.criteria import DATA_CRITERIA, criteria_help
-from ui import frame, resources, state
+from ui import frame, resources, seq2seq, state
 from ui.errors import guard
 from ui.progress import progress_status
 
@@ -150,6 +150,13 @@ def main() -> None:
     frame.explain(EXPLANATION)
     lm = state.model()
     if lm is None:
+        return
+    if seq2seq.is_seq2seq(lm):
+        st.info(
+            "KL-guided calibration selection is for decoder-only models: a T5 is scored on its calibration windows "
+            "split in halves (docs/METHOD-T5.md), and the candidates' KL is not defined for it here yet. Choose the "
+            "calibration text on the **Saliency** page."
+        )
         return
     shape = ModelShape.from_dict(resources.shape_dict(lm, state.spec().key))
     if not shape.is_uniform:

@@ -13,7 +13,7 @@ import streamlit as st
 import torch
 
 from nirvana.models.registry import REGISTRY
-from ui import frame, resources, state
+from ui import frame, resources, seq2seq, state
 from ui.errors import guard
 from ui.resources import ModelSpec
 
@@ -142,7 +142,11 @@ def main() -> None:
     lm = state.model()
     if lm is not None:
         with guard("describing the model"):
-            _facts(lm, state.spec())
+            if seq2seq.is_seq2seq(lm):
+                frame.explain(seq2seq.EXPLANATION, title="This is an encoder-decoder (T5): its units")
+                seq2seq.model_facts(lm, state.spec())
+            else:
+                _facts(lm, state.spec())
 
 
 main()

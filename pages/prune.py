@@ -20,7 +20,7 @@ from nirvana.models.shapes import count_parameters
 from nirvana.pipeline import PruneSettings, prune
 from nirvana.progress import sub_progress
 from nirvana.store.paths import cache_dir
-from ui import accuracy, evals, frame, methods, recovery, resources, runs, state
+from ui import accuracy, evals, frame, methods, recovery, resources, runs, seq2seq, state
 from ui.errors import guard
 from ui.progress import progress_status
 
@@ -263,13 +263,17 @@ def _default_prompts() -> str:
 
 
 def _generations(lm, pruned) -> None:
-    st.session_state.setdefault("prompts", _default_prompts())
+    t5 = seq2seq.is_seq2seq(lm)  # a T5's prompts are its encoder's input ("summarize: ..."), with no chat template
+    prompts_key = "t5_prompts" if t5 else "prompts"
+    st.session_state.setdefault(prompts_key, seq2seq.default_prompts(lm) if t5 else _default_prompts())
     st.session_state.setdefault("max_new_tokens", 32)
     st.session_state.setdefault("chat_template", True)
     c = st.columns([4, 1])
-    text = c[0].text_area("Prompts (one per line, up to 8)", key="prompts", height=110)
+    text = c[0].text_area("Prompts (one per line, up to 8)", key=prompts_key, height=110)
     max_new = c[1].number_input("New tokens", 1, 256, step=1, key="max_new_tokens")
-    chat = c[1].checkbox("Chat template", key="chat_template", help="wrap each prompt in the model's chat template")
+    chat = False
+    if not t5:
+        chat = c[1].checkbox("Chat template", key="chat_template", help="wrap each prompt in the model's chat template")
     prompts = [p for p in (line.strip() for line in text.splitlines()) if p][:8]
     if c[1].button("Generate", type="primary", key="generate") and prompts:
         spec = state.spec()
@@ -462,6 +466,8 @@ def _accuracy(lm, pruned) -> None:
 def _stem(plan) -> str:
     """`s0.20-g2.25` for a NIRVANA plan, `flap-s0.20` for another method's (gamma does not apply to it)."""
     s = plan.settings
+    if isinstance(s.gamma, dict):  # a T5 plan: one gamma per ranking
+        return seq2seq.plan_stem(plan)
     return f"s{s.sparsity:.2f}-g{s.gamma:.2f}" if s.method == methods.NIRVANA else f"{s.method}-s{s.sparsity:.2f}"
 
 
@@ -491,11 +497,46 @@ def _save(lm, plan, pruned) -> None:
             )
 
 
+def _seq2seq_speed(lm, pruned) -> None:
+    seq2seq.speed(lm, pruned, _evals())
+
+
+def _views(lm, plan, pruned, t5: bool) -> None:
+    """The tabs of a pruned copy, as a table {tab: (what its error box names, view)}; a T5's speed is its own
+    (encoder pass and decode steps), and recovery and the paper's (Llama) figures are decoder-only."""
+    views = {
+        "Perplexity": ("the perplexity view", _perplexity),
+        "Accuracy": ("the accuracy view", _accuracy),
+        "Generations": ("the generation view", _generations),
+        "Speed & memory": ("the speed view", _seq2seq_speed if t5 else _speed),
+    }
+    if not t5:
+        views["Recover (LoRA)"] = ("the recovery view", recovery.render)
+        views["Paper reference"] = ("reading the paper's reference figures", lambda lm, pruned: _paper_reference())
+    tabs = st.tabs([*views, "Save"])
+    for tab, (what, view) in zip(tabs, views.values()):
+        with tab, guard(what):
+            view(lm, pruned)
+    with tabs[-1]:
+        _save(lm, plan, pruned)
+    if t5:
+        st.caption("LoRA recovery is for decoder-only models here; the T5 path ends at the pruned copy.")
+
+
 def main() -> None:
     st.title("5 · Prune & compare")
     frame.explain(EXPLANATION)
-    name = _method_choice()
-    if name == methods.NIRVANA:
+    t5 = seq2seq.is_seq2seq(state.model())
+    name = methods.NIRVANA if t5 else _method_choice()  # the baselines read decoder layers: a T5 has NIRVANA only
+    if t5:
+        plan = frame.need_plan()
+        if plan is None:
+            return
+        lm = state.model()
+        st.markdown(seq2seq.plan_line(plan))
+        with guard("applying the plan"):
+            _apply(lm, plan)
+    elif name == methods.NIRVANA:
         plan = frame.need_plan()
         lm = state.model() if plan is not None else None
         if lm is None:
@@ -521,23 +562,7 @@ def main() -> None:
     if plan is None or (pruned is not None and pruned["plan_key"] != evals.plan_key(plan)):
         pruned = None
     if pruned is not None:
-        tabs = st.tabs(
-            ["Perplexity", "Accuracy", "Generations", "Speed & memory", "Recover (LoRA)", "Paper reference", "Save"]
-        )
-        with tabs[0], guard("the perplexity view"):
-            _perplexity(lm, pruned)
-        with tabs[1], guard("the accuracy view"):
-            _accuracy(lm, pruned)
-        with tabs[2], guard("the generation view"):
-            _generations(lm, pruned)
-        with tabs[3], guard("the speed view"):
-            _speed(lm, pruned)
-        with tabs[4], guard("the recovery view"):
-            recovery.render(lm, pruned)
-        with tabs[5], guard("reading the paper's reference figures"):
-            _paper_reference()
-        with tabs[6]:
-            _save(lm, plan, pruned)
+        _views(lm, plan, pruned, t5)
     elif plan is not None:
         _save(lm, plan, None)
 

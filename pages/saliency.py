@@ -11,7 +11,8 @@ import streamlit as st
 from nirvana import charts
 from nirvana.progress import sub_progress
 from nirvana.scoring.criteria import CRITERIA, criteria_help
-from ui import frame, resources, state
+from nirvana.scoring.seq2seq import T5_CRITERIA
+from ui import frame, resources, seq2seq, state
 from ui.errors import guard
 from ui.progress import progress_status
 
@@ -43,8 +44,9 @@ units under global ranking.
 """
 
 
-def _controls() -> dict:
+def _controls(lm) -> dict:
     defaults = state.default_calibration()
+    names = list(T5_CRITERIA if seq2seq.is_seq2seq(lm) else CRITERIA)  # a T5 has no Wanda (see T5_CRITERIA)
     for key, value in (
         ("calib_source", "wikitext2-valid"),
         ("calib_samples", defaults["samples"]),
@@ -62,8 +64,11 @@ def _controls() -> dict:
     samples = c[1].number_input("N sequences", 1, 512, step=1, key="calib_samples")
     seq_len = c[2].number_input("T tokens", 8, 2048, step=8, key="calib_seq_len")
     seed = c[3].number_input("seed", 0, 10_000, step=1, key="calib_seed")
-    criterion = c[4].selectbox("Criterion", list(CRITERIA), key="criterion", help=criteria_help())
-    criterion2 = c[5].selectbox("Compare with", ["(none)", *CRITERIA], key="criterion2")
+    for key, fallback in (("criterion", "nirvana"), ("criterion2", "(none)")):
+        if st.session_state[key] not in (*names, "(none)"):
+            st.session_state[key] = fallback  # chosen for a decoder-only model before a T5 was loaded
+    criterion = c[4].selectbox("Criterion", names, key="criterion", help=criteria_help())
+    criterion2 = c[5].selectbox("Compare with", ["(none)", *names], key="criterion2")
     if source == "custom":
         source = st.text_input("File path", key="calib_path", placeholder="/path/to/text.txt") or ""
     if state.on_cpu():
@@ -129,30 +134,43 @@ def _views(scores, mode: str, suffix: str, compact: bool) -> None:
     )
 
 
-def _results() -> None:
-    _, scores = state.get("scores")
-    second = state.get("scores2")
-    info = state.get("calib_info") or {}
-    if info.get("fallback_reason"):
-        st.warning(f"Calibrated on the embedded Python docs instead: {info['fallback_reason']}")
-    meta = scores.meta
-    row = st.columns(4)
-    row[0].metric("Criterion", scores.criterion)
-    row[1].metric("Scoring time", "cached" if meta.get("cache_hit") else f"{meta.get('seconds', 0):.1f} s")
-    row[2].metric("KV groups × layers", f"{scores.attn.shape[1]} × {scores.attn.shape[0]}")
-    row[3].metric("Neurons × layers", f"{scores.mlp.shape[1]} × {scores.mlp.shape[0]}")
+def _calibration_caption(info: dict) -> None:
     if info:
         st.caption(
             f"Calibration: {info.get('source')}, N = {info.get('samples')}, T = {info.get('seq_len')}, "
             f"seed {info.get('seed')}, batch hash `{info.get('hash')}`"
         )
-    mode = st.radio(
+
+
+def _neuron_mode() -> str:
+    return st.radio(
         "Neuron view",
         charts.NEURON_MODES,
         horizontal=True,
         key="neuron_mode",
         help="sorted: best-first within each layer; index: by neuron position",
     )
+
+
+def _results(lm) -> None:
+    _, scores = state.get("scores")
+    second = state.get("scores2")
+    info = state.get("calib_info") or {}
+    if info.get("fallback_reason"):
+        st.warning(f"Calibrated on the embedded Python docs instead: {info['fallback_reason']}")
+    if seq2seq.is_seq2seq(lm):
+        _calibration_caption(info)
+        mode = _neuron_mode()
+        seq2seq.saliency(scores, None if second is None else second[1], mode)
+        return
+    meta = scores.meta
+    row = st.columns(4)
+    row[0].metric("Criterion", scores.criterion)
+    row[1].metric("Scoring time", "cached" if meta.get("cache_hit") else f"{meta.get('seconds', 0):.1f} s")
+    row[2].metric("KV groups × layers", f"{scores.attn.shape[1]} × {scores.attn.shape[0]}")
+    row[3].metric("Neurons × layers", f"{scores.mlp.shape[1]} × {scores.mlp.shape[0]}")
+    _calibration_caption(info)
+    mode = _neuron_mode()
     if second is None:
         _views(scores, mode, "a", compact=False)
     else:
@@ -169,13 +187,13 @@ def main() -> None:
     lm = state.model()
     if lm is None:
         return
-    choice = _controls()
+    choice = _controls(lm)
     clicked = st.button("Compute saliency", type="primary", key="compute_saliency")
     if clicked or st.session_state.pop("autorun_saliency", False):
         _compute(lm, choice)
     if state.get("scores") is not None:
         with guard("drawing the saliency charts"):
-            _results()
+            _results(lm)
 
 
 main()

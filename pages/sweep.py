@@ -17,7 +17,7 @@ from nirvana.methods import METHODS
 from nirvana.models.shapes import ModelShape
 from nirvana.progress import sub_progress
 from nirvana.search.sweep import ACCURACY_AXES, QUALITY, SweepSettings, run_sweep, sweep_points
-from ui import cluster, frame, methods, resources, state
+from ui import cluster, frame, methods, resources, seq2seq, state
 from ui.errors import guard
 from ui.progress import progress_status
 
@@ -276,6 +276,12 @@ def _run(lm, nirvana_scores, settings: SweepSettings, chosen: dict[str, dict], w
 def main() -> None:
     st.title("6 · Sweep")
     frame.explain(EXPLANATION)
+    if seq2seq.is_seq2seq(state.model()):  # a T5: NIRVANA's own sweep over its five unit kinds
+        scored = frame.scored_model()
+        if scored is not None:
+            with guard("the T5 sweep"):
+                seq2seq.sweep(scored[0], scored[1], scored[2])
+        return
     chosen = _method_picker()
     if not chosen:
         st.info("Choose at least one method (with valid settings) to sweep.")

@@ -6,6 +6,7 @@ keeps tokenization fast. Figures are compared with the library's own results for
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -58,26 +59,37 @@ def small_data_dir(tmp_path_factory):
     return root
 
 
-@pytest.fixture
-def app_env(monkeypatch, tiny_with_tokenizer_dir, small_data_dir):
-    monkeypatch.setenv("NIRVANA_APP_MODEL", str(tiny_with_tokenizer_dir))
-    monkeypatch.setenv("NIRVANA_DATA_DIR", str(small_data_dir))
+@contextlib.contextmanager
+def app_started_on(monkeypatch, model_dir, data_dir):
+    """The app's environment: NIRVANA_APP_MODEL = `model_dir`, the small data layout, cleared caches."""
+    monkeypatch.setenv("NIRVANA_APP_MODEL", str(model_dir))
+    monkeypatch.setenv("NIRVANA_DATA_DIR", str(data_dir))
     import streamlit as st
 
     st.cache_data.clear()
     st.cache_resource.clear()
-    yield Path(tiny_with_tokenizer_dir)
+    yield Path(model_dir)
     st.cache_data.clear()
     st.cache_resource.clear()
 
 
-@pytest.fixture
-def at(app_env):
+def started_app():
     from streamlit.testing.v1 import AppTest
 
     app = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
     app.run()
     return app
+
+
+@pytest.fixture
+def app_env(monkeypatch, tiny_with_tokenizer_dir, small_data_dir):
+    with app_started_on(monkeypatch, tiny_with_tokenizer_dir, small_data_dir) as folder:
+        yield folder
+
+
+@pytest.fixture
+def at(app_env):
+    return started_app()
 
 
 @pytest.fixture
@@ -208,8 +220,6 @@ def test_allocation_overlays_the_second_criterion(at, tiny):
 
 
 def test_allocation_points_to_the_measured_best_gamma(at, app_env, monkeypatch, tmp_path):
-    import json
-
     import nirvana.bench.gamma as gb
 
     points = [

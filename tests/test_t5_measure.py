@@ -346,7 +346,7 @@ def test_cli_generate_on_a_t5_folder_prints_the_library_output_and_refuses_chat(
     assert "--chat on a t5 model" in err and "no chat template" in err and "Traceback" not in err
 
 
-def test_cli_compare_two_t5_folders_and_refuses_what_it_cannot_do(capsys, t5_dir, tmp_path, tiny_tokenizer_dir):
+def test_cli_compare_two_t5_folders_with_speed_and_refuses_a_mixed_pair(capsys, t5_dir, tmp_path, tiny_tokenizer_dir):
     other = write_tiny_t5(tmp_path / "other", seed=1)
     corpus = tmp_path / "corpus.txt"
     corpus.write_text(TEXT * 4)
@@ -355,7 +355,36 @@ def test_cli_compare_two_t5_folders_and_refuses_what_it_cannot_do(capsys, t5_dir
     out = json.loads(capsys.readouterr().out)
     d, p = out["dense"]["ppl"][str(corpus)]["ppl"], out["pruned"]["ppl"][str(corpus)]["ppl"]
     assert out["ratios"]["ppl"][str(corpus)] == pytest.approx(p / d) and out["ratios"]["params"] == 1.0
-    assert main([*argv, "--speed"]) == 2
-    assert "--speed on a t5 model" in capsys.readouterr().err
+    speed = ["--speed", "--batch-sizes", "1", "--prompt-len", "8", "--new-tokens", "3", "--repeats", "1"]
+    assert main([*argv, *speed, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    (row,) = out["ratios"]["speed"]
+    dense, pruned = out["dense"]["speed"]["results"][0], out["pruned"]["speed"]["results"][0]
+    assert row["encoder_speedup"] == pytest.approx(pruned["encoder_tokens_per_s"] / dense["encoder_tokens_per_s"])
+    assert row["decode_ideal"] == pytest.approx(1.0)  # two models of one shape: the same FLOPs
+    assert out["ratios"]["speed_first_phase"] == "encoder"
+    assert main([*argv, *speed]) == 0
+    assert "batch   1: encoder " in capsys.readouterr().out
     assert main(["compare", "--dense", str(tiny_tokenizer_dir), "--pruned", str(other), "--ppl", str(corpus)]) == 2
     assert "is decoder-only but" in capsys.readouterr().err
+
+
+def test_cli_info_describes_both_stacks_and_the_gamma_star_of_each_ranking(capsys, t5_dir, tmp_path):
+    assert main(["info", "--model", str(t5_dir), "--json"]) == 0
+    facts = json.loads(capsys.readouterr().out)
+    assert (facts["architecture"], facts["encoder_layers"], facts["decoder_layers"], facts["heads"]) == ("t5", 2, 2, 8)
+    assert facts["prunable_units"] == {"enc_self": 16, "dec_self": 16, "cross": 16, "enc_ffn": 128, "dec_ffn": 128}
+    # gamma* = neurons cm / (heads ca) / 2, ca = 4 d = 32, cm = 3 (gated): both stacks 256*3/(48*32)/2
+    assert facts["default_gamma"] == {
+        "global": {"enc_self+dec_self+cross+enc_ffn+dec_ffn": 0.25},
+        "per-stack": {"enc_self+enc_ffn": 0.375, "dec_self+cross+dec_ffn": 0.1875},
+    }
+    assert facts["block_parameters"] == 2 * 2 * 4 * 64 * 64 + 2 * 2 * 3 * 64 * 64 + 2 * 4 * 64 * 64  # 147,456
+    assert main(["prune", "--model", str(t5_dir), "--criterion", "magnitude", "--sparsity", "0.3",
+                 "--out", str(tmp_path / "p")]) == 0  # fmt: skip
+    capsys.readouterr()
+    assert main(["info", "--model", str(tmp_path / "p" / "model"), "--json"]) == 0
+    pruned = json.loads(capsys.readouterr().out)
+    plan = json.loads((tmp_path / "p" / "plan.json").read_text())
+    assert pruned["pruned"] and pruned["default_gamma"] is None
+    assert pruned["kept_per_layer"] == {kind: [len(r) for r in rows] for kind, rows in plan["kept"].items()}

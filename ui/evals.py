@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import hashlib
 
-from nirvana.measure.generation import generate as generate_rows
-from nirvana.measure.perplexity import perplexity as ppl
+from nirvana.measure.family import measures
 from nirvana.measure.speed import measure_speed
 from nirvana.models.weights import input_device
 from nirvana.store.keys import content_key
@@ -31,9 +30,11 @@ def pruned_model_key(spec_key: str, plan) -> str:
 
 
 def perplexity(model, tokenizer, model_key: str, dataset: str, tokens: int, window: int, progress=None):
-    """`nirvana.perplexity.perplexity` with the paper's windows, memoised; returns a dict."""
+    """The family's perplexity (`nirvana.measure.family`: next-token, or a T5's continuation given its prefix)
+    with the paper's windows, memoised; returns a dict."""
 
     key = content_key("ppl", model_key, dataset, tokens, window)
+    ppl = measures(model).perplexity
 
     def compute():
         with hold_device(model, progress):
@@ -81,9 +82,10 @@ def forget_speed() -> None:
 def generate(
     model, tokenizer, model_key: str, prompts: list[str], max_new_tokens: int, chat: bool = True, progress=None
 ) -> list[dict]:
-    """Greedy continuations of each prompt (`nirvana.measure.generation.generate`), memoised."""
+    """Greedy continuations of each prompt (the family's `generate`; a T5 takes `chat=False`), memoised."""
 
     key = content_key("generate", model_key, prompts, max_new_tokens, chat)
+    generate_rows = measures(model).generate
 
     def compute():
         with hold_device(model, progress):

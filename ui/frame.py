@@ -5,6 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from nirvana.models.shapes import ModelShape
+from nirvana.models.t5 import is_t5
 from ui import resources, state
 
 
@@ -48,14 +49,25 @@ def need_scores() -> tuple[str, object] | None:
 
 
 def scored_model():
-    """(model, scores key, scores, shape) once a model is loaded and scored; else None (info box shown)."""
+    """(model, scores key, scores, shape) once a model is loaded and scored; else None (info box shown).
+
+    `shape` is the decoder-only `ModelShape`; None for a T5."""
 
     scores_entry = need_scores()
     lm = state.model() if scores_entry is not None else None
     if lm is None:
         return None
     scores_key, scores = scores_entry
+    if is_t5(lm.model):  # a T5 has no decoder-only shape: its pages draw `ui.seq2seq`'s views
+        return lm, scores_key, scores, None
     return lm, scores_key, scores, ModelShape.from_dict(resources.shape_dict(lm, state.spec().key))
+
+
+def achieved_metric(where, achieved: float, target: float) -> None:
+    """The "Achieved block sparsity" metric beside its target (Allocation, for either family)."""
+    where.metric(
+        "Achieved block sparsity", f"{achieved:.1%}", delta=f"{achieved - target:+.1%} vs target", delta_color="off"
+    )
 
 
 def need_plan():

@@ -33,9 +33,13 @@ PERSISTENT_WIDGETS = (
     *("sweep_metric", "sweep_sparsities", "sweep_gammas", "sweep_tokens", "sweep_speed"),
     *("evidence_measure", "evidence_criteria", "evidence_alloc", "evidence_baselines"),
     *("alloc_methods", "prune_method", "method_sparsity", "sweep_methods"),
+    *("t5_gamma", "t5_gamma_star", "t5_scope", "t5_sweep_metric", "t5_sweep_sparsities", "t5_sweep_gammas"),
     *(f"method_settings_{name}" for name in METHODS),  # ui.methods.settings_key: one box per method
 )
-RESULT_KEYS = ("scores", "scores2", "calib_info", "calib_batch", "plan", "pruned", "evals", "kl_selection", "sweep")
+RESULT_KEYS = (
+    *("scores", "scores2", "calib_info", "calib_batch", "plan", "pruned", "evals", "kl_selection", "sweep"),
+    "t5_sweep",
+)
 
 
 def default_spec() -> ModelSpec:

@@ -1,15 +1,13 @@
 """`eval` (measure one model) and `compare` (dense vs pruned, with ratios).
 
-What each family is measured with is one table (`MEASURES`: the library functions for decoder-only
-models and for T5 encoder-decoders), looked up once per loaded model; the commands never branch on
-the architecture themselves.
+What each family is measured with is one table (`nirvana.measure.family.MEASURES`: the library
+functions for decoder-only models and for T5 encoder-decoders), looked up once per loaded model; the
+commands never branch on the architecture themselves.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 
@@ -24,18 +22,9 @@ from nirvana.cli.common import (
     stderr_progress,
 )
 from nirvana.errors import InvalidInput
-from nirvana.measure.compare import generation_rows, model_facts, ratios
-from nirvana.measure.flops import phase_flops
-from nirvana.measure.generation import generate, load_prompts
-from nirvana.measure.perplexity import perplexity
-from nirvana.measure.seq2seq import (
-    generate_seq2seq,
-    measure_seq2seq_speeds,
-    seq2seq_perplexity,
-    seq2seq_summary,
-)
-from nirvana.measure.speed import measure_speeds
-from nirvana.models.t5 import is_t5
+from nirvana.measure.compare import generation_rows, ratios
+from nirvana.measure.family import MEASURES, Measures, family
+from nirvana.measure.generation import load_prompts
 from nirvana.progress import sub_progress
 
 
@@ -102,66 +91,6 @@ def register(sub) -> None:
         p.add_argument(flag, default=default, help=text)
     add_eval_args(p)
     p.set_defaults(func=cmd_compare)
-
-
-def _decoder_speeds(models: dict, prompt_len: int, new_tokens: int, **kwargs) -> dict:
-    """`measure_speeds` with each model's FLOPs per token of the two phases beside its measurement."""
-    out = measure_speeds(models, prompt_len=prompt_len, new_tokens=new_tokens, **kwargs)
-    for name, model in models.items():
-        out[name]["flops_per_token_phase"] = phase_flops(model, prompt_len, new_tokens)
-    return out
-
-
-def _decoder_speed_line(x: dict) -> str:
-    return (
-        f"prefill {x['prefill_tokens_per_s']:8.1f} tok/s  decode {x['decode_tokens_per_s']:7.1f} tok/s  "
-        f"{x['latency_ms_per_token']:7.1f} ms/step  peak {x['peak_memory_bytes'] / 2**20:7.1f} MiB"
-    )
-
-
-def _t5_speed_line(x: dict) -> str:
-    return (
-        f"encoder {x['encoder_tokens_per_s']:8.1f} tok/s  decode {x['decode_tokens_per_s']:7.1f} tok/s  "
-        f"{x['latency_ms_per_token']:7.1f} ms/step  peak {x['peak_memory_bytes'] / 2**20:7.1f} MiB"
-    )
-
-
-@dataclass(frozen=True)
-class Measures:
-    """The library functions `eval` and `compare` measure one family of models with."""
-
-    facts: Callable  # model -> {params, flops_per_token, flops_context, ...}
-    perplexity: Callable  # (model, tokenizer, dataset, **settings) -> a result with .to_dict()
-    speeds: Callable  # ({name: model}, **settings) -> {name: result with flops_per_token_phase}
-    speed_line: Callable  # one point of a speed result -> the line `eval` prints
-    generate: Callable  # (model, tokenizer, prompts (None: the family's defaults), **settings) -> rows
-    ppl_note: str = ""  # what the perplexity is of, where it is not next-token
-    compare_refuses: tuple[tuple[str, str], ...] = ()  # (argument, why) `compare` cannot do for this family
-
-
-MEASURES = {
-    "decoder-only": Measures(model_facts, perplexity, _decoder_speeds, _decoder_speed_line, generate),
-    "t5": Measures(
-        seq2seq_summary,
-        seq2seq_perplexity,
-        measure_seq2seq_speeds,
-        _t5_speed_line,
-        generate_seq2seq,
-        ppl_note="  [continuation | prefix: each window's second half given its first]",
-        compare_refuses=(
-            (
-                "speed",
-                "`compare --speed` has no T5 speed-up table yet; run `eval --speed` on each folder (the library's "
-                "nirvana.measure.seq2seq.seq2seq_speedup_rows compares two measure_seq2seq_speeds results)",
-            ),
-        ),
-    ),
-}
-
-
-def family(model) -> str:
-    """The key of `MEASURES` for a loaded model."""
-    return "t5" if is_t5(model) else "decoder-only"
 
 
 def _check(args) -> None:
@@ -322,11 +251,7 @@ def _same_family(dense, pruned, args) -> Measures:
             f"{args.dense!r} is {kinds[0]} but {args.pruned!r} is {kinds[1]}: compare a pruned model with its own "
             "dense model."
         )
-    m = MEASURES[kinds[0]]
-    for flag, why in m.compare_refuses:
-        if getattr(args, flag, None):
-            raise InvalidInput(f"--{flag.replace('_', '-')} on a {kinds[0]} model: {why}.")
-    return m
+    return MEASURES[kinds[0]]
 
 
 def compare(dense, pruned, args) -> dict:
@@ -357,7 +282,8 @@ def compare(dense, pruned, args) -> dict:
             m.generate(dense.model, dense.tokenizer, progress=sub_progress(progress, 0.0, 0.5), **settings),
             m.generate(pruned.model, pruned.tokenizer, progress=sub_progress(progress, 0.5, 1.0), **settings),
         )
-    out["ratios"] = ratios(out["dense"], out["pruned"], dense.model, pruned.model)
+    out["ratios"] = ratios(out["dense"], out["pruned"], dense.model, pruned.model, m.speedup_rows)
+    out["ratios"]["speed_first_phase"] = m.first_phase
     return out
 
 
@@ -423,10 +349,11 @@ def print_ratios(r: dict) -> None:
             pd = diffs["bpb_paired"]
             parts.append(f"paired over {pd['n']} problems {pd['mean']:+.4f} ± {pd['stderr']:.4f} (lower bpb is better)")
         w(f"task {name}: pruned - dense {'  '.join(parts)}\n")
+    first = r.get("speed_first_phase", "prefill")  # a T5's is its encoder pass
     for x in r.get("speed", []):
         w(
-            f"batch {x['batch_size']:>3}: prefill {x['prefill_speedup']:.2f}x (ideal {x['prefill_ideal']:.2f}x, "
-            f"{x['prefill_fraction_of_ideal']:.0%})  decode {x['decode_speedup']:.2f}x "
+            f"batch {x['batch_size']:>3}: {first} {x[f'{first}_speedup']:.2f}x (ideal {x[f'{first}_ideal']:.2f}x, "
+            f"{x[f'{first}_fraction_of_ideal']:.0%})  decode {x['decode_speedup']:.2f}x "
             f"(ideal {x['decode_ideal']:.2f}x, "
             f"{x['decode_fraction_of_ideal']:.0%})  memory {x['peak_memory_ratio']:.2f}\n"
         )

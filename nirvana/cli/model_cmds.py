@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from nirvana.checkpoints.facts import describe
 from nirvana.cli.common import add_model_args, load_from_args, print_json
-from nirvana.cli.eval_cmds import family
 from nirvana.errors import InvalidInput
+from nirvana.measure.family import family
 from nirvana.measure.generation import generate
 from nirvana.measure.seq2seq import generate_seq2seq
 

@@ -207,9 +207,10 @@ def kl_rows(selection) -> list[dict]:
     ]
 
 
-def ratios(dense: dict, pruned: dict, dense_shape: Shaped, pruned_shape: Shaped) -> dict:
+def ratios(dense: dict, pruned: dict, dense_shape: Shaped, pruned_shape: Shaped, speed_rows=speed_rows) -> dict:
     """The CLI's `compare` ratios from the two models' results (facts, and `ppl`, `speed`, `tasks`
-    where both have them): sizes, perplexity ratios, speed rows, accuracy differences."""
+    where both have them): sizes, perplexity ratios, speed rows, accuracy differences. `speed_rows`: the
+    family's (`nirvana.measure.family`; a T5's times the encoder pass, not a prefill)."""
     out = size_ratios(dense, pruned)
     if "ppl" in dense and "ppl" in pruned:
         out["ppl"] = perplexity_ratios(dense["ppl"], pruned["ppl"])

@@ -262,9 +262,11 @@ def generate_seq2seq(
     seed: int = 0,
     temperature: float = 0.7,
     top_p: float = 0.9,
+    chat: bool = False,
     progress: Progress = None,
 ) -> list[dict]:
-    """One decoder output per prompt (the prompt is the encoder's input as written, no chat template).
+    """One decoder output per prompt (the prompt is the encoder's input as written: a T5 has no chat template,
+    so `chat=True` is refused).
 
     Rows as `generation.generate`'s: {id, prompt, output, new_tokens, seconds, mode, chat (False)}, plus
     `prompt_set` when the defaults were used. `prompts`: strings or {id, prompt}; None: `t5_default_prompts`.
@@ -274,6 +276,8 @@ def generate_seq2seq(
     check_t5(model)
     if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 1:
         raise InvalidInput(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}.")
+    if chat:
+        raise InvalidInput("a T5 has no chat template: its prompt is the encoder's input as written; drop chat.")
     prompt_set = t5_prompt_set(model) if prompts is None else None
     items = normalize_prompts(t5_default_prompts(model) if prompts is None else list(prompts))
     device = input_device(model)
@@ -540,5 +544,6 @@ def seq2seq_speedup_rows(dense: dict, pruned: dict) -> list[dict]:
                 f"{phase}_speedup_cpu_time": p[f"{phase}_tokens_per_cpu_s"] / d[f"{phase}_tokens_per_cpu_s"],
             }
         ideal = dense["flops_per_token_phase"]["sequence"] / pruned["flops_per_token_phase"]["sequence"]
-        rows.append(row | {"total_speedup": d["total_seconds"] / p["total_seconds"], "total_ideal": ideal})
+        row |= {"total_speedup": d["total_seconds"] / p["total_seconds"], "total_ideal": ideal}
+        rows.append(row | {"peak_memory_ratio": p["peak_memory_bytes"] / d["peak_memory_bytes"]})
     return rows

@@ -121,6 +121,20 @@ def t5_default_gamma(heads: int, neurons: int, ca: int, cm: int) -> float:
     return neurons * cm / (heads * ca) * 0.5
 
 
+def scope_default_gammas(model: nn.Module) -> dict[str, dict[str, float]]:
+    """gamma* of each ranking of each scope, e.g. {"global": {"enc_self+...+dec_ffn": 0.67}, "per-stack": {...}}."""
+    ca, cm = unit_costs(model)
+    units = {kind: sum(unit_count(m, k.attention) for m in kind_modules(model, kind)) for kind, k in KINDS.items()}
+    out: dict[str, dict[str, float]] = {}
+    for scope in SCOPES:
+        out[scope] = {}
+        for kinds in _scope_kinds(scope):
+            heads = sum(units[k] for k in kinds if KINDS[k].attention)
+            neurons = sum(units[k] for k in kinds if not KINDS[k].attention)
+            out[scope]["+".join(kinds)] = round(t5_default_gamma(heads, neurons, ca, cm), 4)
+    return out
+
+
 def _scope_kinds(scope: str) -> list[list[str]]:
     if scope not in SCOPES:
         raise InvalidInput(f"scope {scope!r} is not one of {', '.join(SCOPES)}.")

@@ -18,6 +18,7 @@ from pathlib import Path
 from nirvana.errors import InvalidInput, PlanMismatch
 from nirvana.guard.safety import check_file_size
 from nirvana.models.t5 import KINDS
+from nirvana.pruning.plan import PruningPlan
 from nirvana.store.atomic import atomic_write_text
 
 FORMAT = "nirvana-t5-plan"
@@ -49,6 +50,9 @@ class Seq2SeqSettings:
             raise InvalidInput(f"gamma must be > 0, got {self.gamma_given!r}.")
         if not isinstance(self.align, int) or self.align < 1 or self.align & (self.align - 1):
             raise InvalidInput(f"align must be a power of two (1 = off), got {self.align!r}.")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
 
 
 @dataclass
@@ -89,6 +93,9 @@ class Seq2SeqPlan:
         except KeyError as exc:
             raise PlanMismatch(f"the T5 plan is missing {exc.args[0]!r}.") from exc
 
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), separators=(",", ":"))
+
     def save(self, path: str | Path) -> Path:
         return atomic_write_text(path, json.dumps(self.to_dict(), indent=1))
 
@@ -112,3 +119,13 @@ class Seq2SeqPlan:
 
 def is_seq2seq_plan(data: dict) -> bool:
     return isinstance(data, dict) and data.get("format") == FORMAT
+
+
+def load_plan(path: str | Path) -> PruningPlan | Seq2SeqPlan:
+    """A plan file of either kind: a T5's (`"format": "nirvana-t5-plan"`) or a decoder-only model's (whose
+    loader says what is wrong with a file that is neither)."""
+    try:
+        is_t5_plan = is_seq2seq_plan(json.loads(Path(path).read_text()))
+    except (OSError, ValueError):
+        is_t5_plan = False
+    return (Seq2SeqPlan if is_t5_plan else PruningPlan).load(path)
