@@ -110,8 +110,13 @@ def kv_heatmap(attn, pruned=None, title: str = "KV-group scores", unit: str = "K
             )
         )
     fig.update_xaxes(title_text=unit, dtick=1)
-    fig.update_yaxes(title_text="layer")
+    fig.update_yaxes(title_text="layer", dtick=_layer_tick(num_layers))
     return _layout(fig, title, 420)
+
+
+def _layer_tick(num_layers: int) -> int:
+    """A whole-layer tick step, about a dozen labels at most (plotly would label 0.5 steps on 2 layers)."""
+    return max(1, math.ceil(num_layers / 12))
 
 
 def _bins(n: int, bins: int) -> list[np.ndarray]:
@@ -169,7 +174,7 @@ def neuron_heatmap(mlp, pruned=None, mode: str = "sorted", bins: int = 128, titl
     width = edges[0, 1] - edges[0, 0] + 1
     label = f"{unit} bin ({width} per column{', best first' if mode == 'sorted' else ''})"
     fig.update_xaxes(title_text=label)
-    fig.update_yaxes(title_text="layer")
+    fig.update_yaxes(title_text="layer", dtick=_layer_tick(num_layers))
     return _layout(fig, title, 420)
 
 

@@ -233,14 +233,16 @@ def _perplexity(lm, pruned) -> None:
         dense, after = result
         pair = perplexity_pair(dense, after)
         row = st.columns(4)
-        row[0].metric("Dense perplexity", f"{pair['before']:.2f}")
+        row[0].metric("Dense perplexity", evals.ppl_text(pair["before"]))
         row[1].metric(
-            "Pruned perplexity", f"{pair['after']:.2f}", delta=f"{pair['ratio']:.2f}× dense", delta_color="off"
+            "Pruned perplexity", evals.ppl_text(pair["after"]), delta=f"{pair['ratio']:.3g}× dense", delta_color="off"
         )
         row[2].metric(
             "Tokens evaluated",
             f"{pair['predicted_tokens']:,}",
-            help="tokens whose next-token loss is averaged: windows × (window − 1)",
+            help=f"a T5's continuation: {after['pairing']}"
+            if "pairing" in after
+            else "tokens whose next-token loss is averaged: windows × (window − 1)",
         )
         row[3].metric("Windows", f"{pair['windows']} × {pair['seq_len']}")
         st.caption(

@@ -20,6 +20,12 @@ SPEED_BATCH_SIZES_CPU = (1, 4)
 SPEED_BATCH_SIZES_GPU = (1, 8, 32)
 
 
+def ppl_text(value: float) -> str:
+    """A perplexity as the metric shows it: two decimals, or three significant digits past 10^5 (a random or
+    broken model's, which would not fit the box)."""
+    return f"{value:.2f}" if value < 1e5 else f"{value:.3g}"
+
+
 def plan_key(plan) -> str:
     """Content hash of a plan's kept units and settings (what identifies a pruned copy)."""
     return hashlib.sha256(plan.to_json().encode()).hexdigest()[:16]

@@ -120,7 +120,7 @@ def _heatmaps(scores, masks: dict | None, mode: str, suffix: str, what: str) -> 
         col.plotly_chart(
             charts.kv_heatmap(
                 scores.tensors[kind], None if masks is None else masks[kind],
-                title=f"{name}: {LABELS[kind]} {what}", unit="head",
+                title=f"{name}: {LABELS[kind]} {what}".rstrip(), unit="head",
             ),
             key=f"t5_{kind}_{suffix}",
         )  # fmt: skip
@@ -128,7 +128,7 @@ def _heatmaps(scores, masks: dict | None, mode: str, suffix: str, what: str) -> 
         col.plotly_chart(
             charts.neuron_heatmap(
                 scores.tensors[kind], None if masks is None else masks[kind], mode=mode,
-                title=f"{name}: {LABELS[kind]} {what}",
+                title=f"{name}: {LABELS[kind]} {what}".rstrip(),
             ),
             key=f"t5_{kind}_{suffix}",
         )  # fmt: skip
@@ -147,7 +147,7 @@ def saliency(scores, second, mode: str) -> None:
     for s, suffix in ((scores, "a"), *(((second, "b"),) if second is not None else ())):
         if suffix == "b":
             st.subheader(f"Second criterion: {s.criterion}")
-        _heatmaps(s, None, mode, suffix, "[layer × unit]")
+        _heatmaps(s, None, mode, suffix, "")
         t = s.tensors
         left, right = st.columns(2)
         left.plotly_chart(
@@ -160,8 +160,8 @@ def saliency(scores, second, mode: str) -> None:
             key=f"t5_totals_dec_{suffix}",
         )
     st.caption(
-        "Decoder totals: attention sums the self- and cross-attention heads of each layer. Each layer of the "
-        "first block of a stack also owns that stack's relative position bias, scored with its heads."
+        "Decoder totals: attention sums the self- and cross-attention heads of each layer. The first block of each "
+        "stack owns that stack's relative position bias (one column per head), scored with its heads."
     )
 
 
@@ -233,7 +233,7 @@ def allocation(lm, scores_key: str, scores) -> None:
         "Every attention keeps at least one head; FFN widths are rounded up to the alignment."
     )
     masks = charts.kind_masks(plan.kept, widths)
-    _heatmaps(scores, masks, st.session_state.get("neuron_mode", "sorted"), "alloc", "(pruned: darkened)")
+    _heatmaps(scores, masks, st.session_state.get("neuron_mode", "sorted"), "alloc", "· pruned ×")
     st.download_button(
         "Download plan JSON",
         plan.to_json,
