@@ -19,14 +19,16 @@ from nirvana.errors import InvalidInput, UnsupportedArchitecture
 from nirvana.measure.seq2seq import (
     Seq2SeqReference,
     generate_seq2seq,
-    measure_seq2seq_speeds,
-    seq2seq_flops,
     seq2seq_kl_to_dense,
     seq2seq_perplexity,
+    t5_default_prompts,
+)
+from nirvana.measure.seq2seq_speed import (
+    measure_seq2seq_speeds,
+    seq2seq_flops,
     seq2seq_phase_flops,
     seq2seq_speedup_rows,
     seq2seq_summary,
-    t5_default_prompts,
 )
 from nirvana.pruning.seq2seq import slice_t5
 from tests.tiny import tiny_model

@@ -18,10 +18,12 @@ import streamlit as st
 from nirvana import charts
 from nirvana.errors import InvalidInput
 from nirvana.measure.seq2seq import (
+    t5_default_prompts,
+)
+from nirvana.measure.seq2seq_speed import (
     measure_seq2seq_speeds,
     seq2seq_speedup_rows,
     seq2seq_summary,
-    t5_default_prompts,
 )
 from nirvana.models.t5 import KINDS, LABELS, is_t5
 from nirvana.pruning.seq2seq import plan_t5

@@ -14,8 +14,10 @@ from nirvana.measure.generation import generate
 from nirvana.measure.perplexity import perplexity
 from nirvana.measure.seq2seq import (
     generate_seq2seq,
-    measure_seq2seq_speeds,
     seq2seq_perplexity,
+)
+from nirvana.measure.seq2seq_speed import (
+    measure_seq2seq_speeds,
     seq2seq_speedup_rows,
     seq2seq_summary,
 )

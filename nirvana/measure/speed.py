@@ -303,46 +303,69 @@ def measure_speeds(
     hits all of them alike and their ratio stays meaningful. All get the same prompts.
     Returns {name: result} where result is what `measure_speed` returns for one model.
     """
-    batch_sizes = [int(b) for b in batch_sizes]
+    batch_sizes = check_speed_settings(models, batch_sizes, prompt_len, new_tokens, repeats, warmup, min_new_tokens=2)
+    out = {name: speed_header(m, prompt_len, new_tokens, repeats, warmup) for name, m in models.items()}
+    run = lambda m, ids: _run_once(m, ids, new_tokens, _pad_id(m))
+    for b, runs in interleaved_runs(models, batch_sizes, prompt_len, new_tokens, repeats, warmup, seed, run, progress):
+        for name in models:
+            point = _point(runs[name], b, prompt_len, new_tokens, weights_bytes(models[name]))
+            out[name]["results"].append(point.to_dict())
+    return out
+
+
+def check_speed_settings(models: dict, batch_sizes, prompt_len, new_tokens, repeats, warmup,
+                         min_new_tokens: int = 1) -> list[int]:  # fmt: skip
+    """The batch sizes as a list, after checking every setting of a speed measurement (InvalidInput says which)."""
     if not models:
-        raise InvalidInput("no model to measure.")
+        raise InvalidInput("no model to measure; pass {name: model}.")
+    batch_sizes = [int(b) for b in batch_sizes]
     if not batch_sizes or any(b < 1 for b in batch_sizes):
         raise InvalidInput(f"batch sizes must be positive integers, got {batch_sizes!r}.")
-    for label, value, lo in (("prompt_len", prompt_len, 1), ("new_tokens", new_tokens, 2), ("repeats", repeats, 1)):
+    checks = (("prompt_len", prompt_len, 1), ("new_tokens", new_tokens, min_new_tokens), ("repeats", repeats, 1),
+              ("warmup", warmup, 0))  # fmt: skip
+    for label, value, lo in checks:
         if not isinstance(value, int) or isinstance(value, bool) or value < lo:
             raise InvalidInput(f"{label} must be an integer >= {lo}, got {value!r}.")
-    if not isinstance(warmup, int) or warmup < 0:
-        raise InvalidInput(f"warmup must be an integer >= 0, got {warmup!r}.")
+    return batch_sizes
+
+
+def speed_header(model, prompt_len: int, new_tokens: int, repeats: int, warmup: int) -> dict:
+    """Where and how one model's speed is measured (device and load average before the run, settings)."""
+    device = input_device(model)
+    return {
+        **device_info(device),
+        "dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
+        "prompt_len": prompt_len,
+        "new_tokens": new_tokens,
+        "repeats": repeats,
+        "warmup": warmup,
+        "statistic": "median",
+        "memory_method": memory_method(device),
+        "results": [],
+    }
+
+
+def interleaved_runs(models: dict, batch_sizes, prompt_len: int, new_tokens: int, repeats: int, warmup: int,
+                     seed: int, run_once, progress: Progress = None):  # fmt: skip
+    """Yield (batch size, {name: [timed runs]}): every repeat runs each model once in turn on the same random
+    prompts (`run_once(model, ids)`), the first `warmup` untimed. Models are in eval mode while it runs and
+    back in their own mode after, also when a run fails; an out-of-memory says which batch did not fit."""
     vocab = min(m.get_input_embeddings().weight.shape[0] for m in models.values())
     states = {name: m.training for name, m in models.items()}
-    out = {}
-    for name, m in models.items():
-        m.eval()
-        device = input_device(m)
-        out[name] = {
-            **device_info(device),  # load average before the run
-            "dtype": str(next(m.parameters()).dtype).replace("torch.", ""),
-            "prompt_len": prompt_len,
-            "new_tokens": new_tokens,
-            "repeats": repeats,
-            "warmup": warmup,
-            "statistic": "median",
-            "memory_method": memory_method(device),
-            "results": [],
-        }
     total, done = len(batch_sizes) * (warmup + repeats) * len(models), 0
     try:
+        for m in models.values():
+            m.eval()
         for b in batch_sizes:
             runs: dict[str, list] = {name: [] for name in models}
             ids_cpu = random_prompts(vocab, b, prompt_len, seed)
             for i in range(warmup + repeats):
                 for name, m in models.items():
-                    ids = ids_cpu.to(input_device(m))
                     try:
-                        run = _run_once(m, ids, new_tokens, _pad_id(m))
+                        run = run_once(m, ids_cpu.to(input_device(m)))
                     except torch.OutOfMemoryError as exc:
                         raise OutOfMemory(
-                            f"batch size {b} with {prompt_len}+{new_tokens} tokens did not fit for {name}; "
+                            f"batch size {b} with {prompt_len} + {new_tokens} tokens did not fit for {name}; "
                             "use smaller batch sizes."
                         ) from exc
                     if i >= warmup:
@@ -350,13 +373,10 @@ def measure_speeds(
                     done += 1
                     if progress:
                         progress(done / total, f"speed: {name}, batch {b}, run {i + 1}/{warmup + repeats}")
-            for name in models:
-                point = _point(runs[name], b, prompt_len, new_tokens, weights_bytes(models[name]))
-                out[name]["results"].append(point.to_dict())
+            yield b, runs
     finally:
         for name, m in models.items():
             m.train(states[name])
-    return out
 
 
 def measure_speed(model, **kwargs) -> dict:

@@ -16,9 +16,11 @@ from dataclasses import dataclass
 from nirvana.errors import InvalidInput
 from nirvana.measure.seq2seq import (
     Seq2SeqReference,
-    measure_seq2seq_speed,
     seq2seq_kl_to_dense,
     seq2seq_perplexity,
+)
+from nirvana.measure.seq2seq_speed import (
+    measure_seq2seq_speed,
     seq2seq_summary,
 )
 from nirvana.progress import Progress, sub_progress
