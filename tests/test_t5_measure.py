@@ -390,3 +390,19 @@ def test_cli_info_describes_both_stacks_and_the_gamma_star_of_each_ranking(capsy
     plan = json.loads((tmp_path / "p" / "plan.json").read_text())
     assert pruned["pruned"] and pruned["default_gamma"] is None
     assert pruned["kept_per_layer"] == {kind: [len(r) for r in rows] for kind, rows in plan["kept"].items()}
+
+
+def test_a_pruned_t5_folder_carries_a_model_card_with_its_own_figures(capsys, t5_dir, tmp_path):
+    assert main(["prune", "--model", str(t5_dir), "--criterion", "magnitude", "--sparsity", "0.3",
+                 "--out", str(tmp_path / "p")]) == 0  # fmt: skip
+    capsys.readouterr()
+    report = json.loads((tmp_path / "p" / "report.json").read_text())
+    plan = json.loads((tmp_path / "p" / "plan.json").read_text())
+    card = (tmp_path / "p" / "model" / "README.md").read_text()
+    assert "pipeline_tag: text2text-generation" in card and "AutoModelForSeq2SeqLM" in card
+    assert f"| achieved block sparsity | {report['achieved_block_sparsity']:.4f} |" in card
+    assert f"| parameters after | {report['params_after']:,} |" in card
+    kinds = ("enc_self", "dec_self", "cross", "enc_ffn", "dec_ffn")
+    for layer in range(2):
+        cells = [f"{len(plan['kept'][k][layer])} / {8 if k in kinds[:3] else 64}" for k in kinds]
+        assert f"| {layer} | " + " | ".join(cells) + " |" in card

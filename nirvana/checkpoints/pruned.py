@@ -64,11 +64,12 @@ def save_pruned(
             tokenizer.save_pretrained(tmp)
         if plan is not None:
             plan.save(tmp / PLAN_FILE)
-        if is_t5(model):  # an encoder-decoder: its own per-layer keys and modeling file; no card yet
-            if is_sliced_t5_config(model.config):
-                add_t5_stock_loading(tmp)
-        elif has_per_layer_widths(model.config.to_dict()):
-            add_stock_loading(tmp)
+        if is_t5(model):  # an encoder-decoder: its own per-layer keys and modeling file
+            stock_loading = add_t5_stock_loading if is_sliced_t5_config(model.config) else None
+        else:
+            stock_loading = add_stock_loading if has_per_layer_widths(model.config.to_dict()) else None
+        if stock_loading is not None:  # a pruned folder: the modeling file, auto_map and the card
+            stock_loading(tmp)
             source = base_model or getattr(model.config, "_name_or_path", None)
             write_model_card(tmp, report, plan, base_model=source, location=directory)
     return directory

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,7 +18,9 @@ from huggingface_hub import ModelCard, ModelCardData
 
 from nirvana.errors import InvalidInput
 from nirvana.models.registry import REGISTRY
+from nirvana.models.t5 import KINDS as T5_KINDS
 from nirvana.pruning.plan import PruningPlan
+from nirvana.pruning.seq2seq_plan import Seq2SeqPlan, load_plan
 from nirvana.store.paths import cache_dir
 
 CARD_FILE = "README.md"
@@ -96,9 +99,16 @@ def _cached_hub_license(repo_id: str) -> str | None:
     return _card_data(Path(cached)).get("license") if isinstance(cached, str) else None
 
 
-def _figures(report: dict | None, plan: PruningPlan | None) -> dict:
+def _figures(report: dict | None, plan: PruningPlan | Seq2SeqPlan | None) -> dict:
     """The card's figures: the report's where it has them, else the plan's own statistics."""
     report = dict(report or {})
+    if isinstance(plan, Seq2SeqPlan):  # a T5's: one gamma per ranking, kept units per kind
+        s = plan.settings
+        defaults = {"target_sparsity": s.sparsity, "achieved_block_sparsity": plan.stats.get("achieved_block_sparsity"),
+                    "gamma": s.gamma, "gamma_default": s.gamma_default, "align": s.align, "allocation": s.scope,
+                    "criterion": s.criterion, "method": s.method, "calibration": s.calibration,
+                    "kept_units": plan.kept_counts, "architecture": "t5"}  # fmt: skip
+        return {**{k: v for k, v in defaults.items() if v is not None}, **report}
     if plan is not None:
         stats, settings = plan.stats, plan.settings
         defaults = {
@@ -124,6 +134,8 @@ def _figures(report: dict | None, plan: PruningPlan | None) -> dict:
 def _num(value, digits: int = 4) -> str:
     if value is None:
         return "-"
+    if isinstance(value, dict):  # a T5's gamma: one per ranking
+        return ", ".join(f"{k}: {_num(v, digits)}" for k, v in value.items())
     if isinstance(value, bool):
         return str(value)
     if isinstance(value, int):
@@ -175,9 +187,20 @@ def _flatten(results: dict, prefix: str = "") -> list[tuple[str, object]]:
     return rows
 
 
+@dataclass(frozen=True)
+class CardFamily:
+    """What differs in the card of a decoder-only model and of a T5: the Hub task, what was removed, the
+    per-layer table and how to load it."""
+
+    pipeline_tag: str
+    removed: str
+    layer_table: Callable[[dict, object], list[str]]  # (figures, plan) -> markdown lines
+    how_to_load: Callable[[str, bool], list[str]]  # (repo, uniform) -> markdown lines
+
+
 def render_model_card(
     report: dict | None,
-    plan: PruningPlan | None = None,
+    plan: PruningPlan | Seq2SeqPlan | None = None,
     *,
     base_model: BaseModel | None = None,
     results: dict | None = None,
@@ -185,16 +208,18 @@ def render_model_card(
     repo_hint: str = "PATH_OR_REPO_ID",
     uniform: bool = False,
 ) -> str:
-    """The card's text (front matter + markdown). `results`: measured figures, nested dicts allowed."""
+    """The card's text (front matter + markdown). `results`: measured figures, nested dicts allowed. A T5's
+    card (its report says `"architecture": "t5"`, or its plan is a `Seq2SeqPlan`) is `CARD_FAMILIES["t5"]`'s."""
     fig = _figures(report, plan)
+    family = CARD_FAMILIES["t5" if fig.get("architecture") == "t5" else "decoder-only"]
     base = base_model or BaseModel(None)
     results = results if results is not None else fig.get("results")
     data = ModelCardData(
         base_model=base.repo_id,
         library_name="transformers",
         license=base.license,
-        pipeline_tag="text-generation",
-        tags=TAGS,
+        pipeline_tag=family.pipeline_tag,
+        tags=[t if t != "text-generation" else family.pipeline_tag for t in TAGS],
     )
     title = model_name or (base.repo_id or fig.get("model") or "model").split("/")[-1]
     target, achieved = fig.get("target_sparsity"), fig.get("achieved_block_sparsity")
@@ -231,9 +256,8 @@ def render_model_card(
         if achieved is not None
         else f"# {title}",
         "",
-        f"A structurally pruned copy of {_base_link(base)}: "
-        "whole KV groups (a K/V head with the query heads that read it) and whole MLP neurons were removed, "
-        "so **each decoder layer has its own width**. Nothing is masked: the weights are physically smaller.",
+        f"A structurally pruned copy of {_base_link(base)}: {family.removed} "
+        "Nothing is masked: the weights are physically smaller.",
         "",
         "## Pruning",
         "",
@@ -252,8 +276,8 @@ def render_model_card(
             "`python -m nirvana eval --model FOLDER --ppl wikitext2` (perplexity) or `--tasks arc_easy` (accuracy).",
             "",
         ]
-    lines += _layer_table(fig, plan)
-    lines += _how_to_load(repo_hint, uniform)
+    lines += family.layer_table(fig, plan)
+    lines += family.how_to_load(repo_hint, uniform)
     return f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(lines)
 
 
@@ -279,6 +303,21 @@ def _layer_table(fig: dict, plan: PruningPlan | None) -> list[str]:
     return [*rows, ""]
 
 
+def _explorer_loading(repo: str, prompt: str) -> list[str]:
+    return [
+        "**NIRVANA Explorer**:",
+        "",
+        "```python",
+        "import nirvana",
+        "",
+        f'lm = nirvana.load_model("{repo}")  # a local folder',
+        "```",
+        "",
+        f'or `python -m nirvana generate --model {repo} --prompt "{prompt}"`.',
+        "",
+    ]
+
+
 def _how_to_load(repo: str, uniform: bool = False) -> list[str]:
     same_widths = [
         "Every layer kept the same widths, so `config.json`'s global widths describe this model and "
@@ -302,22 +341,69 @@ def _how_to_load(repo: str, uniform: bool = False) -> list[str]:
         "(`nirvana_layer_shapes`). Without it, transformers builds dense layers and fails on the shape mismatch.",
         "",
         *(same_widths if uniform else []),
-        "**NIRVANA Explorer**:",
-        "",
-        "```python",
-        "import nirvana",
-        "",
-        f'lm = nirvana.load_model("{repo}")  # a local folder',
-        "```",
-        "",
-        f'or `python -m nirvana generate --model {repo} --prompt "..."`.',
-        "",
+        *_explorer_loading(repo, "..."),
         "**Serving engines**: the Llama / Qwen / Gemma code paths of vLLM, SGLang, TGI and TensorRT-LLM build "
         "every layer from one global width, so they cannot serve this folder as it is. llama.cpp can, for a "
         "Llama: `python -m nirvana export-gguf --model FOLDER --out model.gguf` writes its `deci` architecture "
         "with per-layer widths. NIRVANA Explorer's `docs/EXPORT.md` says what was verified and what to do instead.",
         "",
     ]
+
+
+def _t5_layer_table(fig: dict, plan) -> list[str]:
+    kept = fig.get("kept_units") or {**(fig.get("kept_kv_groups") or {}), **(fig.get("kept_neurons") or {})}
+    if set(kept) != set(T5_KINDS):
+        return []
+    dense = plan.model if plan is not None else {}
+    width = {k: dense.get("num_heads") if v.attention else dense.get("d_ff") for k, v in T5_KINDS.items()}
+    rows = ["## Kept units per layer", "", "| layer | " + " | ".join(v.label for v in T5_KINDS.values()) + " |"]
+    rows.append("|---:|" + "---:|" * len(T5_KINDS))
+    for i in range(max(len(v) for v in kept.values())):
+        cells = [
+            "-" if i >= len(kept[k]) else f"{kept[k][i]}" + (f" / {width[k]}" if width[k] else "") for k in T5_KINDS
+        ]
+        rows.append(f"| {i} | " + " | ".join(cells) + " |")
+    return [*rows, ""]
+
+
+def _t5_how_to_load(repo: str, uniform: bool = False) -> list[str]:
+    return [
+        "## How to load",
+        "",
+        "**Stock transformers** (torch and transformers only; NIRVANA need not be installed):",
+        "",
+        "```python",
+        "from transformers import AutoModelForSeq2SeqLM, AutoTokenizer",
+        "",
+        f'model = AutoModelForSeq2SeqLM.from_pretrained("{repo}", trust_remote_code=True)',
+        f'tokenizer = AutoTokenizer.from_pretrained("{repo}")',
+        "```",
+        "",
+        "`trust_remote_code=True` runs `modeling_t5_sliced.py` from this folder: it builds a T5 whose attentions "
+        "keep the heads listed in `config.json` (`nirvana_t5_kept_heads`) and whose FFNs have the widths in "
+        "`nirvana_t5_ffn_widths`. Without it, transformers builds dense layers and fails on the shape mismatch.",
+        "",
+        *_explorer_loading(repo, "summarize: ..."),
+    ]
+
+
+CARD_FAMILIES = {
+    "decoder-only": CardFamily(
+        "text-generation",
+        "whole KV groups (a K/V head with the query heads that read it) and whole MLP neurons were removed, "
+        "so **each decoder layer has its own width**.",
+        _layer_table,
+        _how_to_load,
+    ),
+    "t5": CardFamily(
+        "text2text-generation",
+        "whole attention heads (of encoder self-, decoder self- and cross-attention, each with its column of the "
+        "relative position bias) and whole FFN neurons of both stacks were removed, so **each layer of the encoder "
+        "and of the decoder has its own widths**.",
+        _t5_layer_table,
+        _t5_how_to_load,
+    ),
+}
 
 
 def write_model_card(
@@ -339,7 +425,7 @@ def write_model_card(
     """
     folder = Path(folder)
     if plan is None and (folder / "plan.json").exists():
-        plan = PruningPlan.load(folder / "plan.json")
+        plan = load_plan(folder / "plan.json")
     if base_model is None and report:
         base_model = report.get("model")
     base = base_model if isinstance(base_model, BaseModel) else resolve_base_model(base_model)
