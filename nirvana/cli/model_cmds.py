@@ -87,5 +87,6 @@ def cmd_generate(args) -> int:
         if getattr(args, flag, None):
             raise InvalidInput(f"--{flag} on a {kind} model: {why}.")
     row = gen.row(lm, args)
-    print(gen.line.format(prompt=args.prompt, output=row["output"]))
+    output = row["output"] or f"(no text: the {row['new_tokens']} new tokens decode to special tokens only)"
+    print(gen.line.format(prompt=args.prompt, output=output))
     return 0
