@@ -342,7 +342,8 @@ def test_cli_generate_on_a_t5_folder_prints_the_library_output_and_refuses_chat(
     assert main(["generate", "--model", str(t5_dir), "--prompt", prompt, "--max-new-tokens", "4"]) == 0
     model, tok = _load(t5_dir)
     row = generate_seq2seq(model, tok, [prompt], max_new_tokens=4)[0]
-    assert capsys.readouterr().out == f"{prompt}\n-> {row['output']}\n"
+    shown = row["output"] or f"(no text: the {row['new_tokens']} new tokens decode to special tokens only)"
+    assert capsys.readouterr().out == f"{prompt}\n-> {shown}\n"  # a random T5 may emit only special tokens
     assert main(["generate", "--model", str(t5_dir), "--prompt", prompt, "--chat"]) == 2
     err = capsys.readouterr().err
     assert "--chat on a t5 model" in err and "no chat template" in err and "Traceback" not in err
