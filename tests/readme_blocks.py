@@ -28,7 +28,20 @@ def baselines(model: str) -> str:
     return readme_summary(read_rows(config.csv_path), config, len(pending(BASELINES, config)))
 
 
+def distill(model: str) -> str:
+    """The README summary of `bench distill --model MODEL`, against its whole grid."""
+    from nirvana.bench.base import pending
+    from nirvana.bench.distill import DISTILL, DistillConfig
+    from nirvana.bench.distill_report import readme_summary
+    from nirvana.bench.rows import read_rows
+
+    config = DistillConfig(model=model)
+    rows = read_rows(config.csv_path) if config.csv_path.exists() else []
+    return readme_summary(rows, config, len(pending(DISTILL, config)))
+
+
 BLOCKS = {
+    "distill-smollm2-135m": lambda: distill("smollm2-135m"),
     "baselines-smollm2-135m": lambda: baselines("smollm2-135m"),
     "baselines-gemma3-270m": lambda: baselines("gemma3-270m"),
 }

@@ -74,3 +74,15 @@ def test_rows_on_a_tiny_model_resume(tiny_with_tokenizer_dir, tmp_path):
     run(DISTILL, config, logs.append)
     assert "0 to run" in logs[0]  # resumed: nothing re-run
     assert len(read_rows(config.csv_path)) == 2
+
+
+def test_readme_summary_counts_the_grid_and_names_the_best_recipe_per_budget():
+    from nirvana.bench.distill_report import readme_summary
+
+    base = {"criterion": "nirvana", "allocation": "global", "sparsity": "0.2", "budget": "8192", "kl_after": "0.6"}
+    rows = [{**base, "recipe": "lm-lora", "ppl_wikitext2_after": "57.7"},
+            {**base, "recipe": "kd-full", "ppl_wikitext2_after": "54.7"}]  # fmt: skip
+    text = readme_summary(rows, DistillConfig(model="smollm2-135m"), pending=46)
+    assert "in progress: 2 of 48 rows measured, 46 to run" in text
+    assert "- nirvana (global) 0.2, 8,192 tokens: best kd-full (WikiText-2 54.7, KL 0.6); lm-lora 57.7" in text
+    assert "(complete; resumable)" in readme_summary(rows, DistillConfig(model="smollm2-135m"), pending=0)

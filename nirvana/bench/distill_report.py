@@ -33,6 +33,19 @@ def best_per_budget(rows: list[dict]) -> list[str]:
     return out
 
 
+def readme_summary(rows: list[dict], config, pending: int) -> str:
+    """The README's block: how much of the grid is measured, and the best recipe per pruned model and budget."""
+    total = len(rows) + pending
+    state = "complete" if not pending else f"in progress: {len(rows)} of {total} rows measured, {pending} to run"
+    lines = [
+        f"`benchmarks/distill/distill-{config.model.replace('/', '_')}.md` ({state}; resumable). Lowest WikiText-2 "
+        f"perplexity (first {config.tokens:,} test tokens) after recovery, per pruned model and training budget:",
+        "",
+        *(best_per_budget(rows) or ["- no rows yet"]),
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def write_report(rows: list[dict], config) -> Path:
     out = Path(config.out_dir)
     out.mkdir(parents=True, exist_ok=True)
