@@ -407,3 +407,32 @@ def test_a_pruned_t5_folder_carries_a_model_card_with_its_own_figures(capsys, t5
     for layer in range(2):
         cells = [f"{len(plan['kept'][k][layer])} / {8 if k in kinds[:3] else 64}" for k in kinds]
         assert f"| {layer} | " + " | ".join(cells) + " |" in card
+
+
+def test_seq2seq_sweep_kl_rows_match_the_library_and_identical_plans_are_measured_once(t5_dir, monkeypatch):
+    import nirvana.search.seq2seq_sweep as sweep
+    from nirvana.checkpoints.loading import load_model
+    from nirvana.pruning.seq2seq import apply_t5_plan, plan_t5
+    from nirvana.scoring.seq2seq import compute_t5_scores
+    from nirvana.search.calibration import AnchorSpec, anchor_batch
+
+    lm = load_model(str(t5_dir), dtype="float32", device="cpu")
+    scores = compute_t5_scores(lm.model, "magnitude", use_cache=False)
+    settings = sweep.Seq2SeqSweepSettings((0.3,), (0.4,), sparsity=0.3, gamma=0.4, metric="kl", speed=False,
+                                          anchor_samples=4, anchor_len=16)  # fmt: skip
+    calls = []
+    real = sweep.seq2seq_kl_to_dense
+    monkeypatch.setattr(sweep, "seq2seq_kl_to_dense", lambda m, ref, step=None: calls.append(1) or real(m, ref))
+    rows = sweep.run_seq2seq_sweep(lm, scores, settings)
+    assert [(r["axis"], r["sparsity"], r["gamma"]) for r in rows] == [("dense", 0.0, 0.4), ("sparsity", 0.3, 0.4),
+                                                                      ("gamma", 0.3, 0.4)]  # fmt: skip
+    assert len(calls) == 2  # the gamma point keeps the same units as the sparsity point: measured once
+    assert rows[0]["quality"] == pytest.approx(0.0, abs=1e-6) and rows[1]["quality"] == rows[2]["quality"]
+    plan = plan_t5(scores, lm.model, 0.3, gamma=0.4)
+    anchors = anchor_batch(lm.tokenizer, AnchorSpec(samples=4, seq_len=16)).input_ids
+    want = real(apply_t5_plan(lm.model, plan), Seq2SeqReference(lm.model, anchors))
+    assert rows[1]["quality"] == pytest.approx(want, rel=1e-6) and rows[1]["ideal_speedup"] > 1
+    with pytest.raises(InvalidInput, match="not measured on a T5; accepted: perplexity, kl"):
+        sweep.Seq2SeqSweepSettings((0.3,), (), metric="zeroshot7")
+    with pytest.raises(InvalidInput, match="T5's own scores"):
+        sweep.run_seq2seq_sweep(lm, {"not": "scores"}, settings)
