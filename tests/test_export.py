@@ -33,7 +33,8 @@ from tests.tiny import TINY_FAMILIES, tiny_config, tiny_model
 ROOT = Path(__file__).resolve().parents[1]
 NEW_TOKENS = 8
 
-# Runs in a Python where `import nirvana` fails. argv: a JSON list of {"dir", "ref"}; prints one JSON line.
+# Runs in a Python where `import nirvana` fails. argv: a JSON list of {"dir", "ref"} and the parent's torch
+# thread count (the reference logits' sum order: an earlier test may have set 1 thread); prints one JSON line.
 CHILD = textwrap.dedent(
     """
     import json, sys, tempfile
@@ -47,6 +48,7 @@ CHILD = textwrap.dedent(
     import torch
     from transformers import AutoModelForCausalLM
 
+    torch.set_num_threads(int(sys.argv[2]))
     out = []
     for case in json.loads(sys.argv[1]):
         ref = torch.load(case["ref"])
@@ -93,7 +95,7 @@ def stock_load(cases: list[dict], tmp_path: Path) -> list[dict]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "NIRVANA_DEBUG")}
     env["HF_MODULES_CACHE"] = str(tmp_path / "hf_modules")  # the dynamic-module copy of modeling_nirvana.py
     proc = subprocess.run(
-        [sys.executable, "-I", str(script), json.dumps(cases)],
+        [sys.executable, "-I", str(script), json.dumps(cases), str(torch.get_num_threads())],
         cwd=tmp_path,
         env=env,
         capture_output=True,
