@@ -46,15 +46,6 @@ measurement for the figure you report.
 """
 
 
-def _floats(text: str) -> tuple[float, ...]:
-    values = []
-    for part in text.replace(";", ",").split(","):
-        part = part.strip()
-        if part:
-            values.append(float(part))
-    return tuple(values)
-
-
 def _controls(shape: ModelShape, gamma_axis: bool = True) -> SweepSettings | None:
     centre = state.allocation(shape)
     if centre is None:
@@ -85,7 +76,7 @@ def _controls(shape: ModelShape, gamma_axis: bool = True) -> SweepSettings | Non
         )
     speed = c[4].checkbox("Measure decode speed", key="sweep_speed")
     try:
-        s_values, g_values = _floats(sparsities), _floats(gammas)
+        s_values, g_values = frame.parse_floats(sparsities), frame.parse_floats(gammas)
     except ValueError:
         st.error("Sparsities and γ values must be numbers separated by commas, e.g. `0.1, 0.2, 0.5`.")
         return None

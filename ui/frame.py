@@ -63,6 +63,11 @@ def scored_model():
     return lm, scores_key, scores, ModelShape.from_dict(resources.shape_dict(lm, state.spec().key))
 
 
+def parse_floats(text: str) -> tuple[float, ...]:
+    """Numbers separated by commas or semicolons ("0.1, 0.2; 0.5"); ValueError on anything else."""
+    return tuple(float(part) for part in text.replace(";", ",").split(",") if part.strip())
+
+
 def achieved_metric(where, achieved: float, target: float) -> None:
     """The "Achieved block sparsity" metric beside its target (Allocation, for either family)."""
     where.metric(

@@ -176,10 +176,6 @@ def _plan(_scores, scores_key: str, _model, spec_key: str, sparsity: float, gamm
     return plan_t5(_scores, _model, sparsity, gamma=gamma, scope=scope, align=align)
 
 
-def _widths(plan) -> dict[str, int]:
-    return {k: plan.model["num_heads"] if v.attention else plan.model["d_ff"] for k, v in KINDS.items()}
-
-
 def _sliders(lm) -> tuple[float, float | None, str, int]:
     st.session_state.setdefault("sparsity", 0.2)
     st.session_state.setdefault("t5_gamma_star", True)
@@ -206,7 +202,7 @@ def allocation(lm, scores_key: str, scores) -> None:
     if g.failed:
         return
     state.put("plan", plan)
-    stats, widths = plan.stats, _widths(plan)
+    stats, widths = plan.stats, plan.dense_widths
     counts = plan.kept_counts
     row = st.columns(4)
     frame.achieved_metric(row[0], stats["achieved_block_sparsity"], sparsity)
@@ -316,10 +312,6 @@ def speed(lm, pruned: dict, results: dict) -> None:
 # ---- Sweep page ---------------------------------------------------------------------------------------------------
 
 
-def _floats(text: str) -> tuple[float, ...]:
-    return tuple(float(part) for part in text.replace(";", ",").split(",") if part.strip())
-
-
 def _label(row: dict) -> str:
     if row["method"] == "dense":
         return "dense (the reference)"
@@ -344,7 +336,7 @@ def sweep(lm, scores_key: str, scores) -> None:
     measure_speed = c[4].checkbox("Measure decode speed", key="sweep_speed")
     try:
         settings = Seq2SeqSweepSettings(
-            _floats(sparsities), _floats(gammas), sparsity=centre, scope=scope,
+            frame.parse_floats(sparsities), frame.parse_floats(gammas), sparsity=centre, scope=scope,
             align=int(st.session_state.get("align", 8)), metric=metric, tokens=int(tokens),
             window=min(256, int(tokens)), speed=bool(measure_speed),
         )  # fmt: skip

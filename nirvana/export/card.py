@@ -354,8 +354,7 @@ def _t5_layer_table(fig: dict, plan) -> list[str]:
     kept = fig.get("kept_units") or {**(fig.get("kept_kv_groups") or {}), **(fig.get("kept_neurons") or {})}
     if set(kept) != set(T5_KINDS):
         return []
-    dense = plan.model if plan is not None else {}
-    width = {k: dense.get("num_heads") if v.attention else dense.get("d_ff") for k, v in T5_KINDS.items()}
+    width = plan.dense_widths if isinstance(plan, Seq2SeqPlan) else dict.fromkeys(T5_KINDS)
     rows = ["## Kept units per layer", "", "| layer | " + " | ".join(v.label for v in T5_KINDS.values()) + " |"]
     rows.append("|---:|" + "---:|" * len(T5_KINDS))
     for i in range(max(len(v) for v in kept.values())):

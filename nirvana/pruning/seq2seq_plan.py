@@ -74,6 +74,11 @@ class Seq2SeqPlan:
             raise PlanMismatch(f"a T5 plan keeps units of the kinds {', '.join(KINDS)}; got {', '.join(self.kept)}.")
 
     @property
+    def dense_widths(self) -> dict[str, int]:
+        """{kind: units per layer of the dense model} (heads of an attention, neurons of an FFN)."""
+        return {k: self.model["num_heads"] if v.attention else self.model["d_ff"] for k, v in KINDS.items()}
+
+    @property
     def kept_counts(self) -> dict[str, list[int]]:
         """{kind: units kept per layer}."""
         return {kind: [len(row) for row in rows] for kind, rows in self.kept.items()}
