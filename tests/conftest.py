@@ -1,7 +1,8 @@
 """Shared fixtures: tiny random models for fast tests, the real SmolLM2 for integration tests.
 
 Every test gets its own empty NIRVANA_CACHE_DIR (so score/eval caches never leak between
-tests), except that the converted SmolLM2 safetensors come from the persistent model cache.
+tests), except that the converted SmolLM2 safetensors come from the persistent model cache, and
+starts with the torch thread count the test before it started with.
 """
 
 from __future__ import annotations
@@ -26,6 +27,17 @@ PERSISTENT_CACHE = os.environ.get("NIRVANA_CACHE_DIR")
 def _isolated_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("NIRVANA_CACHE_DIR", str(tmp_path / "cache"))
     yield
+
+
+@pytest.fixture(autouse=True)
+def _torch_threads_restored():
+    """A benchmark worker run in-process sets torch's thread count for the whole process
+    (`--threads`); the next test gets the count this one started with (fp32 sums in another order
+    differ in the last bits, which an exact-logits test notices)."""
+    threads = torch.get_num_threads()
+    yield
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
 
 
 def _with_persistent_cache(fn):

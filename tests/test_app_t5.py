@@ -181,6 +181,17 @@ def test_prune_and_compare_measures_a_pruned_t5_and_saves_it(at, t5, tmp_path):
     runs = list((tmp_path / "runs").iterdir())
     assert runs, "the prune was recorded as a run"
     assert json.loads(next((tmp_path / "runs").glob("*/plan.json")).read_text())["format"] == "nirvana-t5-plan"
+    # The saved folder loads back as a pruned T5: the Model page says so and Saliency refuses to score it.
+    at.switch_page("pages/model.py").run()
+    at.radio(key="model_source").set_value("Local directory").run()
+    at.text_input(key="model_dir").set_value(str(tmp_path / "t5-pruned")).run()
+    at.button(key="load_model").click().run()
+    no_errors(at)
+    assert any("already pruned" in i.value for i in at.info)
+    at.switch_page("pages/saliency.py").run()
+    at.button(key="compute_saliency").click().run()
+    assert not at.exception and [e.value for e in at.error if "already pruned" in e.value]
+    assert "scores" not in at.session_state
 
 
 def test_accuracy_tab_runs_lm_eval_seq2seq_on_a_pruned_t5(at, monkeypatch):

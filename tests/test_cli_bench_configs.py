@@ -123,3 +123,11 @@ def test_speed_and_gpu_flags_land_in_their_configs(tmp_path):
     )
     args = parse("gpu", "--tiny", "--repeats", "1")
     assert config_from_args(GpuBenchConfig, args) == GpuBenchConfig(tiny=True, repeats=1)
+
+
+def test_every_grid_runs_on_a_ray_cluster_when_asked():
+    """README "Past one machine": every grid takes --ray; gpu is one machine's table and scale starts its own."""
+    parsers = bench_parsers()
+    with_ray = {name for name, parser in parsers.items() if any(a.dest == "ray" for a in parser._actions)}
+    assert with_ray == set(CONFIGS) - {"gpu", "scale"}
+    assert parse("distill", "--ray", "auto").ray == "auto"

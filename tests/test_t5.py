@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from nirvana.errors import InvalidInput, UnsupportedArchitecture
-from nirvana.models.t5 import KINDS, kind_modules
-from nirvana.scoring.seq2seq import split_windows, t5_scores
+from nirvana.models.t5 import KINDS, is_sliced, kind_modules
+from nirvana.scoring.seq2seq import compute_t5_scores, split_windows, t5_scores
 from tests.tiny import tiny_model
 from tests.tiny_t5 import tiny_t5
 
@@ -97,8 +97,12 @@ def test_bad_input():
             slice_t5(model, {**kept, kind: bad})
     with pytest.raises(InvalidInput, match="one list per layer"):
         slice_t5(model, {**kept, "enc_ffn": [[0]]})
+    sliced = slice_t5(model, kept)
     with pytest.raises(InvalidInput, match="already sliced"):
-        slice_t5(slice_t5(model, kept), kept)
+        slice_t5(sliced, kept)
+    assert is_sliced(sliced) and not is_sliced(model)
+    with pytest.raises(InvalidInput, match=r"already pruned .*score the dense model"):
+        compute_t5_scores(sliced, "magnitude", use_cache=False)  # scores of a sliced T5 index no dense unit
 
 
 def _kept(model, seed: int, drop_first_heads: bool) -> dict:

@@ -420,10 +420,16 @@ def test_seq2seq_sweep_kl_rows_match_the_library_and_identical_plans_are_measure
     scores = compute_t5_scores(lm.model, "magnitude", use_cache=False)
     settings = sweep.Seq2SeqSweepSettings((0.3,), (0.4,), sparsity=0.3, gamma=0.4, metric="kl", speed=False,
                                           anchor_samples=4, anchor_len=16)  # fmt: skip
-    calls = []
+    calls, hashed = [], []
     real = sweep.seq2seq_kl_to_dense
     monkeypatch.setattr(sweep, "seq2seq_kl_to_dense", lambda m, ref, step=None: calls.append(1) or real(m, ref))
+    import nirvana.pruning.seq2seq as pruning
+
+    for module in (sweep, pruning):
+        fingerprint = module.model_fingerprint
+        monkeypatch.setattr(module, "model_fingerprint", lambda m, f=fingerprint: hashed.append(1) or f(m))
     rows = sweep.run_seq2seq_sweep(lm, scores, settings)
+    assert len(hashed) == 1  # the dense model is hashed once, not per point
     assert [(r["axis"], r["sparsity"], r["gamma"]) for r in rows] == [("dense", 0.0, 0.4), ("sparsity", 0.3, 0.4),
                                                                       ("gamma", 0.3, 0.4)]  # fmt: skip
     assert len(calls) == 2  # the gamma point keeps the same units as the sparsity point: measured once
@@ -436,3 +442,29 @@ def test_seq2seq_sweep_kl_rows_match_the_library_and_identical_plans_are_measure
         sweep.Seq2SeqSweepSettings((0.3,), (), metric="zeroshot7")
     with pytest.raises(InvalidInput, match="T5's own scores"):
         sweep.run_seq2seq_sweep(lm, {"not": "scores"}, settings)
+
+
+def test_a_whole_corpus_is_tokenized_without_the_model_length_warning():
+    """The corpus is cut into windows after tokenizing, so T5's 512-token limit does not apply to the
+    whole text; transformers' "Token indices sequence length is longer than ..." warning stays quiet."""
+    import logging
+
+    from transformers.utils import logging as hf_logging
+
+    from nirvana.measure.perplexity import make_windows
+
+    tokenizer = tiny_t5_tokenizer()
+    tokenizer.model_max_length = 16
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    root, verbosity = logging.getLogger("transformers"), hf_logging.get_verbosity()
+    root.addHandler(handler)
+    hf_logging.set_verbosity_warning()  # as a plain `python -m nirvana` run has it
+    try:
+        windows, n = make_windows(tokenizer, "the cat sat on the mat. " * 40, seq_len=8)
+    finally:
+        root.removeHandler(handler)
+        hf_logging.set_verbosity(verbosity)
+    assert n > 16 and windows.shape[1] == 8
+    assert not [r for r in records if "sequence length is longer" in r.getMessage()]

@@ -342,6 +342,7 @@ def _add_distill(bench_sub) -> None:
     add_config_flags(p, DistillConfig, DISTILL_FLAGS)
     p.add_argument("--report-only", action="store_true", help="rebuild markdown and plot from the CSV")
     add_config_flags(p, DistillConfig, {"note": ""})
+    add_ray_flag(p)
     p.set_defaults(func=cmd_distill)
 
 

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from nirvana.data.text import load_text
+from nirvana.data.tokens import corpus_ids
 from nirvana.errors import InvalidInput
 from nirvana.guard.safety import TEXT_ROOTS_ENV, check_file_size, check_local_path
 
@@ -78,7 +79,7 @@ def _token_documents(tokenizer, documents: list[str], min_len: int) -> list[tupl
         buffer.append(doc)
         if sum(len(d) for d in buffer) < min_len:  # characters >= tokens for BPE text: cheap pre-check
             continue
-        ids = tokenizer("\n\n".join(buffer), add_special_tokens=False)["input_ids"]
+        ids = corpus_ids(tokenizer, "\n\n".join(buffer))
         if len(ids) >= min_len:
             out.append((ids, range(first, i + 1)))
             first, buffer = i + 1, []

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 
 from nirvana.data.calibration import tensor_hash
 from nirvana.data.text import Text, load_text
+from nirvana.data.tokens import corpus_ids
 from nirvana.errors import InvalidInput, OutOfMemory
 from nirvana.models.fingerprint import model_fingerprint
 from nirvana.models.weights import input_device
@@ -73,7 +74,7 @@ def _token_ids(tokenizer, text: str) -> list[int]:
         per_tokenizer = {}
     if key not in per_tokenizer:
         per_tokenizer.clear()  # one corpus per tokenizer is enough and bounds the memory
-        per_tokenizer[key] = list(tokenizer(text, add_special_tokens=False)["input_ids"])
+        per_tokenizer[key] = list(corpus_ids(tokenizer, text))
     return per_tokenizer[key]
 
 

@@ -127,6 +127,17 @@ def block_weights(model: nn.Module) -> int:
     return total
 
 
+def is_sliced(model: nn.Module) -> bool:
+    """Whether this T5 was sliced (by `slice_t5`, or loaded from a pruned folder): its attention modules
+    hold `kept_heads`, or a kind is narrower than the config's dense width."""
+    c = model.config
+    dense = {kind: c.num_heads if k.attention else c.d_ff for kind, k in KINDS.items()}
+    if any(getattr(m, "kept_heads", None) is not None for kind, k in KINDS.items() if k.attention
+           for m in kind_modules(model, kind)):  # fmt: skip
+        return True
+    return any(n != dense[kind] for kind, row in kept_units(model).items() for n in row)
+
+
 def kept_units(model: nn.Module) -> dict[str, list[int]]:
     """{kind: units kept per layer} of a (sliced or dense) T5."""
     out = {}

@@ -29,6 +29,7 @@ from nirvana.models.t5 import (
     check_t5,
     column_linears,
     head_dim,
+    is_sliced,
     kind_modules,
     row_linears,
     t5_shape,
@@ -72,8 +73,7 @@ def check_kept(model: nn.Module, kept: dict[str, list[list[int]]]) -> None:
 def slice_t5(model: nn.Module, kept: dict[str, list[list[int]]], *, inplace: bool = False) -> nn.Module:
     """The model with only the `kept` heads and neurons (indices of the dense model's units)."""
     check_t5(model)
-    if any(getattr(m, "kept_heads", None) is not None for kind in ("enc_self", "dec_self", "cross")
-           for m in kind_modules(model, kind)):  # fmt: skip
+    if is_sliced(model):
         raise InvalidInput("this T5 is already sliced; slice the dense model.")
     check_kept(model, kept)
     if not inplace:
@@ -218,9 +218,13 @@ def plan_t5(
     gamma: float | None = None,
     scope: str = "global",
     align: int = 8,
+    fingerprint: str | None = None,
 ) -> Seq2SeqPlan:
-    """The plan (JSON-able) of `allocate_t5` on these scores, for this dense model."""
-    fingerprint = model_fingerprint(model)
+    """The plan (JSON-able) of `allocate_t5` on these scores, for this dense model.
+
+    `fingerprint`: the model's `model_fingerprint`, when the caller has it (a sweep plans many points of
+    one model; hashing a t5-base takes about a second)."""
+    fingerprint = fingerprint or model_fingerprint(model)
     if scores.fingerprint != fingerprint:
         raise InvalidInput(
             f"these T5 scores are of model fingerprint {scores.fingerprint}, not of this model ({fingerprint}); "
@@ -234,7 +238,10 @@ def plan_t5(
     return Seq2SeqPlan(fingerprint, t5_shape(model), settings, kept, stats)
 
 
-def apply_t5_plan(model: nn.Module, plan: Seq2SeqPlan, *, inplace: bool = False) -> nn.Module:
-    """Slice the dense model `plan` was made for (fingerprint checked) to the plan's kept units."""
-    plan.check_model(model_fingerprint(model))
+def apply_t5_plan(
+    model: nn.Module, plan: Seq2SeqPlan, *, inplace: bool = False, fingerprint: str | None = None
+) -> nn.Module:
+    """Slice the dense model `plan` was made for (fingerprint checked; `fingerprint`: as `plan_t5`'s)
+    to the plan's kept units."""
+    plan.check_model(fingerprint or model_fingerprint(model))
     return slice_t5(model, plan.kept, inplace=inplace)

@@ -28,6 +28,7 @@ import torch
 
 from nirvana.checkpoints.loading import hub_reachable
 from nirvana.data.text import DATASETS, data_dir, load_text, parse_name
+from nirvana.data.tokens import corpus_ids
 from nirvana.errors import DatasetNotFound, InvalidInput
 from nirvana.guard.safety import TEXT_ROOTS_ENV, check_local_path
 from nirvana.recovery.config import RecoveryConfig
@@ -144,10 +145,10 @@ def tokenize_documents(
     for start in range(0, len(docs), 256):
         chunk = docs[start : start + 256]
         if info["kind"] == "instructions":
-            for ids in tokenizer(chunk, add_special_tokens=False)["input_ids"]:
+            for ids in corpus_ids(tokenizer, chunk):
                 stream.extend(ids + ([eos] if eos is not None else []))
         else:
-            stream.extend(tokenizer("\n\n".join(chunk) + "\n\n", add_special_tokens=False)["input_ids"])
+            stream.extend(corpus_ids(tokenizer, "\n\n".join(chunk) + "\n\n"))
         used = start + len(chunk)
         if len(stream) >= need:
             break

@@ -38,6 +38,7 @@ from nirvana.models.t5 import (
     check_t5,
     column_linears,
     head_dim,
+    is_sliced,
     kind_modules,
     relative_bias,
     row_linears,
@@ -235,6 +236,8 @@ def compute_t5_scores(
     """`t5_scores` on a `CalibrationBatch` (or none), cached on disk by model, criterion, batch and seed."""
     c = check_t5_criterion(criterion)
     needs_data = c.objective is not None
+    if is_sliced(model):
+        raise InvalidInput("this T5 is already pruned (narrower than its dense widths); score the dense model.")
     if needs_data and batch is None:
         raise InvalidInput(f"criterion {criterion!r} needs a calibration batch.")
     fingerprint = model_fingerprint(model)

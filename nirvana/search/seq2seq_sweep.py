@@ -23,6 +23,7 @@ from nirvana.measure.seq2seq_speed import (
     measure_seq2seq_speed,
     seq2seq_summary,
 )
+from nirvana.models.fingerprint import model_fingerprint
 from nirvana.progress import Progress, sub_progress
 from nirvana.pruning.seq2seq import apply_t5_plan, plan_t5
 from nirvana.pruning.seq2seq_plan import SCOPES
@@ -85,6 +86,7 @@ def run_seq2seq_sweep(lm, scores: Seq2SeqScores, settings: Seq2SeqSweepSettings,
     if not isinstance(scores, Seq2SeqScores):
         raise InvalidInput("a T5 sweep needs the T5's own scores (score the T5 first).")
     dense = lm.model
+    fingerprint = model_fingerprint(dense)  # once: every point plans and slices this model
     reference = None
     if settings.metric == "kl":
         spec = AnchorSpec(samples=settings.anchor_samples, seq_len=settings.anchor_len)
@@ -112,9 +114,10 @@ def run_seq2seq_sweep(lm, scores: Seq2SeqScores, settings: Seq2SeqSweepSettings,
             plan, model = None, dense
             key = "dense"
         else:
-            plan = plan_t5(scores, dense, sparsity, gamma=gamma, scope=settings.scope, align=settings.align)
+            plan = plan_t5(scores, dense, sparsity, gamma=gamma, scope=settings.scope, align=settings.align,
+                           fingerprint=fingerprint)  # fmt: skip
             key = repr(sorted(plan.kept.items()))
-            model = None if key in memo else apply_t5_plan(dense, plan)
+            model = None if key in memo else apply_t5_plan(dense, plan, fingerprint=fingerprint)
         if key not in memo:
             memo[key] = (*measure(model, step), sum(p.numel() for p in model.parameters()))
         quality, decode, ideal, params = memo[key]
