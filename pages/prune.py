@@ -20,7 +20,7 @@ from nirvana.models.shapes import count_parameters
 from nirvana.pipeline import PruneSettings, prune
 from nirvana.progress import sub_progress
 from nirvana.store.paths import cache_dir
-from ui import accuracy, evals, frame, methods, recovery, resources, runs, seq2seq, state
+from ui import accuracy, evals, frame, methods, recovery, resources, runs, seq2seq, speed, state
 from ui.errors import guard
 from ui.progress import progress_status
 
@@ -315,17 +315,9 @@ def _generations(lm, pruned) -> None:
 
 def _speed(lm, pruned) -> None:
     dense_shape, pruned_shape = lm.model, pruned["model"]  # FLOPs from the modules' widths (a sliced stream too)
-    gpu = not state.on_cpu()
-    st.session_state.setdefault("speed_batches", [1, 8, 32] if gpu else [1, 4])
-    st.session_state.setdefault("speed_new_tokens", 16 if not gpu else 64)
-    st.session_state.setdefault("speed_repeats", 2 if not gpu else 3)
-    c = st.columns([3, 2, 2, 2])
-    batches = c[0].multiselect("Batch sizes", [1, 2, 4, 8, 16, 32, 64], key="speed_batches")
-    new_tokens = c[1].number_input("Decode steps", 2, 512, step=1, key="speed_new_tokens")
-    repeats = c[2].number_input("Repeats (median)", 1, 10, step=1, key="speed_repeats")
-    if c[3].button("Measure speed and memory", type="primary", key="measure_speed") and batches:
+    settings = speed.controls("Measure speed and memory")
+    if settings is not None:
         spec = state.spec()
-        settings = {"batch_sizes": tuple(sorted(batches)), "new_tokens": int(new_tokens), "repeats": int(repeats)}
         with guard("measuring speed") as g, progress_status("Speed and memory, dense then pruned") as progress:
             evals.forget_speed()
             dense = evals.speed(lm.model, spec.key, sub_progress(progress, 0.0, 0.5, "dense: "), **settings)

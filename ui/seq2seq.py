@@ -32,6 +32,7 @@ from nirvana.search.seq2seq_sweep import SEQ2SEQ_QUALITY, Seq2SeqSweepSettings, 
 from ui import frame, resources, state
 from ui.errors import guard
 from ui.progress import progress_status
+from ui.speed import controls
 
 ATTENTION_KINDS = [k for k, v in KINDS.items() if v.attention]
 FFN_KINDS = [k for k, v in KINDS.items() if not v.attention]
@@ -265,14 +266,8 @@ def plan_stem(plan) -> str:
 
 def speed(lm, pruned: dict, results: dict) -> None:
     """Encoder pass and decode steps of dense and pruned, repeats interleaved, beside the FLOPs ideal."""
-    st.session_state.setdefault("speed_batches", [1, 4] if state.on_cpu() else [1, 8, 32])
-    st.session_state.setdefault("speed_new_tokens", 16)
-    st.session_state.setdefault("speed_repeats", 2)
-    c = st.columns([3, 2, 2, 2])
-    batches = c[0].multiselect("Batch sizes", [1, 2, 4, 8, 16, 32, 64], key="speed_batches")
-    new_tokens = c[1].number_input("Decode steps", 2, 512, step=1, key="speed_new_tokens")
-    repeats = c[2].number_input("Repeats (median)", 1, 10, step=1, key="speed_repeats")
-    if c[3].button("Measure speed", type="primary", key="measure_speed") and batches:
+    settings = controls("Measure speed")
+    if settings is not None:
         label = "Speed, dense and pruned interleaved"
         with (
             guard("measuring speed") as g,
@@ -280,9 +275,8 @@ def speed(lm, pruned: dict, results: dict) -> None:
             resources.hold_device(lm.model, progress),
         ):
             measured = measure_seq2seq_speeds(
-                {"dense": lm.model, "pruned": pruned["model"]}, batch_sizes=tuple(sorted(batches)),
-                prompt_len=64, new_tokens=int(new_tokens), repeats=int(repeats), progress=progress,
-            )  # fmt: skip
+                {"dense": lm.model, "pruned": pruned["model"]}, prompt_len=64, progress=progress, **settings
+            )
         if not g.failed:
             results["speed"] = measured
     measured = results.get("speed")
@@ -305,7 +299,7 @@ def speed(lm, pruned: dict, results: dict) -> None:
     d = measured["dense"]
     st.caption(
         f"Measured on {d.get('device_name', d.get('device'))} ({d.get('threads', '?')} threads), median of "
-        f"{int(repeats)} runs. On a shared CPU other processes change these figures."
+        f"{d['repeats']} runs. On a shared CPU other processes change these figures."
     )
 
 
