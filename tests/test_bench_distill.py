@@ -86,3 +86,21 @@ def test_readme_summary_counts_the_grid_and_names_the_best_recipe_per_budget():
     assert "in progress: 2 of 48 rows measured, 46 to run" in text
     assert "- nirvana (global) 0.2, 8,192 tokens: best kd-full (WikiText-2 54.7, KL 0.6); lm-lora 57.7" in text
     assert "(complete; resumable)" in readme_summary(rows, DistillConfig(model="smollm2-135m"), pending=0)
+    assert "lowest first" not in text  # one pruned model: nothing to rank
+
+
+def test_the_ranking_orders_the_pruned_models_of_one_sparsity_per_budget_and_recipe():
+    from nirvana.bench.distill_report import ranking, readme_summary
+
+    def row(criterion, sparsity, recipe, ppl, budget="8192"):
+        return {"criterion": criterion, "allocation": "global", "sparsity": sparsity, "budget": budget,
+                "recipe": recipe, "ppl_wikitext2_after": ppl, "kl_after": "0.5"}  # fmt: skip
+
+    rows = [row("nirvana", "0.2", "lm-lora", "57.7"), row("taylor", "0.2", "lm-lora", "52.3"),
+            row("taylor", "0.2", "kd-full", "49.6"), row("nirvana", "0.2", "kd-full", "48.1"),
+            row("nirvana", "0.5", "lm-lora", "219.6"), row("nirvana", "0.2", "lm-lora", "56.4", "16384")]  # fmt: skip
+    assert ranking(rows) == [
+        "- 8,192 tokens, 0.2 sparsity, kd-full: nirvana 48.1 < taylor 49.6",
+        "- 8,192 tokens, 0.2 sparsity, lm-lora: taylor 52.3 < nirvana 57.7",
+    ]  # 50% has one model and 16k one row: not ranked
+    assert ranking(rows)[0] in readme_summary(rows, DistillConfig(model="smollm2-135m"), pending=42)

@@ -33,6 +33,30 @@ def best_per_budget(rows: list[dict]) -> list[str]:
     return out
 
 
+def ranking(rows: list[dict]) -> list[str]:
+    """For each budget and recipe, the pruned models at one sparsity ordered by WikiText-2 perplexity after
+    recovery (lowest first), where two or more are measured: does a recipe change which method is best?"""
+    groups: dict[tuple[int, float, str], list[dict]] = {}
+    for r in rows:
+        if _f(r.get("ppl_wikitext2_after")) is not None:
+            groups.setdefault((int(float(r["budget"])), float(r["sparsity"]), r["recipe"]), []).append(r)
+    out = []
+    for (budget, sparsity, recipe), group in sorted(groups.items()):
+        if len(group) < 2:
+            continue
+        ordered = sorted(group, key=lambda r: _f(r["ppl_wikitext2_after"]))
+        order = " < ".join(f"{r['criterion']} {r['ppl_wikitext2_after']}" for r in ordered)
+        out.append(f"- {budget:,} tokens, {sparsity:g} sparsity, {recipe}: {order}")
+    return out
+
+
+def ranking_section(rows: list[dict]) -> list[str]:
+    """`ranking` under its heading, or nothing when no two pruned models share a sparsity yet."""
+    order = ranking(rows)
+    heading = "The pruned models at one sparsity, by WikiText-2 perplexity after each recipe (lowest first):"
+    return ["", heading, "", *order] if order else []
+
+
 def readme_summary(rows: list[dict], config, pending: int) -> str:
     """The README's block: how much of the grid is measured, and the best recipe per pruned model and budget."""
     total = len(rows) + pending
@@ -43,6 +67,7 @@ def readme_summary(rows: list[dict], config, pending: int) -> str:
         "",
         *(best_per_budget(rows) or ["- no rows yet"]),
     ]
+    lines += ranking_section(rows)
     return "\n".join(lines) + "\n"
 
 
@@ -76,6 +101,7 @@ def write_report(rows: list[dict], config) -> Path:
         )
     lines += ["", "Lowest WikiText-2 perplexity after recovery, per pruned model and budget:", ""]
     lines += best_per_budget(rows) or ["- no rows yet"]
+    lines += ranking_section(rows)
     md = out / f"distill-{config.model.replace('/', '_')}.md"
     md.write_text("\n".join(lines) + "\n")
     plot(rows, md.with_suffix(".png"))
