@@ -42,7 +42,7 @@ def test_bench_distill_cli_refuses_bad_flags(capsys, tmp_path):
     assert not (tmp_path / "d").exists()
 
 
-def test_rows_on_a_tiny_model_resume(tiny_with_tokenizer_dir, tmp_path):
+def test_rows_on_a_tiny_model_resume(tiny_with_tokenizer_dir, tmp_path, monkeypatch):
     corpus = tmp_path / "train.txt"
     corpus.write_text("\n".join(f"Line {i}: pruning and recovering small language models." for i in range(80)))
     config = DistillConfig(
@@ -74,6 +74,27 @@ def test_rows_on_a_tiny_model_resume(tiny_with_tokenizer_dir, tmp_path):
     run(DISTILL, config, logs.append)
     assert "0 to run" in logs[0]  # resumed: nothing re-run
     assert len(read_rows(config.csv_path)) == 2
+
+    # A larger budget in a new process: the pruned model's "before" comes from the rows already there.
+    import dataclasses
+
+    from nirvana.bench.distill import DistillWorker
+
+    measured = []
+    real = DistillWorker.measure
+    monkeypatch.setattr(DistillWorker, "measure", lambda self, model: measured.append(1) or real(self, model))
+    more = dataclasses.replace(config, budgets=(64, 128), recipes=("lm-lora",))
+    logs = []
+    (new,) = [r for r in run(DISTILL, more, logs.append) if r["budget"] == "128"]
+    assert new["recipe"] == "lm-lora" and len(measured) == 1  # "after" only
+    assert any("before from the row of lm-lora 64" in m for m in logs)
+    for name in ("ppl_wikitext2_before", "ppl_ptb_before", "kl_before"):
+        assert float(new[name]) == float(rows[0][name])
+    # Measured another way (here: another perplexity budget), the recorded figures do not apply.
+    measured.clear()
+    other = dataclasses.replace(more, tokens=48, budgets=(96,))
+    run(DISTILL, other, logs.append)
+    assert len(measured) == 2  # before and after
 
 
 def test_readme_summary_counts_the_grid_and_names_the_best_recipe_per_budget():

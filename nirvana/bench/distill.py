@@ -12,7 +12,10 @@ training-token budget of `budgets` (the windows of a smaller budget are a prefix
 One CSV row per (pruned model, recipe, budget), measuring before (once per pruned model) and after:
 WikiText-2 test and PTB validation perplexity on their first `tokens` tokens (512-token windows),
 KL to the dense model on the training data's held-out windows (nats per token), and the seven-task
-average (`acc_limit` examples per task; 0: none), with the training speed and peak RSS. Order: every
+average (`acc_limit` examples per task; 0: none), with the training speed and peak RSS. A pruned model
+already in the CSV (the same pruning, measured with the same texts, token budget and accuracy limit,
+and the same achieved sparsity) takes its "before" figures from there instead of measuring them again
+(about 10 minutes at one thread, on a machine whose evaluation cache is empty). Order: every
 pruned model and recipe at the smallest budget first, so a run cut short is a comparison at equal
 tokens. Resumable (`nirvana.bench.base`); the markdown and the plot (perplexity against tokens, one
 panel per pruned model, one line per recipe) are rebuilt after every row.
@@ -33,7 +36,7 @@ from nirvana.bench.distill_report import write_report
 from nirvana.bench.environment import machine_label
 from nirvana.bench.quality import evaluate_ppl, text_prefix
 from nirvana.bench.recovery import acc7
-from nirvana.bench.rows import row_key
+from nirvana.bench.rows import read_rows, row_key
 from nirvana.checkpoints.loading import load_model
 from nirvana.data.text import load_text
 from nirvana.errors import InvalidInput
@@ -86,6 +89,9 @@ COLUMNS = (
     "load_avg",
 )
 KEY = ("model", "criterion", "allocation", "sparsity", "recipe", "budget", "lr", "temperature", "seed", "data")
+# What decides a pruned model's "before" figures: a row that matches on these measured the same model the same way.
+BEFORE_KEY = ("model", "criterion", "allocation", "sparsity", "seed", "data", "tokens", "acc_limit")
+MEASURES = ("ppl_wikitext2", "ppl_ptb", "kl", "acc7", "acc7_stderr")
 
 
 def column(measure: str, when: str) -> str:
@@ -222,8 +228,27 @@ class DistillWorker:
             settings = PruneSettings(sparsity=job.sparsity, criterion=job.criterion, allocation=job.allocation)
             result = prune(self.lm, settings)  # a sliced copy; the dense model is every row's teacher
             check_teacher(self.lm.model, result.model, result.plan)
-            self.pruned = {key: (result.model, result.plan, self.measure(result.model))}  # one pruned model kept
+            before = self.recorded_before(job, result.plan) or self.measure(result.model)
+            self.pruned = {key: (result.model, result.plan, before)}  # one pruned model kept
         return self.pruned[key]
+
+    def recorded_before(self, job: DistillJob, plan) -> dict | None:
+        """The "before" figures of this pruned model from a row already in the CSV, or None."""
+        c = self.config
+        want = {**c.key(job), "tokens": c.tokens, "acc_limit": c.acc_limit or ""}
+        sparsity = round(plan.stats["achieved_block_sparsity"], 4)
+        names = [m for m in MEASURES if c.acc_limit or not m.startswith("acc7")]
+        for row in read_rows(c.csv_path):
+            same = row_key(row, BEFORE_KEY) == row_key(want, BEFORE_KEY)
+            if not same or float(row["achieved_block_sparsity"]) != sparsity:
+                continue
+            try:
+                before = {m: float(row[column(m, "before")]) for m in names}
+            except (KeyError, TypeError, ValueError):  # a row without them: measure
+                continue
+            self.log(f"  {DISTILL.label(job)}: before from the row of {row['recipe']} {row['budget']} in {c.csv_path}")
+            return before
+        return None
 
     def run(self, job: DistillJob) -> Measured:
         c, t0 = self.config, time.perf_counter()
