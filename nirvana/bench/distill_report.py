@@ -127,7 +127,11 @@ def plot(rows: list[dict], png: Path) -> Path | None:
         before = _f(mine[0]["ppl_wikitext2_before"])
         if before:
             ax.axhline(before, color="grey", linestyle=":", label="pruned, before")
-        ax.set(title=model, xlabel="training tokens", ylabel="WikiText-2 perplexity", xscale="log")
+        ax.set(title=model, xlabel="training tokens", ylabel="WikiText-2 perplexity")
+        budgets = sorted({int(float(r["budget"])) for r in mine})
+        ax.set_xscale("log", base=2)  # the budgets double: evenly spaced, each tick a measured budget
+        ax.set_xticks(budgets, [f"{b / 1024:g}k" if b >= 1024 else str(b) for b in budgets])
+        ax.minorticks_off()
         ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(png, dpi=110)
