@@ -102,12 +102,17 @@ def test_readme_summary_counts_the_grid_and_names_the_best_recipe_per_budget():
 
     base = {"criterion": "nirvana", "allocation": "global", "sparsity": "0.2", "budget": "8192", "kl_after": "0.6"}
     rows = [{**base, "recipe": "lm-lora", "ppl_wikitext2_after": "57.7"},
+            {**base, "recipe": "kd-lora", "ppl_wikitext2_after": "57.9"},
             {**base, "recipe": "kd-full", "ppl_wikitext2_after": "54.7"}]  # fmt: skip
-    text = readme_summary(rows, DistillConfig(model="smollm2-135m"), pending=46)
-    assert "in progress: 2 of 48 rows measured, 46 to run" in text
-    assert "- nirvana (global) 0.2, 8,192 tokens: best kd-full (WikiText-2 54.7, KL 0.6); lm-lora 57.7" in text
+    text = readme_summary(rows, DistillConfig(model="smollm2-135m"), pending=45)
+    assert "in progress: 3 of 48 rows measured, 45 to run" in text
+    best = "- nirvana (global) 0.2, 8,192 tokens: best kd-full (WikiText-2 54.7, KL 0.6); lm-lora 57.7, kd-lora 57.9\n"
+    assert best in text
     assert "(complete; resumable)" in readme_summary(rows, DistillConfig(model="smollm2-135m"), pending=0)
     assert "lowest first" not in text  # one pruned model: nothing to rank
+    # A budget whose recipes are not all measured says so, rather than naming a winner.
+    partial = readme_summary(rows[:1], DistillConfig(model="smollm2-135m"), pending=47)
+    assert "8,192 tokens: best so far lm-lora (WikiText-2 57.7, KL 0.6); kd-lora, kd-full not run yet" in partial
 
 
 def test_the_ranking_orders_the_pruned_models_of_one_sparsity_per_budget_and_recipe():

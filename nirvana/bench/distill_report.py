@@ -17,8 +17,10 @@ def _model(row: dict) -> str:
     return f"{row['criterion']} ({row['allocation']}) {float(row['sparsity']):g}"
 
 
-def best_per_budget(rows: list[dict]) -> list[str]:
-    """For each pruned model and budget, the recipe with the lowest WikiText-2 perplexity after."""
+def best_per_budget(rows: list[dict], recipes: tuple[str, ...] = ()) -> list[str]:
+    """For each pruned model and budget, the recipe with the lowest WikiText-2 perplexity after; where some of
+    `recipes` have no row yet, the line says "best so far" and names them, so a partial budget is not read as
+    decided."""
     out = []
     groups: dict[tuple[str, int], list[dict]] = {}
     for r in rows:
@@ -26,9 +28,12 @@ def best_per_budget(rows: list[dict]) -> list[str]:
     for (model, budget), group in sorted(groups.items()):
         best = min(group, key=lambda r: _f(r["ppl_wikitext2_after"]) or float("inf"))
         others = ", ".join(f"{r['recipe']} {r['ppl_wikitext2_after']}" for r in group if r is not best)
+        missing = [x for x in recipes if x not in {r["recipe"] for r in group}]
         out.append(
-            f"- {model}, {budget:,} tokens: best {best['recipe']} (WikiText-2 {best['ppl_wikitext2_after']}, "
-            f"KL {best['kl_after']})" + (f"; {others}" if others else "")
+            f"- {model}, {budget:,} tokens: best{' so far' if missing else ''} {best['recipe']} "
+            f"(WikiText-2 {best['ppl_wikitext2_after']}, KL {best['kl_after']})"
+            + (f"; {others}" if others else "")
+            + (f"; {', '.join(missing)} not run yet" if missing else "")
         )
     return out
 
@@ -65,7 +70,7 @@ def readme_summary(rows: list[dict], config, pending: int) -> str:
         f"`benchmarks/distill/distill-{config.model.replace('/', '_')}.md` ({state}; resumable). Lowest WikiText-2 "
         f"perplexity (first {config.tokens:,} test tokens) after recovery, per pruned model and training budget:",
         "",
-        *(best_per_budget(rows) or ["- no rows yet"]),
+        *(best_per_budget(rows, config.recipes) or ["- no rows yet"]),
     ]
     lines += ranking_section(rows)
     return "\n".join(lines) + "\n"
@@ -100,7 +105,7 @@ def write_report(rows: list[dict], config) -> Path:
             f"{r['peak_rss_mb']} | {r['load_avg']} |"
         )
     lines += ["", "Lowest WikiText-2 perplexity after recovery, per pruned model and budget:", ""]
-    lines += best_per_budget(rows) or ["- no rows yet"]
+    lines += best_per_budget(rows, config.recipes) or ["- no rows yet"]
     lines += ranking_section(rows)
     md = out / f"distill-{config.model.replace('/', '_')}.md"
     md.write_text("\n".join(lines) + "\n")
