@@ -59,7 +59,7 @@ def small(bench: Benchmark, out: Path):
 
 
 CSV_BENCHES = (QUALITY, ACCURACY, RECOVERY, BASELINES, DISTILL)
-COMMITTED_BENCHES = (QUALITY, ACCURACY, RECOVERY, BASELINES)  # those with a committed CSV
+COMMITTED_BENCHES = (QUALITY, ACCURACY, RECOVERY, BASELINES, DISTILL)  # those with a committed CSV
 
 
 def plain(value) -> bool:
@@ -233,18 +233,24 @@ def test_store_row_rewrites_a_file_read_back_byte_for_byte(tmp_path):
     assert path.read_bytes() == src.read_bytes()
 
 
+BENCH_DIR = ROOT / "benchmarks"
+COMMITTED = {  # bench -> (its CLI-default config in a folder, the committed CSV)
+    QUALITY.name: lambda out: (QualityConfig(out_dir=out), BENCH_DIR / "quality" / "quality-smollm2-135m.csv"),
+    ACCURACY.name: lambda out: (
+        AccuracyConfig(out_dir=out, best_gamma=kl_best_gammas("smollm2-135m"), allow_code_execution=True),
+        BENCH_DIR / "accuracy" / "accuracy-smollm2-135m.csv",
+    ),
+    BASELINES.name: lambda out: (  # the committed grid has its MBPP pass@1 rows (run with --allow-code-execution)
+        BaselinesConfig(out_dir=out, best_gamma=best_gammas("smollm2-135m", (0.2, 0.5)), allow_code_execution=True),
+        BENCH_DIR / "baselines" / "baselines-smollm2-135m.csv",
+    ),
+    RECOVERY.name: lambda out: (RecoveryBenchConfig(out_dir=out), BENCH_DIR / "recovery" / "recovery.csv"),
+    DISTILL.name: lambda out: (DistillConfig(out_dir=out), BENCH_DIR / "distill" / "distill-smollm2-135m.csv"),
+}
+
+
 def _committed(bench, tmp_path):
-    if bench is QUALITY:
-        return QualityConfig(out_dir=tmp_path), ROOT / "benchmarks" / "quality" / "quality-smollm2-135m.csv"
-    if bench is ACCURACY:
-        config = AccuracyConfig(out_dir=tmp_path, best_gamma=kl_best_gammas("smollm2-135m"), allow_code_execution=True)
-        return config, ROOT / "benchmarks" / "accuracy" / "accuracy-smollm2-135m.csv"
-    if bench is BASELINES:
-        config = BaselinesConfig(
-            out_dir=tmp_path, best_gamma=best_gammas("smollm2-135m", (0.2, 0.5)), allow_code_execution=True
-        )  # the committed grid has its MBPP pass@1 rows (run with --allow-code-execution)
-        return config, ROOT / "benchmarks" / "baselines" / "baselines-smollm2-135m.csv"
-    return RecoveryBenchConfig(out_dir=tmp_path), ROOT / "benchmarks" / "recovery" / "recovery.csv"
+    return COMMITTED[bench.name](tmp_path)
 
 
 @pytest.mark.parametrize("bench", COMMITTED_BENCHES, ids=lambda b: b.name)
@@ -256,6 +262,7 @@ def test_the_committed_csvs_resume_without_rerunning_anything(bench, tmp_path, m
     committed = {row_key(r, bench.key_columns) for r in read_rows(src)}
     todo = pending(bench, config)
     assert not [j for j in todo if tuple(bench.key(config, j)) in committed]
+    assert len(todo) == len(bench.jobs(config)) - len(committed)  # every committed row is one of the grid's
     if todo:
         return
     monkeypatch.setattr(type(bench), "worker", lambda *a: pytest.fail("nothing should be re-run"))
