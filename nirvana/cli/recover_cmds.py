@@ -3,6 +3,7 @@
     python -m nirvana recover --model p20 --steps 16 --out p20r                 # next-token loss, LoRA
     python -m nirvana recover --model p20 --loss kd --steps 16 --out p20kd      # distilled from the dense model
     python -m nirvana recover --model p20 --loss kd --train full --out p20full  # the weights themselves
+    python -m nirvana recover --model p20 --loss kd --teacher-cache logits/ --out p20kd  # teacher logits kept
 
 The teacher of `--loss kd|mix` is the dense model the folder was pruned from (its report names it;
 its plan's fingerprint must match, so load it with the prune's --dtype), or `--teacher`.
@@ -26,6 +27,7 @@ from nirvana.recovery.distill import check_teacher
 from nirvana.recovery.memory import recovery_memory
 from nirvana.recovery.run import recover_and_save
 from nirvana.recovery.save import base_report
+from nirvana.recovery.teacher_cache import DTYPES, TeacherCache
 
 
 def add_recovery_args(p, prefix: str = "") -> None:
@@ -97,6 +99,18 @@ def register(sub) -> None:
         default=None,
         help="the teacher's dtype (default: --dtype; in another dtype it is not checked against the plan)",
     )
+    g.add_argument(
+        "--teacher-cache",
+        default=None,
+        metavar="DIR",
+        help="keep the teacher's logits in DIR, keyed by teacher and windows: a later run on the same data reads "
+        "them (full vocabulary: SmolLM2 192 KiB/token in fp32; the size is said before training)",
+    )
+    g.add_argument(
+        "--teacher-cache-dtype",
+        default="float32",
+        help=f"{', '.join(DTYPES)}: float32 is exact, the others halve the cache (default float32)",
+    )
     p.add_argument("--save-adapter", action="store_true", help="also write the adapter alone (peft format)")
     p.add_argument("--out", required=True, help="output folder: model/, plan.json, recovery.json, report.json")
     p.set_defaults(func=cmd_recover)
@@ -110,6 +124,7 @@ def cmd_recover(args) -> int:
     )
     if args.save_adapter and config.train != "lora":
         raise InvalidInput("--save-adapter writes LoRA adapters; with --train full there are none: drop it.")
+    check_teacher_cache_args(args, config)
     teacher_name = teacher_reference(args, config)  # before any model loads: a student with no known teacher
     out = check_out(args.out)
     if args.threads is not None:
@@ -127,6 +142,9 @@ def cmd_recover(args) -> int:
                 teacher_name, dtype=args.teacher_dtype or args.dtype, device=args.device, progress=stderr_progress
             ).model
             check_teacher(teacher, lm.model, lm.plan, verify=args.teacher_dtype in (None, args.dtype))
+        cache = None
+        if args.teacher_cache and teacher is not None:
+            cache = TeacherCache(args.teacher_cache, teacher, args.teacher_cache_dtype)
         load_seconds = time.perf_counter() - start
         summary = recover_and_save(
             lm.model,
@@ -140,6 +158,7 @@ def cmd_recover(args) -> int:
             adapter=args.save_adapter,
             teacher=teacher,
             teacher_name=teacher_name,
+            teacher_cache=cache,
             **cli_progress(),
         )
     summary["load_seconds"] = round(load_seconds, 2)
@@ -162,6 +181,24 @@ def teacher_reference(args, config: RecoveryConfig) -> str | None:
             "(no report.json naming it): pass --teacher <model id or folder>."
         )
     return str(report["model"])
+
+
+def check_teacher_cache_args(args, config: RecoveryConfig) -> None:
+    """--teacher-cache needs a teacher, and a folder (not a file) with a known dtype: checked before any load."""
+    if args.teacher_cache_dtype not in DTYPES:
+        raise InvalidInput(
+            f"--teacher-cache-dtype {args.teacher_cache_dtype!r} is not one of {', '.join(DTYPES)} (float32 is "
+            "exact, the others halve the cache)."
+        )
+    if not args.teacher_cache:
+        return
+    if config.loss == "lm" and not args.teacher:
+        raise InvalidInput(
+            "--teacher-cache keeps the teacher's logits, and --loss lm has no teacher: use --loss kd or mix, or drop "
+            "--teacher-cache."
+        )
+    if Path(args.teacher_cache).expanduser().is_file():
+        raise InvalidInput(f"--teacher-cache {args.teacher_cache!r} is a file; pass a folder for the teacher's logits.")
 
 
 def cli_progress() -> dict:

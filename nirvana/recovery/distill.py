@@ -11,10 +11,14 @@ The teacher is the dense model the student was pruned from: the pruned folder's 
 and its plan holds the dense model's fingerprint (weights, config and dtype), so a teacher loaded
 from another reference, in another dtype, or itself pruned is refused before any training. Its
 logits are computed on the fly under `no_grad`, one micro-batch at a time: it costs its weights
-and one [b, T, V] batch of logits (fp32 here: 4 b T V bytes).
+and one [b, T, V] batch of logits (fp32 here: 4 b T V bytes). With a `TeacherCache`
+(`nirvana.recovery.teacher_cache`) they are read from disk where an earlier run with the same
+teacher and windows wrote them, and written there otherwise.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 import torch.nn as nn
@@ -24,6 +28,7 @@ from nirvana.errors import InvalidInput
 from nirvana.models.fingerprint import model_fingerprint
 from nirvana.models.weights import input_device
 from nirvana.recovery.config import LOSSES
+from nirvana.recovery.teacher_cache import TeacherCache
 
 
 def kd_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
@@ -59,12 +64,20 @@ def check_teacher(teacher: nn.Module, student: nn.Module, plan=None, *, verify: 
 class Objective:
     """The training loss of one micro-batch, and its parts (`lm`, `kd`) as floats for the record."""
 
-    def __init__(self, loss: str, teacher: nn.Module | None, temperature: float = 1.0, kd_weight: float = 0.5):
+    def __init__(
+        self,
+        loss: str,
+        teacher: nn.Module | None,
+        temperature: float = 1.0,
+        kd_weight: float = 0.5,
+        cache: TeacherCache | None = None,
+    ):
         if loss not in LOSSES:
             raise InvalidInput(f"unknown recovery loss {loss!r}; accepted: {', '.join(LOSSES)}.")
         if loss != "lm" and teacher is None:
             raise InvalidInput(f"loss {loss!r} distills from a teacher: pass the dense model (--teacher).")
         self.loss, self.teacher, self.temperature, self.kd_weight = loss, teacher, temperature, kd_weight
+        self.cache = cache if teacher is not None else None
         if teacher is not None:
             teacher.eval()
 
@@ -73,8 +86,13 @@ class Objective:
         return self.loss != "lm"
 
     def teacher_logits(self, ids: torch.Tensor) -> torch.Tensor:
-        with torch.no_grad():
-            return self.teacher(input_ids=ids.to(input_device(self.teacher))).logits
+        """The teacher's logits on `ids` [b, T] (no gradients): from the cache when it holds them."""
+
+        def compute() -> torch.Tensor:
+            with torch.no_grad():
+                return self.teacher(input_ids=ids.to(input_device(self.teacher))).logits
+
+        return compute() if self.cache is None else self.cache.get(ids, compute)
 
     def __call__(self, model: nn.Module, ids: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
         with_lm = self.loss in ("lm", "mix")
@@ -93,14 +111,17 @@ class Objective:
 
 
 @torch.no_grad()
-def heldout_kl(model: nn.Module, teacher: nn.Module, ids: torch.Tensor, micro_batch: int) -> float:
-    """Mean KL(teacher || model) per position over held-out windows `ids` [N, T] (temperature 1, eval mode)."""
+def heldout_kl(
+    model: nn.Module, teacher_logits: Callable[[torch.Tensor], torch.Tensor], ids: torch.Tensor, micro_batch: int
+) -> float:
+    """Mean KL(teacher || model) per position over held-out windows `ids` [N, T] (temperature 1, eval mode);
+    `teacher_logits(chunk)` gives the teacher's (`Objective.teacher_logits`: computed, or from its cache)."""
     was = model.training
     model.eval()
     total, count = 0.0, 0
     for chunk in ids.split(micro_batch):  # [b, T]
         logits = model(input_ids=chunk.to(input_device(model))).logits
-        t = teacher(input_ids=chunk.to(input_device(teacher))).logits.to(logits.device)
+        t = teacher_logits(chunk).to(logits.device)
         total += kd_loss(logits, t).item() * chunk.shape[0]
         count += chunk.shape[0]
     model.train(was)

@@ -20,7 +20,15 @@ from nirvana.errors import TrainingDiverged
 from nirvana.recovery.config import RecoveryConfig
 from nirvana.recovery.data import data_for, load_documents
 from nirvana.recovery.save import save_recovered
-from nirvana.recovery.train import RecoveryResult, RecoveryStep, StopFlag, recover, target_module_names
+from nirvana.recovery.teacher_cache import TeacherCache
+from nirvana.recovery.train import (
+    RecoveryResult,
+    RecoveryStep,
+    StopFlag,
+    recover,
+    target_module_names,
+    teacher_cache_plan,
+)
 
 Documents = str | tuple[list[str], dict]  # a data source for `load_documents`, or what it returned
 Log = Callable[[str], None] | None
@@ -42,9 +50,11 @@ def run_recovery(
     inplace: bool = False,
     teacher: nn.Module | None = None,
     teacher_name: str | None = None,
+    teacher_cache: TeacherCache | None = None,
 ) -> RecoveryResult:
     """Check `config.r` against every layer's width, tokenize `documents` to the budget, train and merge.
-    `teacher` (checked with `distill.check_teacher` by the caller): the dense model `config.loss` distills from.
+    `teacher` (checked with `distill.check_teacher` by the caller): the dense model `config.loss` distills from;
+    `teacher_cache`: its logits on disk (the size is said, and checked against free space, before training).
 
     `progress` gets every `RecoveryStep`; `log` the data lines (notes, origin, tokens);
     `should_stop` (a `threading.Event` or a callable) is polled between micro-batches and keeps
@@ -62,6 +72,8 @@ def run_recovery(
     say(f"training data: {data.info['origin']} ({data.info['kind']}, {data.info['train_tokens']} tokens)")
     if teacher is not None:
         say(f"teacher: {teacher_name or 'the dense model'} (loss {config.loss}, temperature {config.temperature:g})")
+        if teacher_cache is not None:
+            say(teacher_cache_plan(teacher_cache, data, config).message(teacher_cache.directory, teacher_cache.dtype))
     return recover(
         model,
         data,
@@ -72,6 +84,7 @@ def run_recovery(
         keep_adapter=config.train == "lora",
         teacher=teacher,
         teacher_name=teacher_name,
+        teacher_cache=teacher_cache,
     )
 
 
@@ -92,6 +105,7 @@ def recover_and_save(
     inplace: bool = False,
     teacher: nn.Module | None = None,
     teacher_name: str | None = None,
+    teacher_cache: TeacherCache | None = None,
 ) -> dict:
     """`run_recovery`, then the folder `save_recovered` writes; returns `saved_summary`.
 
@@ -108,6 +122,7 @@ def recover_and_save(
         inplace=inplace,
         teacher=teacher,
         teacher_name=teacher_name,
+        teacher_cache=teacher_cache,
     )
     if result.status == "nan":
         raise TrainingDiverged(result.message + " Nothing was saved.")
@@ -134,8 +149,13 @@ def brief_summary(result: RecoveryResult) -> dict:
 
 def saved_summary(result: RecoveryResult, directory: str | Path) -> dict:
     """`brief_summary` with the data record and the folder: the `recover` command's JSON."""
-    data = result.summary()["data"]
-    return brief_summary(result) | {
-        "data": {k: data.get(k) for k in _DATA},
-        "out": str(Path(directory).resolve()),
-    }
+    s = result.summary()
+    cache = {"teacher_cache": s["teacher_cache"]} if s["teacher_cache"] else {}
+    return (
+        brief_summary(result)
+        | {
+            "data": {k: s["data"].get(k) for k in _DATA},
+            "out": str(Path(directory).resolve()),
+        }
+        | cache
+    )

@@ -36,6 +36,7 @@ from nirvana.recovery.config import RecoveryConfig
 from nirvana.recovery.data import RecoveryData
 from nirvana.recovery.distill import Objective, heldout_kl
 from nirvana.recovery.memory import recovery_memory
+from nirvana.recovery.teacher_cache import CachePlan, TeacherCache
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,7 @@ class RecoveryResult:
     train_parts: list[tuple[int, dict]] = field(default_factory=list)  # (step, {"lm": .., "kd": ..})
     heldout_kl: list[tuple[int, float]] = field(default_factory=list)  # (step, KL to the teacher)
     teacher: str | None = None  # what the teacher was (its reference), when distilling
+    teacher_cache: dict | None = None  # TeacherCache.summary() and its plan's sizes, when one was used
 
     @property
     def complete(self) -> bool:
@@ -124,6 +126,7 @@ class RecoveryResult:
             "heldout_kl": [[s, round(v, 6)] for s, v in self.heldout_kl],
             "train_parts": [[s, {k: round(v, 5) for k, v in p.items()}] for s, p in self.train_parts],
             "teacher": self.teacher,
+            "teacher_cache": self.teacher_cache,
             "peak_rss_mb": round(self.peak_rss_mb, 1),
             "torch": torch.__version__,
             "peft": _peft_version(),
@@ -173,12 +176,14 @@ def recover(
     keep_adapter: bool = False,
     teacher: nn.Module | None = None,
     teacher_name: str | None = None,
+    teacher_cache: TeacherCache | None = None,
 ) -> RecoveryResult:
     """Train LoRA adapters on `data` for the config's budget, then merge them into the weights
     (or, with `config.train == "full"`, the decoder layers' own weights).
 
     `teacher`: the dense model to distill from (`config.loss` "kd" or "mix"; checked by the caller
     with `distill.check_teacher`), never trained; `teacher_name` is recorded with the run.
+    `teacher_cache`: its logits on disk (`teacher_cache_plan` states and checks the size first).
 
     The input model is left untouched unless `inplace=True` (a copy is trained). `should_stop()`
     is polled between micro-batches; a stop keeps the state of the last whole step. A non-finite
@@ -205,8 +210,9 @@ def recover(
         raise InvalidInput(
             f"the data holds {data.train.shape[0]} training windows, fewer than one batch of {config.batch_size}."
         )
-    objective = Objective(config.loss, teacher, config.temperature, config.kd_weight)
+    objective = Objective(config.loss, teacher, config.temperature, config.kd_weight, teacher_cache)
     check_fits(recovery_memory(model, config, inplace=inplace, teacher=teacher))  # before the copy is made
+    cache_plan = teacher_cache_plan(teacher_cache, data, config) if objective.cache is not None else None
     lora = config.train == "lora"
     targets = target_module_names(model, config) if lora else None
     if not inplace:
@@ -279,7 +285,8 @@ def recover(
         value = heldout(peft_model, data.heldout, config.micro_batch_size, device)
         heldout_loss.append((step, value))
         if teacher is not None:
-            kl_record.append((step, heldout_kl(peft_model, teacher, data.heldout, config.micro_batch_size)))
+            kl = heldout_kl(peft_model, objective.teacher_logits, data.heldout, config.micro_batch_size)
+            kl_record.append((step, kl))
         eval_seconds += time.perf_counter() - t
         return value
 
@@ -373,7 +380,27 @@ def recover(
         train_parts=train_parts,
         heldout_kl=kl_record,
         teacher=teacher_name if teacher is not None else None,
+        teacher_cache=None if cache_plan is None else teacher_cache.summary() | _plan_record(cache_plan),
     )
+
+
+def micro_batches(data: RecoveryData, config: RecoveryConfig) -> list[torch.Tensor]:
+    """Every micro-batch the teacher sees in `recover(model, data, config)`: each step's, then the held-out ones."""
+    steps = [
+        chunk
+        for step in range(config.total_steps)
+        for chunk in _batch(data.train, step, config.batch_size).split(config.micro_batch_size)
+    ]
+    return steps + list(data.heldout.split(config.micro_batch_size))
+
+
+def teacher_cache_plan(cache: TeacherCache, data: RecoveryData, config: RecoveryConfig) -> CachePlan:
+    """The cache's sizes for this run (raises InvalidInput, before any training, when its disk cannot hold them)."""
+    return cache.plan(micro_batches(data, config))
+
+
+def _plan_record(plan: CachePlan) -> dict:
+    return {"batches": plan.batches, "present_before": plan.present, "bytes_total": plan.bytes_total}
 
 
 @torch.no_grad()
