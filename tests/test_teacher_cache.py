@@ -56,6 +56,15 @@ def test_a_cached_run_equals_an_uncached_one_and_a_second_run_never_runs_the_tea
     assert record["hits"] > record["batches"]  # the held-out windows are read at every evaluation
 
 
+def test_with_the_next_token_loss_only_the_held_out_windows_are_cached(tmp_path):
+    teacher, (pruned, _), data = _teacher(), pruned_tiny("llama"), tiny_data()
+    lm = RecoveryConfig(**FAST, steps=3, lr=1e-2, loss="lm")  # the teacher only measures the held-out KL
+    result = recover(pruned, data, lm, teacher=teacher, teacher_cache=TeacherCache(tmp_path, teacher))
+    held = len(data.heldout.split(lm.micro_batch_size))
+    assert result.teacher_cache["batches"] == result.teacher_cache["misses"] == held == len(micro_batches(data, lm))
+    assert not list(tmp_path.glob("*.tmp"))
+
+
 def test_another_teacher_or_other_windows_miss(tmp_path):
     teacher = _teacher()
     ids = random_batch(vocab=64, n=2, t=8).input_ids

@@ -127,8 +127,11 @@ class TeacherCache:
         logits = compute().detach().to("cpu", DTYPES[self.dtype]).contiguous()
         self.directory.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp")
-        save_file({"logits": logits}, str(tmp))
-        os.replace(tmp, path)  # atomic: a concurrent reader sees the whole file or none
+        try:
+            save_file({"logits": logits}, str(tmp))
+            os.replace(tmp, path)  # atomic: a concurrent reader sees the whole file or none
+        finally:
+            tmp.unlink(missing_ok=True)
         self.misses += 1
         self.bytes_written += logits.numel() * logits.element_size()
         return logits.float()

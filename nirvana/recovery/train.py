@@ -385,10 +385,11 @@ def recover(
 
 
 def micro_batches(data: RecoveryData, config: RecoveryConfig) -> list[torch.Tensor]:
-    """Every micro-batch the teacher sees in `recover(model, data, config)`: each step's, then the held-out ones."""
+    """Every micro-batch the teacher sees in `recover(model, data, config)`: each step's (when the loss distills),
+    then the held-out ones (its KL to the student)."""
     steps = [
         chunk
-        for step in range(config.total_steps)
+        for step in range(config.total_steps if config.loss != "lm" else 0)
         for chunk in _batch(data.train, step, config.batch_size).split(config.micro_batch_size)
     ]
     return steps + list(data.heldout.split(config.micro_batch_size))
