@@ -130,3 +130,30 @@ def test_the_ranking_orders_the_pruned_models_of_one_sparsity_per_budget_and_rec
         "- 8,192 tokens, 0.2 sparsity, lm-lora: taylor 52.3 < nirvana 57.7",
     ]  # 50% has one model and 16k one row: not ranked
     assert ranking(rows)[0] in readme_summary(rows, DistillConfig(model="smollm2-135m"), pending=42)
+
+
+def test_a_teacher_cache_serves_every_distillation_row_after_the_first(tiny_with_tokenizer_dir, tmp_path):
+    corpus = tmp_path / "train.txt"
+    corpus.write_text("\n".join(f"Line {i}: pruning and recovering small language models." for i in range(80)))
+    settings = dict(
+        model=str(tiny_with_tokenizer_dir),
+        rows=(("random", "uniform", 0.5), ("magnitude", "uniform", 0.5)),
+        recipes=("kd-lora",),
+        budgets=(64,),
+        data=str(corpus),
+        tokens=64,
+        window=16,
+        kl_sequences=2,
+        acc_limit=0,
+        threads=1,
+        recovery=dict(batch_size=2, micro_batch_size=1, seq_len=16, r=4, eval_sequences=2),
+    )
+    cached = run(DISTILL, DistillConfig(**settings, out_dir=tmp_path / "a", teacher_cache=str(tmp_path / "c")), print)
+    plain = run(DISTILL, DistillConfig(**settings, out_dir=tmp_path / "b"), print)
+    first, second = cached
+    assert first["teacher_logits"] == "read 2 of 8" and second["teacher_logits"] == "read 8 of 8"  # 4 steps + 2 x 2
+    assert [p["teacher_logits"] for p in plain] == ["computed", "computed"]
+    for name in ("ppl_wikitext2_after", "kl_after", "ppl_ptb_after"):  # fp32 logits: the same figures
+        assert [r[name] for r in cached] == [r[name] for r in plain]
+    md = next((tmp_path / "a").glob("*.md")).read_text()
+    assert "(teacher logits read 2 of 8) |" in md and "(teacher logits read 8 of 8) |" in md

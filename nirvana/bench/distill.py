@@ -45,6 +45,7 @@ from nirvana.pipeline import PruneSettings, prune
 from nirvana.recovery.config import RecoveryConfig
 from nirvana.recovery.data import data_for, load_documents
 from nirvana.recovery.distill import check_teacher
+from nirvana.recovery.teacher_cache import TeacherCache
 from nirvana.recovery.train import recover
 from nirvana.store.paths import benchmarks_dir
 
@@ -81,6 +82,7 @@ COLUMNS = (
     "acc_limit",
     "tokens_trained",
     "tokens_per_s",
+    "teacher_logits",
     "train_seconds",
     "peak_rss_mb",
     "seconds",
@@ -129,6 +131,9 @@ class DistillConfig:
     out_dir: Path = DEFAULT_OUT
     note: str = ""
     recovery: dict = field(default_factory=dict)  # RecoveryConfig overrides (batch, seq_len, r, ...)
+    # A folder for the dense teacher's logits (fp32, exact: the figures do not change): every distillation row of
+    # a budget trains on the same windows, so after the first the teacher's forward is read, not run.
+    teacher_cache: str = ""
 
     def __post_init__(self) -> None:
         unknown = [r for r in self.recipes if r not in RECIPES]
@@ -198,6 +203,13 @@ class DistillBench(Benchmark):
 DISTILL = DistillBench()
 
 
+def teacher_logits(cache: dict | None) -> str:
+    """How a distillation row got its teacher's logits: "computed", or from the cache ("read 70 of 70")."""
+    if not cache:
+        return "computed"
+    return f"read {cache['hits']} of {cache['hits'] + cache['misses']}"
+
+
 class DistillWorker:
     """The dense model (also the teacher), texts, training windows and the KL reference every row shares."""
 
@@ -213,6 +225,7 @@ class DistillWorker:
         self.reference = DenseReference(lm.model, self.data.heldout[: config.kl_sequences])
         self.machine = machine_label()
         self.pruned: dict[tuple, tuple] = {}  # (criterion, allocation, sparsity) -> (model, plan, before)
+        self.cache = TeacherCache(config.teacher_cache, lm.model) if config.teacher_cache else None
 
     def measure(self, model) -> dict:
         c, tok = self.config, self.lm.tokenizer
@@ -262,6 +275,7 @@ class DistillWorker:
             teacher=self.lm.model if rc.loss != "lm" else None,
             teacher_name=c.model,
             progress=lambda s: self.log(f"  {label}: {s.message}"),
+            teacher_cache=self.cache if rc.loss != "lm" else None,
         )
         if not result.complete:
             return Measured(None, f"{label}: {result.message}; row not written")
@@ -275,6 +289,7 @@ class DistillWorker:
             acc_limit=c.acc_limit or "",
             tokens_trained=s["tokens_trained"],
             tokens_per_s=s["tokens_per_second"],
+            teacher_logits=teacher_logits(s["teacher_cache"]) if rc.loss != "lm" else "",
             train_seconds=s["train_seconds"],
             peak_rss_mb=s["peak_rss_mb"],
             seconds=round(time.perf_counter() - t0, 1),

@@ -17,6 +17,12 @@ def _model(row: dict) -> str:
     return f"{row['criterion']} ({row['allocation']}) {float(row['sparsity']):g}"
 
 
+def _cached(row: dict) -> str:
+    """A mark on the speed of a row whose teacher logits came from `--teacher-cache` (faster, same figures)."""
+    how = str(row.get("teacher_logits") or "")
+    return f" (teacher logits {how})" if how.startswith("read") else ""
+
+
 def best_per_budget(rows: list[dict], recipes: tuple[str, ...] = ()) -> list[str]:
     """For each pruned model and budget, the recipe with the lowest WikiText-2 perplexity after; where some of
     `recipes` have no row yet, the line says "best so far" and names them, so a partial budget is not read as
@@ -87,7 +93,8 @@ def write_report(rows: list[dict], config) -> Path:
         f"of `{config.data}`. Perplexity on the first {config.tokens} tokens (512-token windows); KL to the dense "
         f"model (nats/token) on {config.kl_sequences} held-out windows of the training data; acc7 = the seven "
         f"tasks' average (first {config.acc_limit or '-'} examples each), percent. LoRA lr {config.lr:g}, full "
-        f"fine-tuning lr {config.full_lr:g}, temperature {config.temperature:g}.",
+        f"fine-tuning lr {config.full_lr:g}, temperature {config.temperature:g}. tok/s: training tokens per second "
+        "(with how many of the teacher's logits were read from `--teacher-cache` rather than computed).",
     ]
     if config.note:
         lines += ["", config.note]
@@ -101,7 +108,7 @@ def write_report(rows: list[dict], config) -> Path:
         lines.append(
             f"| {_model(r)} | {r['recipe']} | {int(float(r['budget'])):,} | {r['ppl_wikitext2_before']} | "
             f"{r['ppl_wikitext2_after']} | {r['ppl_ptb_after']} | {r['kl_before']} | {r['kl_after']} | "
-            f"{r.get('acc7_before') or '-'} | {r.get('acc7_after') or '-'} | {r['tokens_per_s']} | "
+            f"{r.get('acc7_before') or '-'} | {r.get('acc7_after') or '-'} | {r['tokens_per_s']}{_cached(r)} | "
             f"{r['peak_rss_mb']} | {r['load_avg']} |"
         )
     lines += ["", "Lowest WikiText-2 perplexity after recovery, per pruned model and budget:", ""]

@@ -112,6 +112,7 @@ DISTILL_FLAGS = {
     "acc_limit": "examples per zero-shot task for the 7-task average (0: skip it)",
     "threads": "",
     "out_dir": "",
+    "teacher_cache": "a folder for the dense teacher's logits (fp32, exact; 12.2 GiB at 64k tokens): rows read them",
 }
 TASK_FLAGS = {  # the task rows of `bench accuracy` and `bench baselines`
     "limit": "examples per zero-shot task (the first N)",

@@ -136,8 +136,12 @@ class TeacherCache:
         self.bytes_written += logits.numel() * logits.element_size()
         return logits.float()
 
+    def start_run(self) -> None:
+        """Count hits, misses and bytes from here (`recover` calls it: one cache can serve many runs)."""
+        self.hits = self.misses = self.bytes_written = 0
+
     def summary(self) -> dict:
-        """What the run asked of the cache (recovery.json's `teacher_cache`)."""
+        """What the run asked of the cache since `start_run` (recovery.json's `teacher_cache`)."""
         return {
             "directory": str(self.directory),
             "dtype": self.dtype,

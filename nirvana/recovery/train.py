@@ -213,6 +213,8 @@ def recover(
     objective = Objective(config.loss, teacher, config.temperature, config.kd_weight, teacher_cache)
     check_fits(recovery_memory(model, config, inplace=inplace, teacher=teacher))  # before the copy is made
     cache_plan = teacher_cache_plan(teacher_cache, data, config) if objective.cache is not None else None
+    if cache_plan is not None:
+        teacher_cache.start_run()
     lora = config.train == "lora"
     targets = target_module_names(model, config) if lora else None
     if not inplace:
