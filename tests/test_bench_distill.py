@@ -42,23 +42,30 @@ def test_bench_distill_cli_refuses_bad_flags(capsys, tmp_path):
     assert not (tmp_path / "d").exists()
 
 
-def test_rows_on_a_tiny_model_resume(tiny_with_tokenizer_dir, tmp_path, monkeypatch):
+def tiny_grid(model_dir, tmp_path, **overrides) -> dict:
+    """DistillConfig settings for a tiny model on a small corpus: one random 50% row, 64 training tokens."""
     corpus = tmp_path / "train.txt"
     corpus.write_text("\n".join(f"Line {i}: pruning and recovering small language models." for i in range(80)))
-    config = DistillConfig(
-        model=str(tiny_with_tokenizer_dir),
-        rows=(("random", "uniform", 0.5),),
-        recipes=("lm-lora", "kd-full"),
-        budgets=(64,),
-        data=str(corpus),
-        tokens=64,
-        window=16,
-        kl_sequences=2,
-        acc_limit=0,
-        threads=1,
-        out_dir=tmp_path / "bench",
-        recovery=dict(batch_size=2, micro_batch_size=1, seq_len=16, r=4, eval_sequences=2),
+    return (
+        dict(
+            model=str(model_dir),
+            rows=(("random", "uniform", 0.5),),
+            budgets=(64,),
+            data=str(corpus),
+            tokens=64,
+            window=16,
+            kl_sequences=2,
+            acc_limit=0,
+            threads=1,
+            recovery=dict(batch_size=2, micro_batch_size=1, seq_len=16, r=4, eval_sequences=2),
+        )
+        | overrides
     )
+
+
+def test_rows_on_a_tiny_model_resume(tiny_with_tokenizer_dir, tmp_path, monkeypatch):
+    grid = tiny_grid(tiny_with_tokenizer_dir, tmp_path, recipes=("lm-lora", "kd-full"), out_dir=tmp_path / "bench")
+    config = DistillConfig(**grid)
     rows = run(DISTILL, config, lambda m: None)
     assert [(r["recipe"], r["loss"], r["train"]) for r in rows] == [
         ("lm-lora", "lm", "lora"),
@@ -133,21 +140,8 @@ def test_the_ranking_orders_the_pruned_models_of_one_sparsity_per_budget_and_rec
 
 
 def test_a_teacher_cache_serves_every_distillation_row_after_the_first(tiny_with_tokenizer_dir, tmp_path):
-    corpus = tmp_path / "train.txt"
-    corpus.write_text("\n".join(f"Line {i}: pruning and recovering small language models." for i in range(80)))
-    settings = dict(
-        model=str(tiny_with_tokenizer_dir),
-        rows=(("random", "uniform", 0.5), ("magnitude", "uniform", 0.5)),
-        recipes=("kd-lora",),
-        budgets=(64,),
-        data=str(corpus),
-        tokens=64,
-        window=16,
-        kl_sequences=2,
-        acc_limit=0,
-        threads=1,
-        recovery=dict(batch_size=2, micro_batch_size=1, seq_len=16, r=4, eval_sequences=2),
-    )
+    two = (("random", "uniform", 0.5), ("magnitude", "uniform", 0.5))
+    settings = tiny_grid(tiny_with_tokenizer_dir, tmp_path, rows=two, recipes=("kd-lora",))
     cached = run(DISTILL, DistillConfig(**settings, out_dir=tmp_path / "a", teacher_cache=str(tmp_path / "c")), print)
     plain = run(DISTILL, DistillConfig(**settings, out_dir=tmp_path / "b"), print)
     first, second = cached
