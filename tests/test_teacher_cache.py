@@ -113,14 +113,19 @@ def test_a_cache_that_cannot_fit_on_its_disk_is_refused_before_training(tmp_path
         TeacherCache(tmp_path / "file", teacher)
 
 
-def test_recover_teacher_cache_from_the_cli(capsys, pruned_tiny_dir, tiny_with_tokenizer_dir, corpus, tmp_path):
-    cache = tmp_path / "logits"
+def test_recover_teacher_cache_from_the_cli(
+    capsys, monkeypatch, pruned_tiny_dir, tiny_with_tokenizer_dir, corpus, tmp_path
+):
+    cache, plans = tmp_path / "logits", []
+    plan = TeacherCache.plan
+    monkeypatch.setattr(TeacherCache, "plan", lambda self, batches: plans.append(1) or plan(self, batches))
     argv = ["recover", "--model", str(pruned_tiny_dir), "--steps", "2", "--data", str(corpus), *KD, "--loss", "kd"]
     argv += ["--teacher", str(tiny_with_tokenizer_dir), "--teacher-cache", str(cache)]
     assert main([*argv, "--out", str(tmp_path / "a")]) == 0
     captured = capsys.readouterr()
     first = json.loads(captured.out)
     assert f"teacher-logit cache {cache} (float32)" in captured.err and "0 already there" in captured.err
+    assert captured.err.count("teacher-logit cache ") == len(plans) == 1  # planned once, said once
     assert first["teacher_cache"]["misses"] == first["teacher_cache"]["batches"] > 0
     assert main([*argv, "--out", str(tmp_path / "b")]) == 0
     second = json.loads(capsys.readouterr().out)

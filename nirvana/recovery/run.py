@@ -27,7 +27,6 @@ from nirvana.recovery.train import (
     StopFlag,
     recover,
     target_module_names,
-    teacher_cache_plan,
 )
 
 Documents = str | tuple[list[str], dict]  # a data source for `load_documents`, or what it returned
@@ -72,8 +71,6 @@ def run_recovery(
     say(f"training data: {data.info['origin']} ({data.info['kind']}, {data.info['train_tokens']} tokens)")
     if teacher is not None:
         say(f"teacher: {teacher_name or 'the dense model'} (loss {config.loss}, temperature {config.temperature:g})")
-        if teacher_cache is not None:
-            say(teacher_cache_plan(teacher_cache, data, config).message(teacher_cache.directory, teacher_cache.dtype))
     return recover(
         model,
         data,
@@ -85,6 +82,7 @@ def run_recovery(
         teacher=teacher,
         teacher_name=teacher_name,
         teacher_cache=teacher_cache,
+        log=log,
     )
 
 

@@ -13,6 +13,7 @@ equals one that computes the logits on the fly); `float16` / `bfloat16` halve th
 
     cache = TeacherCache("~/.cache/nirvana-explorer/teacher-logits", teacher)
     plan = cache.plan(micro_batches)      # bytes, present, to write; raises if the disk cannot hold it
+    print(cache.describe(plan))
     logits = cache.get(ids, lambda: teacher(input_ids=ids).logits)
 """
 
@@ -52,13 +53,6 @@ class CachePlan:
     bytes_total: int
     bytes_to_write: int
     free_bytes: int
-
-    def message(self, directory: Path, dtype: str) -> str:
-        return (
-            f"teacher-logit cache {directory} ({dtype}): {self.batches} micro-batches, "
-            f"{_gib(self.bytes_total)} in all, {self.present} already there, "
-            f"{_gib(self.bytes_to_write)} to write ({_gib(self.free_bytes)} free)"
-        )
 
 
 class TeacherCache:
@@ -111,6 +105,14 @@ class TeacherCache:
                 "then runs on every step, as without a cache)."
             )
         return plan
+
+    def describe(self, plan: CachePlan) -> str:
+        """One line for the run's log: where, which dtype, and `plan`'s sizes."""
+        return (
+            f"teacher-logit cache {self.directory} ({self.dtype}): {plan.batches} micro-batches, "
+            f"{_gib(plan.bytes_total)} in all, {plan.present} already there, "
+            f"{_gib(plan.bytes_to_write)} to write ({_gib(plan.free_bytes)} free)"
+        )
 
     def get(self, ids: torch.Tensor, compute: Callable[[], torch.Tensor]) -> torch.Tensor:
         """The logits of micro-batch `ids`, read from disk, or `compute()`d and written. Both paths return the

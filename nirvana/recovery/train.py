@@ -177,13 +177,14 @@ def recover(
     teacher: nn.Module | None = None,
     teacher_name: str | None = None,
     teacher_cache: TeacherCache | None = None,
+    log: Callable[[str], None] | None = None,
 ) -> RecoveryResult:
     """Train LoRA adapters on `data` for the config's budget, then merge them into the weights
     (or, with `config.train == "full"`, the decoder layers' own weights).
 
     `teacher`: the dense model to distill from (`config.loss` "kd" or "mix"; checked by the caller
     with `distill.check_teacher`), never trained; `teacher_name` is recorded with the run.
-    `teacher_cache`: its logits on disk (`teacher_cache_plan` states and checks the size first).
+    `teacher_cache`: its logits on disk (`teacher_cache_plan` checks the size first, and `log` gets it).
 
     The input model is left untouched unless `inplace=True` (a copy is trained). `should_stop()`
     is polled between micro-batches; a stop keeps the state of the last whole step. A non-finite
@@ -214,6 +215,8 @@ def recover(
     check_fits(recovery_memory(model, config, inplace=inplace, teacher=teacher))  # before the copy is made
     cache_plan = teacher_cache_plan(teacher_cache, data, config) if objective.cache is not None else None
     if cache_plan is not None:
+        if log is not None:
+            log(teacher_cache.describe(cache_plan))
         teacher_cache.start_run()
     lora = config.train == "lora"
     targets = target_module_names(model, config) if lora else None
