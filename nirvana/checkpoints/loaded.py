@@ -3,12 +3,27 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
-from nirvana.errors import InvalidInput
+from nirvana.errors import CorruptCheckpoint, InvalidInput, PlanMismatch
 from nirvana.pruning.plan import PruningPlan
 from nirvana.pruning.seq2seq_plan import Seq2SeqPlan, is_seq2seq_plan
+
+PLAN_FILE = "plan.json"  # the pruning plan, beside the weights of a folder `save_pruned` writes
+
+
+def read_plan(directory: Path, plan_type: type[PruningPlan] | type[Seq2SeqPlan]) -> PruningPlan | Seq2SeqPlan | None:
+    """The plan saved in a pruned checkpoint's folder, None where there is none; a damaged one is
+    `CorruptCheckpoint` (the folder is not what it says it is)."""
+    path = Path(directory) / PLAN_FILE
+    if not path.exists():
+        return None
+    try:
+        return plan_type.load(path)
+    except PlanMismatch as exc:
+        raise CorruptCheckpoint(f"{str(path)!r} is damaged: {exc}") from exc
 
 
 @dataclass

@@ -21,9 +21,9 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from transformers.conversion_mapping import get_model_conversion_mapping
 from transformers.core_model_loading import WeightConverter, WeightRenaming, rename_source_key
 
-from nirvana.checkpoints.loaded import LoadedModel
+from nirvana.checkpoints.loaded import PLAN_FILE, LoadedModel, read_plan
 from nirvana.checkpoints.seq2seq import load_t5_pruned
-from nirvana.errors import CorruptCheckpoint, PlanMismatch
+from nirvana.errors import CorruptCheckpoint
 from nirvana.export.card import write_model_card
 from nirvana.export.modeling import add_stock_loading, add_t5_stock_loading, has_per_layer_widths
 from nirvana.guard.safety import check_local_path
@@ -35,7 +35,6 @@ from nirvana.pruning.seq2seq_plan import Seq2SeqPlan
 from nirvana.pruning.slicing import update_config
 from nirvana.store.atomic import atomic_path, atomic_write_text
 
-PLAN_FILE = "plan.json"
 REPORT_FILE = "report.json"
 
 
@@ -205,12 +204,7 @@ def load_pruned(directory: str | Path, *, dtype: torch.dtype | None = None, devi
     model.eval()
 
     update_config(model)
-    plan = None
-    if (directory / PLAN_FILE).exists():
-        try:
-            plan = PruningPlan.load(directory / PLAN_FILE)
-        except PlanMismatch as exc:
-            raise CorruptCheckpoint(f"{str(directory / PLAN_FILE)!r} is damaged: {exc}") from exc
+    plan = read_plan(directory, PruningPlan)
     tokenizer = AutoTokenizer.from_pretrained(directory)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token

@@ -17,12 +17,10 @@ import torch
 from accelerate import init_empty_weights
 from transformers import AutoTokenizer, T5ForConditionalGeneration
 
-from nirvana.checkpoints.loaded import LoadedModel
-from nirvana.errors import CorruptCheckpoint, PlanMismatch
+from nirvana.checkpoints.loaded import LoadedModel, read_plan
+from nirvana.errors import CorruptCheckpoint
 from nirvana.models.modeling_t5_sliced import resize_t5_to_config
 from nirvana.pruning.seq2seq_plan import Seq2SeqPlan
-
-PLAN_FILE = "plan.json"
 
 
 def load_t5_pruned(directory: Path, config, state: dict[str, torch.Tensor], *, dtype=None, device: str = "cpu"):
@@ -50,11 +48,6 @@ def load_t5_pruned(directory: Path, config, state: dict[str, torch.Tensor], *, d
     if dtype is not None:
         model.to(dtype)
     model.to(device).eval()
-    plan = None
-    if (directory / PLAN_FILE).exists():
-        try:
-            plan = Seq2SeqPlan.load(directory / PLAN_FILE)
-        except PlanMismatch as exc:
-            raise CorruptCheckpoint(f"{str(directory / PLAN_FILE)!r} is damaged: {exc}") from exc
+    plan = read_plan(directory, Seq2SeqPlan)
     tokenizer = AutoTokenizer.from_pretrained(directory)
     return LoadedModel(model, tokenizer, str(directory), "pruned", time.perf_counter() - start, [], plan)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
 
@@ -60,6 +61,52 @@ def prompt_text(tokenizer, prompt: str, chat: bool = True) -> str:
     return prompt
 
 
+@dataclass(frozen=True)
+class Sampling:
+    """Greedy (`do_sample=False`) or seeded sampling; the seed is reset before every prompt, so two models
+    draw from the same random stream."""
+
+    do_sample: bool = False
+    seed: int = 0
+    temperature: float = 0.7
+    top_p: float = 0.9
+
+    def kwargs(self) -> dict:
+        """`model.generate`'s sampling keywords."""
+        if not self.do_sample:
+            return {"do_sample": False}
+        return {"do_sample": True, "temperature": self.temperature, "top_p": self.top_p}
+
+    @property
+    def mode(self) -> str:
+        """What a row says it was: "greedy" or "sampled(seed=..., T=..., top_p=...)"."""
+        return f"sampled(seed={self.seed}, T={self.temperature}, top_p={self.top_p})" if self.do_sample else "greedy"
+
+
+@torch.no_grad()
+def generate_one(
+    model, tokenizer, item: dict, enc, first_new: int, max_new_tokens: int, pad: int | None, sampling: Sampling
+) -> dict:
+    """One timed `model.generate` of the tokenized prompt `enc`; the output is `out[0, first_new:]` (the prompt's
+    length for a decoder-only model, 1 for an encoder-decoder's start token). Row {id, prompt, output, new_tokens,
+    seconds, mode}."""
+    enc = enc.to(input_device(model))
+    if sampling.do_sample:
+        torch.manual_seed(sampling.seed)
+    start = time.perf_counter()
+    out = model.generate(**enc, max_new_tokens=max_new_tokens, pad_token_id=pad, **sampling.kwargs())
+    seconds = time.perf_counter() - start
+    new = out[0, first_new:]
+    return {
+        "id": item["id"],
+        "prompt": item["prompt"],
+        "output": tokenizer.decode(new, skip_special_tokens=True).strip(),
+        "new_tokens": int(new.numel()),
+        "seconds": round(seconds, 3),
+        "mode": sampling.mode,
+    }
+
+
 @torch.no_grad()
 def generate(
     model,
@@ -83,32 +130,16 @@ def generate(
     prompts = load_prompts() if prompts is None else normalize_prompts(list(prompts))
     if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise InvalidInput(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}.")
-    device = input_device(model)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p} if do_sample else {"do_sample": False}
+    sampling = Sampling(do_sample, seed, temperature, top_p)
     use_chat = bool(chat and getattr(tokenizer, "chat_template", None))
     rows = []
     for i, item in enumerate(prompts):
         text = prompt_text(tokenizer, item["prompt"], chat)
         # The chat template already holds the special tokens it needs.
-        enc = tokenizer(text, return_tensors="pt", add_special_tokens=not use_chat).to(device)
-        if do_sample:
-            torch.manual_seed(seed)
-        start = time.perf_counter()
-        out = model.generate(**enc, max_new_tokens=max_new_tokens, pad_token_id=pad, **sampling)
-        seconds = time.perf_counter() - start
-        new = out[0, enc["input_ids"].shape[1] :]
-        rows.append(
-            {
-                "id": item["id"],
-                "prompt": item["prompt"],
-                "output": tokenizer.decode(new, skip_special_tokens=True).strip(),
-                "new_tokens": int(new.numel()),
-                "seconds": round(seconds, 3),
-                "mode": f"sampled(seed={seed}, T={temperature}, top_p={top_p})" if do_sample else "greedy",
-                "chat": use_chat,
-            }
-        )
+        enc = tokenizer(text, return_tensors="pt", add_special_tokens=not use_chat)
+        row = generate_one(model, tokenizer, item, enc, enc["input_ids"].shape[1], max_new_tokens, pad, sampling)
+        rows.append(row | {"chat": use_chat})
         if progress:
             progress((i + 1) / len(prompts), f"generated {i + 1}/{len(prompts)}")
     return rows

@@ -18,6 +18,7 @@ import hashlib
 import math
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import torch
@@ -131,6 +132,22 @@ def window_nll(model, windows: torch.Tensor, batch_size: int = 4, progress: Prog
     return total, count
 
 
+@dataclass(frozen=True)
+class WindowScorer:
+    """How one kind of model turns token windows into a perplexity: its eval-cache kind (and any further
+    key parts), its `(model, windows, batch_size, progress) -> (sum of NLL, predicted tokens)`, the result
+    type, and the result's fields of its own (`extra(windows, seq_len) -> dict`)."""
+
+    cache_kind: str
+    nll: Callable[..., tuple[float, int]]
+    result_type: type[PerplexityResult]
+    cache_parts: tuple = ()
+    extra: Callable[[torch.Tensor, int], dict] = lambda windows, seq_len: {}
+
+
+NEXT_TOKEN = WindowScorer("ppl", window_nll, PerplexityResult)  # a decoder-only model's next-token NLL
+
+
 def perplexity(
     model,
     tokenizer,
@@ -142,21 +159,23 @@ def perplexity(
     fallback: bool = False,
     use_cache: bool = True,
     progress: Progress = None,
+    scorer: WindowScorer = NEXT_TOKEN,
 ) -> PerplexityResult:
-    """Perplexity of `model` on `dataset` (a name for `load_text`, a file path, or a `Text`).
+    """Perplexity of `model` on `dataset` (a name for `load_text`, a file path, or a `Text`), cached on
+    disk by model fingerprint, the windows' hash, the weights' dtype and the scorer's key. `scorer` says
+    how windows are scored (a T5's: `seq2seq.seq2seq_perplexity`).
 
     Example:
         >>> r = perplexity(lm.model, lm.tokenizer, "wikitext2", max_tokens=16384)
         >>> r.ppl, r.tokens, r.seq_len      # (..., 16384, 512)
     """
-    if not isinstance(batch_size, int) or batch_size < 1:
-        raise InvalidInput(f"batch_size must be a positive integer, got {batch_size!r}.")
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+        raise InvalidInput(f"batch_size must be a positive integer, got {batch_size!r}; use e.g. 4.")
     text = dataset if isinstance(dataset, Text) else load_text(dataset, fallback=fallback)
-    joined = text.joined("\n\n")
-    windows, text_tokens = make_windows(tokenizer, joined, seq_len, max_tokens)
-    fingerprint = model_fingerprint(model)
+    windows, text_tokens = make_windows(tokenizer, text.joined("\n\n"), seq_len, max_tokens)
+    fingerprint, windows_hash = model_fingerprint(model), tensor_hash(windows)
     dtype = str(next(model.parameters()).dtype).replace("torch.", "")
-    path = eval_cache_path("ppl", fingerprint, tensor_hash(windows), dtype)
+    path = eval_cache_path(scorer.cache_kind, fingerprint, windows_hash, dtype, *scorer.cache_parts)
     cached = load_cached(path) if use_cache else None
     if cached is not None:
         # The key is the token windows, so an alias (wikitext2 / wikitext2-test) or a copied file
@@ -165,16 +184,16 @@ def perplexity(
         cached["fallback_reason"] = text.fallback_reason
         if progress:
             progress(1.0, f"perplexity of {text.label} loaded from cache")
-        return PerplexityResult(**cached)
+        return scorer.result_type(**cached)
     was_training = model.training
     model.eval()
     start = time.perf_counter()
     try:
-        total, count = window_nll(model, windows, batch_size, progress)
+        total, count = scorer.nll(model, windows, batch_size, progress)
     finally:
         model.train(was_training)
     nll = total / count
-    result = PerplexityResult(
+    result = scorer.result_type(
         dataset=text.name,
         split=text.split,
         origin=text.origin,
@@ -189,8 +208,9 @@ def perplexity(
         batch_size=batch_size,
         seconds=round(time.perf_counter() - start, 3),
         fingerprint=fingerprint,
-        windows_hash=tensor_hash(windows),
+        windows_hash=windows_hash,
         fallback_reason=text.fallback_reason,
+        **scorer.extra(windows, seq_len),
     )
     if use_cache:
         save_cached(path, result.to_dict())

@@ -18,8 +18,6 @@ returns the same fields where they mean the same thing.
 from __future__ import annotations
 
 import json
-import math
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib.resources import files
@@ -28,18 +26,15 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from nirvana.data.calibration import tensor_hash
-from nirvana.data.text import Text, load_text
+from nirvana.data.text import Text
 from nirvana.errors import InvalidInput, OutOfMemory
-from nirvana.measure.generation import normalize_prompts
+from nirvana.measure.generation import Sampling, generate_one, normalize_prompts
 from nirvana.measure.kl import DEFAULT_MAX_CACHE_BYTES, token_kl
-from nirvana.measure.perplexity import DEFAULT_SEQ_LEN, PerplexityResult, make_windows
-from nirvana.models.fingerprint import model_fingerprint
+from nirvana.measure.perplexity import PerplexityResult, WindowScorer, perplexity
 from nirvana.models.t5 import check_t5
 from nirvana.models.weights import input_device
 from nirvana.progress import Progress
 from nirvana.scoring.seq2seq import split_windows
-from nirvana.store.evalcache import eval_cache_path, load_cached, save_cached
 
 PAIRING = "first seq_len // 2 tokens of each window -> encoder; the rest scored by the decoder under teacher forcing"
 T5_PROMPTS = files("nirvana") / "assets" / "prompts_t5.json"  # package data: {"flan-t5": [...], "t5": [...]}
@@ -89,19 +84,18 @@ def pair_nll(model: nn.Module, windows: torch.Tensor, batch_size: int = 4, progr
     return total, count
 
 
-def seq2seq_perplexity(
-    model: nn.Module,
-    tokenizer,
-    dataset: str | Text = "wikitext2",
-    *,
-    seq_len: int = DEFAULT_SEQ_LEN,
-    max_tokens: int | None = None,
-    batch_size: int = 4,
-    fallback: bool = False,
-    use_cache: bool = True,
-    progress: Progress = None,
-) -> Seq2SeqPerplexityResult:
-    """Perplexity of each window's second half given its first (encoder input), on `dataset`.
+PAIR_SCORER = WindowScorer(
+    "ppl-seq2seq",
+    pair_nll,
+    Seq2SeqPerplexityResult,
+    cache_parts=(PAIRING,),
+    extra=lambda windows, seq_len: {"encoder_tokens": windows.shape[0] * (seq_len // 2)},
+)
+
+
+def seq2seq_perplexity(model: nn.Module, tokenizer, dataset: str | Text = "wikitext2", **settings):
+    """Perplexity of each window's second half given its first (encoder input), on `dataset`; `settings`
+    are `perplexity`'s (seq_len, max_tokens, batch_size, fallback, use_cache, progress).
 
     The windows are `make_windows`' (so `tokens` = windows x seq_len as for a decoder-only model);
     the mean is over the decoder's targets. Cached on disk like `perplexity`. Example:
@@ -109,49 +103,7 @@ def seq2seq_perplexity(
         >>> r.ppl, r.windows, r.predicted_tokens      # (..., 32, 8192)
     """
     check_t5(model)
-    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
-        raise InvalidInput(f"batch_size must be a positive integer, got {batch_size!r}; use e.g. 4.")
-    text = dataset if isinstance(dataset, Text) else load_text(dataset, fallback=fallback)
-    windows, text_tokens = make_windows(tokenizer, text.joined("\n\n"), seq_len, max_tokens)
-    fingerprint, windows_hash = model_fingerprint(model), tensor_hash(windows)
-    dtype = str(next(model.parameters()).dtype).replace("torch.", "")
-    path = eval_cache_path("ppl-seq2seq", fingerprint, windows_hash, dtype, PAIRING)
-    cached = load_cached(path) if use_cache else None
-    if cached is not None:
-        cached.update(cache_hit=True, dataset=text.name, split=text.split, origin=text.origin)
-        cached["fallback_reason"] = text.fallback_reason
-        if progress:
-            progress(1.0, f"perplexity of {text.label} loaded from cache")
-        return Seq2SeqPerplexityResult(**cached)
-    was_training = model.training
-    model.eval()
-    start = time.perf_counter()
-    try:
-        total, count = pair_nll(model, windows, batch_size, progress)
-    finally:
-        model.train(was_training)
-    result = Seq2SeqPerplexityResult(
-        dataset=text.name,
-        split=text.split,
-        origin=text.origin,
-        ppl=math.exp(total / count),
-        nll=total / count,
-        seq_len=seq_len,
-        windows=windows.shape[0],
-        tokens=windows.numel(),
-        predicted_tokens=count,
-        text_tokens=text_tokens,
-        bos=getattr(tokenizer, "bos_token_id", None) is not None,
-        batch_size=batch_size,
-        seconds=round(time.perf_counter() - start, 3),
-        fingerprint=fingerprint,
-        windows_hash=windows_hash,
-        fallback_reason=text.fallback_reason,
-        encoder_tokens=windows.shape[0] * (seq_len // 2),
-    )
-    if use_cache:
-        save_cached(path, result.to_dict())
-    return result
+    return perplexity(model, tokenizer, dataset, scorer=PAIR_SCORER, **settings)
 
 
 # ---- KL to dense on held-out pairs -----------------------------------------------------------------------------
@@ -274,27 +226,13 @@ def generate_seq2seq(
         raise InvalidInput("a T5 has no chat template: its prompt is the encoder's input as written; drop chat.")
     prompt_set = t5_prompt_set(model) if prompts is None else None
     items = normalize_prompts(t5_default_prompts(model) if prompts is None else list(prompts))
-    device = input_device(model)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else model.config.pad_token_id
-    sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p} if do_sample else {"do_sample": False}
+    sampling = Sampling(do_sample, seed, temperature, top_p)
     rows = []
     for i, item in enumerate(items):
-        enc = tokenizer(item["prompt"], return_tensors="pt").to(device)  # T5's tokenizer appends </s>
-        if do_sample:
-            torch.manual_seed(seed)
-        start = time.perf_counter()
-        out = model.generate(**enc, max_new_tokens=max_new_tokens, pad_token_id=pad, **sampling)  # (1, 1 + new)
-        seconds = time.perf_counter() - start
-        new = out[0, 1:]  # out[0, 0] is the decoder start token
-        row = {
-            "id": item["id"],
-            "prompt": item["prompt"],
-            "output": tokenizer.decode(new, skip_special_tokens=True).strip(),
-            "new_tokens": int(new.numel()),
-            "seconds": round(seconds, 3),
-            "mode": f"sampled(seed={seed}, T={temperature}, top_p={top_p})" if do_sample else "greedy",
-            "chat": False,
-        }
+        enc = tokenizer(item["prompt"], return_tensors="pt")  # T5's tokenizer appends </s>
+        # out[0, 0] is the decoder start token
+        row = generate_one(model, tokenizer, item, enc, 1, max_new_tokens, pad, sampling) | {"chat": False}
         rows.append(row | ({"prompt_set": prompt_set} if prompt_set else {}))
         if progress:
             progress((i + 1) / len(items), f"generated {i + 1}/{len(items)}")
