@@ -42,10 +42,9 @@ def test_bench_distill_cli_refuses_bad_flags(capsys, tmp_path):
     assert not (tmp_path / "d").exists()
 
 
-def tiny_grid(model_dir, tmp_path, **overrides) -> dict:
-    """DistillConfig settings for a tiny model on a small corpus: one random 50% row, 64 training tokens."""
-    corpus = tmp_path / "train.txt"
-    corpus.write_text("\n".join(f"Line {i}: pruning and recovering small language models." for i in range(80)))
+def tiny_grid(model_dir, corpus, **overrides) -> dict:
+    """DistillConfig settings for a tiny model on a small corpus (conftest's): one random 50% row, 64 training
+    tokens."""
     return (
         dict(
             model=str(model_dir),
@@ -63,8 +62,8 @@ def tiny_grid(model_dir, tmp_path, **overrides) -> dict:
     )
 
 
-def test_rows_on_a_tiny_model_resume(tiny_with_tokenizer_dir, tmp_path, monkeypatch):
-    grid = tiny_grid(tiny_with_tokenizer_dir, tmp_path, recipes=("lm-lora", "kd-full"), out_dir=tmp_path / "bench")
+def test_rows_on_a_tiny_model_resume(tiny_with_tokenizer_dir, corpus, tmp_path, monkeypatch):
+    grid = tiny_grid(tiny_with_tokenizer_dir, corpus, recipes=("lm-lora", "kd-full"), out_dir=tmp_path / "bench")
     config = DistillConfig(**grid)
     rows = run(DISTILL, config, lambda m: None)
     assert [(r["recipe"], r["loss"], r["train"]) for r in rows] == [
@@ -139,9 +138,9 @@ def test_the_ranking_orders_the_pruned_models_of_one_sparsity_per_budget_and_rec
     assert ranking(rows)[0] in readme_summary(rows, DistillConfig(model="smollm2-135m"), pending=42)
 
 
-def test_a_teacher_cache_serves_every_distillation_row_after_the_first(tiny_with_tokenizer_dir, tmp_path):
+def test_a_teacher_cache_serves_every_distillation_row_after_the_first(tiny_with_tokenizer_dir, corpus, tmp_path):
     two = (("random", "uniform", 0.5), ("magnitude", "uniform", 0.5))
-    settings = tiny_grid(tiny_with_tokenizer_dir, tmp_path, rows=two, recipes=("kd-lora",))
+    settings = tiny_grid(tiny_with_tokenizer_dir, corpus, rows=two, recipes=("kd-lora",))
     cached = run(DISTILL, DistillConfig(**settings, out_dir=tmp_path / "a", teacher_cache=str(tmp_path / "c")), print)
     plain = run(DISTILL, DistillConfig(**settings, out_dir=tmp_path / "b"), print)
     first, second = cached

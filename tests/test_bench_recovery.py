@@ -11,10 +11,8 @@ from nirvana.bench.recovery import COLUMNS, RECOVERY, RecoveryBenchConfig, write
 from nirvana.bench.rows import read_rows
 
 
-def tiny_config(model_dir, tmp_path, steps: int) -> RecoveryBenchConfig:
-    """Two rows on the tiny model, trained on a small text file, without accuracy."""
-    corpus = tmp_path / "train.txt"
-    corpus.write_text("\n".join(f"Line {i}: pruning and recovering small language models." for i in range(80)))
+def tiny_config(model_dir, corpus, tmp_path, steps: int) -> RecoveryBenchConfig:
+    """Two rows on the tiny model, trained on a small text file (conftest's corpus), without accuracy."""
     return RecoveryBenchConfig(
         model=str(model_dir),
         jobs=(("magnitude", "global", 0.5), ("random", "uniform", 0.2)),
@@ -32,8 +30,8 @@ def tiny_config(model_dir, tmp_path, steps: int) -> RecoveryBenchConfig:
     )
 
 
-def test_rows_curves_report_and_resume(tiny_with_tokenizer_dir, tmp_path):
-    config = tiny_config(tiny_with_tokenizer_dir, tmp_path, steps=2)
+def test_rows_curves_report_and_resume(tiny_with_tokenizer_dir, corpus, tmp_path):
+    config = tiny_config(tiny_with_tokenizer_dir, corpus, tmp_path, steps=2)
     logs = []
     rows = run(RECOVERY, config, logs.append)
     assert [(r["criterion"], r["allocation"], r["sparsity"]) for r in rows] == [
@@ -55,8 +53,10 @@ def test_rows_curves_report_and_resume(tiny_with_tokenizer_dir, tmp_path):
     assert "0 to run" in logs[0] and len(read_rows(config.csv_path)) == 2
 
 
-def test_a_row_without_acc7_is_remeasured_in_place_when_accuracy_is_asked_for(tiny_with_tokenizer_dir, tmp_path):
-    config = tiny_config(tiny_with_tokenizer_dir, tmp_path, steps=1)
+def test_a_row_without_acc7_is_remeasured_in_place_when_accuracy_is_asked_for(
+    tiny_with_tokenizer_dir, corpus, tmp_path
+):
+    config = tiny_config(tiny_with_tokenizer_dir, corpus, tmp_path, steps=1)
     first = run(RECOVERY, config, lambda m: None)
     # The CSV as an older version wrote it: without the stderr, acc_limit and gold-BPB columns.
     new = {"acc_limit", "bpb_limit", "mbpp_bpb_before", "mbpp_bpb_after"}
@@ -101,8 +101,8 @@ def test_bench_recovery_refuses_a_non_positive_budget(capsys, tmp_path):
     assert not list(tmp_path.iterdir())
 
 
-def test_a_slicegpt_row_rotates_on_the_bench_batch_then_recovers(tiny_with_tokenizer_dir, tmp_path):
-    config = tiny_config(tiny_with_tokenizer_dir, tmp_path, steps=1)
+def test_a_slicegpt_row_rotates_on_the_bench_batch_then_recovers(tiny_with_tokenizer_dir, corpus, tmp_path):
+    config = tiny_config(tiny_with_tokenizer_dir, corpus, tmp_path, steps=1)
     config = replace(config, method="slicegpt", jobs=(("-", "-", 0.3),))  # a baseline: the sparsities only
     (row,) = run(RECOVERY, config, lambda m: None)
     assert (row["criterion"], row["allocation"], row["method"]) == ("slicegpt", "method", "slicegpt")
