@@ -93,7 +93,9 @@ PAIR_SCORER = WindowScorer(
 )
 
 
-def seq2seq_perplexity(model: nn.Module, tokenizer, dataset: str | Text = "wikitext2", **settings):
+def seq2seq_perplexity(
+    model: nn.Module, tokenizer, dataset: str | Text = "wikitext2", **settings
+) -> Seq2SeqPerplexityResult:
     """Perplexity of each window's second half given its first (encoder input), on `dataset`; `settings`
     are `perplexity`'s (seq_len, max_tokens, batch_size, fallback, use_cache, progress).
 
