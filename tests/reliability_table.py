@@ -279,46 +279,78 @@ SANDBOX_LAYERS = (
     ),
     (
         "no isolation, no execution (`SandboxUnavailable` before the model loads)",
-        "running without an OS boundary unnoticed: where bubblewrap is missing or cannot create "
-        "namespaces, it refuses and says what to install",
+        "running without an OS boundary unnoticed: where bubblewrap (0.8 or newer) is missing or cannot "
+        "create namespaces, it refuses and says what to install or allow",
         '`--unsafe-exec-without-sandbox` / the app\'s "run without a sandbox" box: then the programs are '
-        "plain processes of your user with only the seccomp filter and rlimits: they can read and write "
-        "whatever your user can (home, keys, the parent's `/proc/<pid>/environ`)",
+        "plain processes (of the sandbox uid when the evaluator is root, else of your user) with only the "
+        "seccomp filter and rlimits: they can read and write whatever that user can (your home and keys "
+        "when it is yours)",
     ),
     (
-        "bubblewrap, started with `env -i`: user, pid, network, ipc, uts and cgroup namespaces; uid/gid "
-        "65534 inside, no capabilities, no nested user namespaces; `--new-session`, `--die-with-parent`",
+        "never host root: as root, a launcher drops to an unprivileged host uid/gid of its own "
+        "(3800000, or `NIRVANA_SANDBOX_UID`/`_GID`) before bwrap starts; an interpreter under a folder that"
+        " uid cannot enter (`/root/.pyenv`) is shown to it through a read-only tmpfs over that folder in "
+        "the launcher's own mount namespace",
+        "changing host kernel settings (`/proc/sys`: the test writes `kernel.printk_ratelimit` and opens "
+        "`kernel.core_pattern`, twice, and the host value stays), and every other permission a host uid 0"
+        " behind uid 65534 had; exhausting root's per-user kernel limits (the uid is the sandbox's, not "
+        "root's); the tasks rlimit not applying (it applies to a uid that is not root)",
+        "the launcher itself runs as root for a few milliseconds, with the parent's arguments only, never "
+        "generated code; an evaluator that is not root runs its sandboxes as its own uid (no other is "
+        "reachable without privileges), as before; the sandbox uid is shared by concurrent sandboxes",
+    ),
+    (
+        "bubblewrap, started with an empty environment: user, pid, network, ipc, uts and cgroup "
+        "namespaces; uid/gid 65534 inside, no capabilities, no nested user namespaces; `--new-session`, "
+        "`--die-with-parent`; `--as-pid-1`",
         "reading `/etc/shadow`, `/etc`, home folders, the checkout, the host's `/proc` (the evaluating "
-        "process's environment; `/proc/1/environ` is bwrap's, empty); any write, delete, link, chmod, "
-        "chown, setxattr or fifo outside, by path or relative to a directory descriptor (only `/usr` and "
-        "the interpreter's prefix are there, read-only); seeing or signalling host processes; connecting "
-        "to a listener on the host's 127.0.0.1 or to a host unix socket (its loopback is its own, host "
-        "paths are absent); terminal injection",
-        "reading what is bound: `/usr` and the interpreter's prefix (world-readable system files and "
-        "installed packages); kernel bugs (the namespaces share the host kernel); a host uid 0 behind uid"
-        " 65534 where bwrap runs as root (the binds are read-only, and the kernel never enforces "
-        "RLIMIT_NPROC for it)",
+        "process's environment); seeing or signalling host processes; connecting to a listener on the "
+        "host's 127.0.0.1 or to a host unix socket (its loopback is its own, host paths are absent); "
+        "terminal injection; an unfiltered process inside (no bubblewrap init: the program is pid 1 and "
+        "alone, so the filter and the limits cover every process of the namespace)",
+        "kernel bugs (the namespaces share the host kernel)",
     ),
     (
-        "private `/tmp` (tmpfs, 64 MB) as cwd and HOME",
-        "filling the host's disk; files left behind (it vanishes with the namespace)",
-        "writing up to 64 MB of memory-backed files",
+        "what the sandbox sees: a read-only root; read-only binds of `/usr` and the interpreter's prefix; an"
+        " empty read-only folder over every site-/dist-packages folder and over `/usr/local` when the "
+        "interpreter is not in it; a private `/proc` with `/proc/sys`, `/proc/irq`, `/proc/bus` and "
+        "`/proc/sysrq-trigger` bound read-only; a `/dev` of null, zero, full, random and urandom only",
+        "any write, delete, link, chmod, chown, setxattr or fifo outside `/tmp`, by path or relative to a "
+        "directory descriptor; reading installed packages (the evaluation data with the canonical "
+        "solutions among them); mount points beyond these (the test reads `/proc/self/mountinfo`); "
+        "pseudo-terminals and `/dev/shm`",
+        "reading the rest of `/usr` and the standard library (world-readable system files); the "
+        "interpreter's own path shows the host's layout (e.g. `/root/.pyenv/versions/3.11.7`)",
     ),
     (
-        "seccomp filter (`nirvana/accuracy/seccomp.py`, x86_64), installed by the bootstrap before the generated code",
+        "one writable place: a private `/tmp` (tmpfs, 64 MB) as cwd and HOME",
+        "filling the host's disk or memory: the test throws 320 MB at `/`, `/root`, `/dev`, `/dev/shm`, "
+        "`/usr`, the prefix and `/proc` (read-only), at memfd, System V shared memory, message queues and "
+        "POSIX queues (denied), and fills `/tmp` to ENOSPC: the host's shared memory grows by at most the"
+        " 64 MB cap; files left behind (it vanishes with the namespace)",
+        "writing up to 64 MB of memory-backed files per sandbox (two per problem), on top of the address-space limit",
+    ),
+    (
+        "seccomp filter (`nirvana/accuracy/seccomp.py`, x86_64), installed by the bootstrap before the "
+        "generated code, after `PR_SET_DUMPABLE 0`",
         "any new process (`fork`, `vfork`, `clone` without CLONE_THREAD, `clone3`, `execve`: "
         "`subprocess`, `_posixsubprocess.fork_exec`, `os.posix_spawn`, multiprocessing's spawn and fork, "
-        "`os.system`), so also fork storms; sockets of every family; `ptrace`, `process_vm_*`; `mount`, "
-        "`unshare`, `setns`, `chroot`; `mknod`/`mkfifo`; `bpf`, `perf_event_open`, `userfaultfd`, "
-        "keyrings, `io_uring`, module loading; the x32 and i386 ABIs (killed)",
-        "threads (allowed: bounded by the address-space limit); other architectures get no filter (the "
-        "isolation line says so)",
+        "`os.system`), so also fork storms; sockets of every family; `ptrace`, `process_vm_*`, "
+        "`pidfd_open`, `pidfd_getfd`, `pidfd_send_signal` (and, not dumpable, its own `/proc/1/mem` "
+        "refuses it); `mount` and the new mount API, `unshare`, `setns`, `chroot`; `mknod`/`mkfifo`; "
+        "memory no limit counts (`memfd_create`, `memfd_secret`, `shmget`/`shmat`, `msgget`/`msgsnd`, "
+        "`semget`, `mq_open`); kernel objects counted per user (`inotify_init`, `fanotify_init`); `bpf`, "
+        "`perf_event_open`, `userfaultfd`, keyrings, `io_uring`, `syslog`, module loading; the x32 and "
+        "i386 ABIs (killed)",
+        "threads (allowed, and bounded by the tasks rlimit below); other architectures get no filter (the"
+        " isolation line says so)",
     ),
     (
-        "rlimits inside (CPU 10 s, address space 1 GB, file size 16 MB, 256 open files, no core files; "
-        "RLIMIT_NPROC set too)",
-        "a busy loop past its CPU time, a memory bomb (MemoryError), a huge file",
-        "a process count for a uid that maps to host root (seccomp bounds processes instead)",
+        "rlimits inside (CPU 10 s, address space 1 GB, file size 16 MB, 256 open files, 64 tasks, no core files)",
+        "a busy loop past its CPU time, a memory bomb (MemoryError), a huge file; 2,000 raw "
+        "`clone(CLONE_THREAD)` tasks on 4 KB stacks and 2,000 `threading` threads (fewer than 64 start: the"
+        " test counts the sandbox's tasks from the host)",
+        "a uid that is root: the tasks rlimit does not hold for it, which is why the sandbox never is",
     ),
     (
         "the parent: a bounded tail (64 KB) of each output pipe kept, the rest read and discarded; "
@@ -333,18 +365,24 @@ SANDBOX_LAYERS = (
         "judge and candidate in separate sandboxes: the tests run in the judge, which calls the generated"
         " code over pipes with plain data (None, bool, numbers, str, bytes, list, tuple, set, dict) or "
         'opaque handles; the verdict is "<random token> passed" on a pipe only the judge and the parent '
-        "hold",
+        "hold; the judge fetches only the globals its tests' code names, one message each, and runs the "
+        "tests with its own builtins",
         "a forged pass: writing a token to every descriptor and exiting 0, exiting 0 before the tests, an"
         " answer whose `__eq__` always says True (it arrives as a handle, equal only to itself), an `int`"
         ' subclass doing the same (it arrives as a plain int), a fake "ready" message, a StopIteration '
-        "that would end the tests' own `map()` early, redefining a "
-        "builtin type, a compare helper (`abs`, `round`, `sorted`, `len`, ...) or a standard module the "
-        "tests use",
+        "that would end the tests' own `map()` early, redefining a builtin type, a compare helper (`abs`, "
+        "`round`, `sorted`, `len`, ...) or a standard module the tests use; a `__builtins__` entry (or any"
+        " dunder name, of any `str` subclass) offered to the judge, which made every builtin of the tests "
+        "answer 0 and scored wrong answers to HumanEval/4, /33 and /37 as passes (refused; the tests' "
+        "builtins are the judge's); an honest global table of three million integers failing the "
+        "message cap (the tests never ask for it; a value over the cap they do ask for arrives as a "
+        "handle)",
         "a program that hard-codes the expected answers; redefining a helper its own program defines and "
         "the tests call (HumanEval's prompt helpers); tests that inspect an argument the function mutated"
-        " in place (the tests see the return value). Scored this way, every reference solution has the "
-        "same outcome as under the launcher before: HumanEval 164 of 164 and MBPP 499 of 500 pass (MBPP "
-        "367 fails under both: its tests need setup code the task does not run; "
+        " in place (the tests see the return value); tests that reach a candidate global only through a "
+        "string (`globals()['f']`, `eval`), which the judge does not fetch. Scored this way, every "
+        "reference solution has the same outcome as before: HumanEval 164 of 164 and MBPP 499 of 500 pass"
+        " (MBPP 367 fails under every sandbox: its tests need setup code the task does not run; "
         "`benchmarks/sandbox/references.csv`)",
     ),
     (

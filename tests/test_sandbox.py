@@ -191,3 +191,32 @@ def test_unsandboxed_programs_still_get_their_own_directory(monkeypatch, tmp_pat
     program = "import os\nopen('mine.txt', 'w').write('x')\nassert os.getcwd().startswith(os.environ['TMPDIR'])\n"
     out = run_tests(program, "", FAST, allow_unsandboxed=True)
     assert out.passed and out.isolation == UNSAFE and not (tmp_path / "mine.txt").exists()
+
+
+def test_unsandboxed_programs_are_never_root_either(monkeypatch):
+    from nirvana.accuracy.sandbox import sandbox_ids
+
+    _no_bwrap(monkeypatch)
+    out = run_tests(
+        "import os\nprint('ids', os.getuid(), os.getgid(), os.getgroups())\n", "", FAST, allow_unsandboxed=True
+    )
+    assert out.passed and out.isolation == UNSAFE, out.stderr_tail
+    uid, gid = sandbox_ids() or (os.getuid(), os.getgid())
+    assert f"ids {uid} {gid} " in out.stderr_tail
+    assert (uid != 0 and gid != 0) or os.geteuid() != 0
+
+
+def test_the_sandbox_uid_is_checked(monkeypatch):
+    from nirvana.accuracy import sandbox
+
+    if os.geteuid() != 0:
+        assert sandbox.sandbox_ids() is None  # not root: sandboxes run as this user, nothing to choose
+        return
+    assert sandbox.sandbox_ids() == (sandbox.SANDBOX_UID, sandbox.SANDBOX_UID)
+    for bad in ("0", "root", "-5", str(2**32 - 1)):
+        monkeypatch.setenv("NIRVANA_SANDBOX_UID", bad)
+        with pytest.raises(InvalidInput, match="NIRVANA_SANDBOX_UID must be a host id from 1 to"):
+            sandbox.sandbox_ids()
+    monkeypatch.setenv("NIRVANA_SANDBOX_UID", "3800123")
+    monkeypatch.setenv("NIRVANA_SANDBOX_GID", "3800124")
+    assert sandbox.sandbox_ids() == (3800123, 3800124)

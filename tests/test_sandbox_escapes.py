@@ -11,6 +11,7 @@ These tests need bubblewrap to create namespaces; they skip only where it cannot
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import socket
@@ -152,15 +153,16 @@ def test_secrets_of_the_host_cannot_be_read(monkeypatch):
         f"print(open('/proc/{os.getpid()}/environ', 'rb').read())",
         "print(os.listdir('/root/.ssh'))",
     ) + (
-        "for p in os.listdir('/proc'):\n"
-        "    if p.isdigit():\n"
-        "        print('environ', p, open(f'/proc/{p}/environ', 'rb').read())\n"
-        "print('env', dict(os.environ))\n"
+        "print('pids', [p for p in os.listdir('/proc') if p.isdigit()])\n"
+        "try:\n    open('/proc/1/environ', 'rb').read()\nexcept OSError as e:\n    print('environ', e.errno)\n"
+        "print('env', sorted(os.environ))\n"
     )
     out = run_program(program, QUICK)
     assert_blocked(out, 4)
     assert secret not in out.stderr_tail and "root:" not in out.stderr_tail
-    assert "environ 1 b''" in out.stderr_tail  # bwrap itself started with an empty environment
+    assert "pids ['1']" in out.stderr_tail  # the program is pid 1 and alone (--as-pid-1)
+    assert "environ 13" in out.stderr_tail  # not dumpable: not even its own /proc environ
+    assert "env ['HOME', 'LANG', 'PATH', 'PWD', 'PYTHONHASHSEED', 'TMPDIR']" in out.stderr_tail  # bwrap's --clearenv
 
 
 def test_no_network_to_a_listener_on_the_host(tmp_path):
@@ -340,3 +342,281 @@ def test_runs_in_parallel_threads_do_not_mix():
 
     with ThreadPoolExecutor(4) as pool:
         assert all(pool.map(one, range(8)))
+
+
+# Second round (issue 41): the sandbox as host root, memory outside the caps, pid 1, tasks and kernel
+# objects, forged verdicts through __builtins__, large honest programs, what the sandbox can see.
+
+
+class Sampler:
+    """Calls `read()` every 10 ms in a thread while the block runs; keeps every value."""
+
+    def __init__(self, read):
+        self.read, self.values, self._stop = read, [], threading.Event()
+
+    def __enter__(self):
+        def loop():
+            while not self._stop.is_set():
+                self.values.append(self.read())
+                time.sleep(0.01)
+
+        self._thread = threading.Thread(target=loop, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+def host_shmem_mb() -> float:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("Shmem:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no Shmem line in /proc/meminfo")
+
+
+def sandboxed_status() -> list[dict[str, str]]:
+    """/proc/<pid>/status of every sandboxed process that has left the root launcher (exec'd bwrap)."""
+    found = []
+    for pid in sandboxed_pids():
+        try:
+            if b"sandbox launcher:" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                continue  # still the launcher, which runs as root for a few milliseconds by design
+            lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+        except OSError:
+            continue
+        found.append(dict(line.split(":\t", 1) for line in lines if ":\t" in line))
+    return found
+
+
+def test_the_sandbox_is_never_host_root():
+    from nirvana.accuracy.sandbox import sandbox_ids
+
+    with Sampler(sandboxed_status) as seen:
+        out = run_program("import time\ntime.sleep(1.0)\n", QUICK)
+    assert out.passed, out.stderr_tail
+    uids = {int(s["Uid"].split()[0]) for batch in seen.values for s in batch}
+    expected = sandbox_ids()[0] if os.geteuid() == 0 else os.geteuid()
+    assert uids == {expected}, uids  # every process of it, bwrap and pid 1, as that host uid
+    assert expected != 0 and 0 not in {int(s["Gid"].split()[0]) for batch in seen.values for s in batch}
+
+
+def test_host_kernel_settings_cannot_be_changed():
+    knob = Path("/proc/sys/kernel/printk_ratelimit")
+    before = knob.read_text()
+    program = (
+        try_each(
+            f"open({str(knob)!r}, 'w').write('{int(before) + 1}')",
+            "open('/proc/sys/kernel/core_pattern', 'r+')",  # only opened: never written, even where it would work
+            "open('/proc/sys/kernel/printk', 'r+')",
+            "open('/proc/sysrq-trigger', 'r+')",
+            "import glob\nopen(sorted(glob.glob('/proc/irq/*/smp_affinity'))[0], 'r+')",
+        )
+        + "print('mounts', [l.split()[4] for l in open('/proc/self/mountinfo') if ' /proc/' in l])\n"
+    )
+    try:
+        for _ in range(2):  # a second problem of the same evaluation sees what the first left
+            out = run_program(program, QUICK)
+            assert_blocked(out, 5)
+            assert knob.read_text() == before
+    finally:
+        if knob.read_text() != before:  # never leave the host changed, even when the test fails
+            knob.write_text(before)
+    for name in ("sys", "irq"):
+        assert f"'/proc/{name}'" in out.stderr_tail  # bound read-only, not only refused by ownership
+
+
+def test_every_writable_place_is_bounded():
+    """Each place the payload can reach gets 320 MB thrown at it; the host's shared memory (where tmpfs
+    pages live) and the parent stay bounded by the 64 MB /tmp."""
+    program = try_each(
+        *[
+            f"for i in range(22):  # 15 MB files: under the file-size rlimit\n"
+            f"    with open({place!r} + f'/fill{{i}}', 'wb') as f:\n        for _ in range(15):\n"
+            "            f.write(b'x' * (1 << 20))"
+            for place in ("/", "/root", "/dev", "/dev/shm", "/usr", PREFIX, "/proc")
+        ],
+        "os.memfd_create('fill')",
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "assert libc.shmget(0, 320 << 20, 0o1600) >= 0, ctypes.get_errno()",
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nassert libc.msgget(0, 0o1600) >= 0",
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "assert libc.mq_open(b'/fill', os.O_CREAT | os.O_RDWR, 0o600, None) >= 0",
+    ) + (
+        "total = 0\nfor i in range(40):\n    try:\n        with open(f'/tmp/fill{i}', 'wb') as f:\n"
+        "            for _ in range(15):\n                f.write(b'x' * (1 << 20))\n                total += 1\n"
+        "    except OSError as e:\n        print('tmp full', e.errno)\n        break\n"
+        "print('tmp MB', total)\nimport time\ntime.sleep(0.5)\n"
+    )
+    base = host_shmem_mb()
+    with Sampler(host_shmem_mb) as shmem:
+        out = run_program(program, Limits(timeout_s=20.0, cpu_s=20))
+    assert "ESCAPED" not in out.stderr_tail and out.stderr_tail.count("blocked") == 11, out.stderr_tail
+    assert "tmp full 28" in out.stderr_tail  # ENOSPC: the tmpfs cap, not a file-size limit
+    tmp_mb = int(out.stderr_tail.split("tmp MB ")[1].split()[0])
+    assert 48 <= tmp_mb <= QUICK.tmpfs_mb
+    grew = max(shmem.values) - base
+    assert grew < QUICK.tmpfs_mb + 32, f"host shared memory grew {grew:.0f} MB"
+
+
+def test_pid_1_is_the_filtered_program_and_nothing_reaches_into_it():
+    program = (
+        "import os, ctypes\nprint('me', os.getpid(), sorted(p for p in os.listdir('/proc') if p.isdigit()))\n"
+        "print([l for l in open('/proc/1/status').read().splitlines() if l.startswith(('Seccomp:', 'NoNewPrivs'))])\n"
+    ) + try_each(
+        "open('/proc/1/mem', 'r+b')",
+        "open('/proc/self/mem', 'rb')",
+        "fd = os.pidfd_open(1)",
+        "libc = ctypes.CDLL(None, use_errno=True)\nassert libc.syscall(438, 0, 0, 0) >= 0, ctypes.get_errno()",
+        "libc = ctypes.CDLL(None, use_errno=True)\nassert libc.syscall(310, 1, 0, 0, 0, 0, 0) >= 0",  # process_vm_readv
+        "libc = ctypes.CDLL(None, use_errno=True)\nassert libc.ptrace(16, 1, 0, 0) == 0, ctypes.get_errno()",
+    )
+    out = run_program(program, QUICK)
+    assert_blocked(out, 6)
+    assert "me 1 ['1']" in out.stderr_tail  # --as-pid-1: no bubblewrap init inside, the program is alone
+    assert "'Seccomp:\\t2'" in out.stderr_tail and "'NoNewPrivs:\\t1'" in out.stderr_tail
+
+
+RAW_THREADS = r"""
+import ctypes, mmap, os, threading, time
+libc = ctypes.CDLL(None, use_errno=True)
+# a thread made by a bare clone(CLONE_THREAD) on a 4 KB stack, that only ever calls pause()
+code = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+code.write(b"\xb8\x22\x00\x00\x00\x0f\x05\xeb\xf7")  # mov eax, 34 (pause); syscall; jmp back
+entry = ctypes.addressof(ctypes.c_char.from_buffer(code))
+flags = 0x100 | 0x200 | 0x400 | 0x800 | 0x10000 | 0x40000  # VM FS FILES SIGHAND THREAD SYSVSEM
+stacks, raw = [], 0
+for _ in range(2000):
+    stack = ctypes.create_string_buffer(4096)
+    stacks.append(stack)
+    top = (ctypes.addressof(stack) + 4096 - 64) & ~15
+    ctypes.c_void_p.from_address(top).value = entry  # the wrapper's `ret` in the child lands here
+    if libc.syscall(56, flags, ctypes.c_void_p(top), 0, 0, 0) < 0:
+        break
+    raw += 1
+threading.stack_size(32768)
+made = 0
+try:
+    for _ in range(2000):
+        threading.Thread(target=time.sleep, args=(3,), daemon=True).start()
+        made += 1
+except RuntimeError:
+    pass
+inotify = sum(libc.inotify_init1(0) >= 0 for _ in range(200))
+print("raw", raw, "threads", made, "inotify", inotify, flush=True)
+time.sleep(1.5)
+"""
+
+
+def test_tasks_and_kernel_objects_are_bounded():
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def tasks_and_inotify():
+        fd = libc.inotify_init1(0)
+        if fd >= 0:
+            os.close(fd)
+        return sum(int(s.get("Threads", "1")) for s in sandboxed_status()), fd >= 0
+
+    with Sampler(tasks_and_inotify) as seen:
+        out = run_program(RAW_THREADS, Limits(timeout_s=10.0, cpu_s=10))
+    assert "inotify 0" in out.stderr_tail, out.stderr_tail  # the filter: no inotify instance at all
+    raw = int(out.stderr_tail.split("raw ")[1].split()[0])
+    made = int(out.stderr_tail.split("threads ")[1].split()[0])
+    assert raw + made < QUICK.nproc, out.stderr_tail  # RLIMIT_NPROC of the unprivileged uid
+    assert max(n for n, _ in seen.values) <= QUICK.nproc + 3  # + the judge and the two outer bwraps
+    assert all(ok for _, ok in seen.values)  # the parent's user could make inotify instances throughout
+
+
+FORGE = """
+import builtins as _b
+class _Key(str):
+    def startswith(self, *args):
+        return False
+def _zero(*args, **kwargs):
+    return 0
+_fake = {}
+for _k, _v in vars(_b).items():
+    if isinstance(_v, type) and issubclass(_v, BaseException) or _k.startswith("__"):
+        _fake[_k] = _v
+    elif callable(_v):
+        _fake[_k] = _zero
+_fake["range"] = lambda *args: []
+_g = globals()
+del _g["__builtins__"]
+_g[_Key("__builtins__")] = _fake
+"""
+
+
+def test_a_forged_builtins_entry_does_not_pass_humaneval():
+    """The round-2 forgery: a `__builtins__` entry (a str subclass whose startswith says no) made every
+    builtin of the tests answer 0, and range() empty; on the first sandbox it scored HumanEval/4, /33
+    and /37 as passed with wrong answers."""
+    from nirvana.accuracy.data import load_docs
+
+    docs = {d["task_id"]: d for d in load_docs("humaneval")}
+    for task_id in ("HumanEval/4", "HumanEval/33", "HumanEval/37"):
+        doc = docs[task_id]
+        tests = f"{doc['test']}\ncheck({doc['entry_point']})\n"
+        forged = run_tests(doc["prompt"] + "    return 0.0\n" + FORGE, tests, QUICK)
+        assert not forged.passed, task_id
+        honest = run_tests(doc["prompt"] + doc["canonical_solution"], tests, QUICK)
+        assert honest.passed, (task_id, honest.stderr_tail)
+    metric = SandboxedPassAt1(QUICK)
+    doc = docs["HumanEval/4"]
+    tests = f"{doc['test']}\ncheck({doc['entry_point']})\n"
+    assert metric(references=[tests], predictions=[doc["prompt"] + "    return 0.0\n" + FORGE]) == 0.0
+
+
+def test_the_judge_refuses_dunder_names_whatever_the_candidate_sends():
+    """The candidate's own loader skips dunder names, but it runs beside generated code that can patch it:
+    here the completion writes its own ready message offering `__builtins__`; the judge refuses it."""
+    tests = "assert abs(area(2) - 12.566) < 0.01\n"
+    for offered in ("__builtins__", "__import__", "__name__"):
+        forged = "import os, json, struct, sys\n"
+        forged += f"m = json.dumps({{'ready': True, 'names': {{{offered!r}: ['V'], 'area': ['V']}}}}).encode()\n"
+        forged += "os.write(int(sys.argv[3]), struct.pack('>Q', len(m)) + m)\nos._exit(0)\n"
+        out = run_tests(forged, tests, QUICK)
+        assert not out.passed and f"a name the tests may not take ({offered!r})" in out.stderr_tail, out.stderr_tail
+
+
+def test_builtins_the_tests_use_are_the_judges_own():
+    tests = "assert sorted(f([3, 1])) == [1, 3]\nassert abs(g() - 2.5) < 1e-9\nassert len(set(f([1, 1]))) == 1\n"
+    wrong = "def f(xs):\n    return xs\ndef g():\n    return 0.0\n"
+    assert not run_tests(wrong + FORGE, tests, QUICK).passed
+    for name in ("sorted", "abs", "len", "set"):  # a plain global of the same name is not taken either
+        assert not run_tests(wrong + f"def {name}(*a):\n    return 0\n", tests, QUICK).passed, name
+    assert run_tests("def f(xs):\n    return xs\ndef g():\n    return 2.5\n", tests, QUICK).passed
+
+
+def test_a_large_honest_table_passes():
+    table = "TABLE = list(range(3_000_000))\ndef f(i):\n    return TABLE[i]\n"  # about 40 MB as a message
+    out = run_tests(table, "assert f(5) == 5\nassert f(2_999_999) == 2_999_999\n", Limits(timeout_s=30, cpu_s=30))
+    assert out.passed, out.stderr_tail
+    used = run_tests(table, "assert len(TABLE) == 3_000_000 and TABLE[7] == 7\n", Limits(timeout_s=30, cpu_s=30))
+    assert used.passed, used.stderr_tail  # too big to copy: the tests get a handle to it
+
+
+def test_the_sandbox_sees_the_standard_library_and_no_installed_packages():
+    from nirvana.accuracy.sandbox import DEVICES, PROC_KNOBS, _site_folders
+
+    sites = _site_folders(PREFIX)
+    assert any(s.startswith(PREFIX) for s in sites)  # the interpreter's own site-packages (pip lives there)
+    program = (
+        "import os, sys, json\n"
+        "print('sites', json.dumps({p: os.listdir(p) for p in sys.path if p.endswith(('site-packages', "
+        "'dist-packages')) and os.path.isdir(p)}))\n"
+        "print('mounts', json.dumps([l.split()[4] for l in open('/proc/self/mountinfo')]))\n"
+        "import json, email, ctypes, decimal, sqlite3, hashlib\nprint('stdlib ok')\n"
+    ) + try_each(*[f"print(os.listdir({s!r}))\nassert os.listdir({s!r})" for s in sites])
+    out = run_program(program, QUICK)
+    assert "stdlib ok" in out.stderr_tail, out.stderr_tail
+    assert_blocked(out, len(sites))
+    shown = json.loads(out.stderr_tail.split("sites ")[1].splitlines()[0])
+    assert all(v == [] for v in shown.values()), shown
+    mounts = json.loads(out.stderr_tail.split("mounts ")[1].splitlines()[0])
+    allowed = {"/", "/usr", PREFIX, "/proc", "/tmp", *sites}
+    allowed |= {f"/proc/{k}" for k in PROC_KNOBS} | {f"/dev/{d}" for d in DEVICES}
+    assert set(mounts) <= allowed, set(mounts) - allowed

@@ -63,11 +63,12 @@ def code_notice(allow_unsandboxed: bool = False) -> str:
     lim = iso["limits"]
     how = (
         "Each program runs in two bubblewrap sandboxes (the generated code in one, the tests in the other): "
-        "own user, pid and network namespaces, read-only system files, a private size-capped /tmp, no new "
-        "processes or sockets"
+        "own user, pid and network namespaces, never root on the host, read-only system files and no installed "
+        "packages, one private size-capped /tmp as the only writable place, no new processes or sockets"
         if iso["isolation"] == ISOLATED
         else f"**No OS isolation is available here** ({iso['reason']}): generated code does not run unless you "
-        "tick 'run without a sandbox' below, and then it runs as plain processes of the app's user"
+        "tick 'run without a sandbox' below, and then it runs as plain processes of the app's user (of an "
+        "unprivileged sandbox uid when the app runs as root)"
     )
     return (
         "MBPP scores the model's generated Python by running it against each problem's three `assert` tests. "

@@ -1,15 +1,31 @@
 """Run generated Python in OS-level isolation: never inside the library or app process.
 
-A test run (`run_tests(completion, tests)`) starts two sandboxes, each a bubblewrap (`bwrap`)
-container started with an empty environment (`env -i`):
+A test run (`run_tests(completion, tests)`) starts two sandboxes, each a bubblewrap (`bwrap`, 0.8 or
+newer) container started with an empty environment:
+- never host root: when this process is root, a launcher (`sandbox_scripts.LAUNCHER`) drops to an
+  unprivileged host uid/gid of its own (`SANDBOX_UID`, or NIRVANA_SANDBOX_UID/GID) before bwrap
+  starts, so uid 65534 inside maps to that uid, not to root: host-owned files and knobs
+  (`/proc/sys`) refuse it, and its per-user kernel limits (tasks, pipes, inotify) are not root's.
+  Where the interpreter lies under a folder that uid cannot enter (`/root/.pyenv`), the launcher
+  first lays a read-only tmpfs over that folder, in a mount namespace of its own, holding only the
+  interpreter's prefix. Not root: bwrap runs as this user;
 - new user, pid, network, ipc, uts and cgroup namespaces; uid/gid 65534 inside; no further user
-  namespaces; `--new-session` (no terminal injection); `--die-with-parent`;
-- a filesystem of only read-only binds of `/usr` and the interpreter's prefix (plus the `/lib`,
-  `/bin` links), a private `/proc` of the pid namespace, a minimal `/dev`, and a size-capped tmpfs
-  as its work dir (`/tmp`, also HOME and the cwd): no host `/proc`, no `/etc`, no home, no sockets;
+  namespaces; `--new-session` (no terminal injection); `--die-with-parent`; `--as-pid-1`: no
+  bubblewrap init inside, the sandboxed interpreter is pid 1 and the only process, so the filter and
+  the limits below cover every process of the namespace;
+- a read-only filesystem: the root, binds of `/usr` and the interpreter's prefix (plus the `/lib`,
+  `/bin` links), an empty read-only folder over every site-/dist-packages folder and over
+  `/usr/local` (installed packages, evaluation data among them, are not visible), a private
+  `/proc` of the pid namespace with `/proc/sys`, `/proc/irq`, `/proc/bus` and `/proc/sysrq-trigger`
+  read-only, a `/dev` of only null, zero, full, random and urandom (no pts, no shm), and one
+  writable place, a size-capped tmpfs as its work dir (`/tmp`, also HOME and the cwd): every
+  writable byte is under that cap. No `/etc`, no home, no sockets;
 - inside, before any generated code: rlimits (CPU seconds, address space, file size, open files,
-  processes, no core files) and a seccomp filter (`nirvana.accuracy.seccomp`: no new processes, no
-  exec, no sockets, no ptrace, no mount or namespace calls).
+  tasks, no core files), not dumpable (`PR_SET_DUMPABLE 0`: its `/proc/1/mem` and `pidfd_getfd` on
+  it fail), and a seccomp filter (`nirvana.accuracy.seccomp`: no new processes, no exec, no
+  sockets, no ptrace or pidfd, no mount or namespace calls, no memfd, System V IPC, POSIX message
+  queues or inotify). Threads are allowed and bounded by the tasks rlimit, which holds because the
+  uid is not root.
 The *candidate* sandbox executes the generated code (MBPP's or HumanEval's completion); the *judge*
 sandbox executes the problem's tests, calling into the candidate over two pipes with plain-data
 messages (`nirvana.accuracy.sandbox_scripts`).
@@ -22,18 +38,21 @@ The tests run in the judge: every value the candidate returns arrives as plain d
 opaque handle (an object whose `==` always says True is a handle, equal only to itself), so the
 asserts are evaluated by the judge's own `==`. What it cannot stop: a candidate that computes the
 right answers by hard-coding them, or that redefines helpers its own program defines and the tests
-call (HumanEval's prompt helpers); the judge never lets candidate names shadow builtins or standard
-modules.
+call (HumanEval's prompt helpers). The judge never lets candidate names shadow builtins or standard
+modules, refuses any dunder name (`__builtins__` above all) and runs the tests with its own
+builtins; it fetches, one message each, only the candidate globals its tests' code names, so a
+large table the tests never touch never travels, and a value too big for one message arrives as
+a handle.
 
 The parent (this process) reads every pipe with a hard byte cap (a bounded tail is kept, the rest
-discarded), kills both sandboxes at the wall-clock limit (SIGKILL to bwrap; its pid 1 dies with it,
-so everything inside dies) and never reads blockingly after the kill.
+discarded), kills both sandboxes at the wall-clock limit (SIGKILL to the namespace's pid 1, so
+everything inside dies, then to bwrap) and never reads blockingly after the kill.
 
 No isolation, no execution: where bubblewrap is missing or cannot create the namespaces,
 `run_tests` raises `SandboxUnavailable` (what to install) unless the caller passes
 `allow_unsandboxed=True` (CLI `--unsafe-exec-without-sandbox`): then the same two processes run
-as plain child processes of this user, with rlimits and seccomp but no namespaces. Every
-`Outcome` records which isolation was active.
+as plain child processes (of the sandbox uid when this process is root, else of this user), with
+rlimits and seccomp but no namespaces. Every `Outcome` records which isolation was active.
 
 Code execution needs an explicit opt-in: `code_execution_allowed(flag)` is true for the flag or
 `HF_ALLOW_CODE_EVAL=1` (lm-eval's and Hugging Face evaluate's convention).
@@ -56,7 +75,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 
-from nirvana.accuracy.sandbox_scripts import CANDIDATE, JUDGE
+from nirvana.accuracy.sandbox_scripts import CANDIDATE, JUDGE, LAUNCHER
 from nirvana.accuracy.seccomp import filter_program
 from nirvana.errors import InvalidInput, NirvanaError
 
@@ -64,12 +83,14 @@ UNSAFE_FLAG = "--unsafe-exec-without-sandbox"
 OPT_IN = (
     "Generated code runs only with an explicit opt-in: pass --allow-code-execution (CLI), tick the "
     "code-execution box (app), or set HF_ALLOW_CODE_EVAL=1. It then runs in a bubblewrap sandbox "
-    "(own user, pid and network namespaces, read-only system files, a private size-capped /tmp, time, "
-    "memory and file-size limits, no new processes or sockets)."
+    "(own user, pid and network namespaces, never root on the host, read-only system files, a private "
+    "size-capped /tmp, time, memory, file-size and task limits, no new processes or sockets)."
 )
-INSTALL = "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap)"
+INSTALL = "install bubblewrap 0.8 or newer (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap)"
 MARKER = "nirvana-sandbox"  # in every sandboxed process's command line (tests look for leftovers)
 ISOLATED, UNSAFE = "bubblewrap", "none (unsafe: plain child processes)"
+FILTER_SUMMARY = "no fork/exec/socket/ptrace/pidfd/mount, no memfd/SysV IPC/inotify"
+SANDBOX_UID = 3_800_000  # the host uid and gid sandboxes run as when the evaluator is root (no account needed)
 
 
 class SandboxUnavailable(NirvanaError):
@@ -121,22 +142,72 @@ def _interpreter() -> tuple[str, str]:
 
 @functools.lru_cache(maxsize=4)
 def _bwrap_help(bwrap: str) -> str:
-    """bwrap's option list (older releases lack --size and --disable-userns)."""
+    """bwrap's option list (older releases lack --size, --disable-userns and --as-pid-1)."""
     try:
         return subprocess.run([bwrap, "--help"], capture_output=True, text=True, timeout=10, env={}).stdout
     except (OSError, subprocess.TimeoutExpired):
         return ""
 
 
+NEEDED_OPTIONS = ("--as-pid-1", "--size", "--remount-ro", "--disable-userns")  # bubblewrap >= 0.8
+DEVICES = ("null", "zero", "full", "random", "urandom")  # the whole /dev inside: no pts, no shm, no tty
+PROC_KNOBS = ("sys", "sysrq-trigger", "irq", "bus")  # read-only inside, whoever the sandbox's uid is
+
+
+def sandbox_ids() -> tuple[int, int] | None:
+    """The host (uid, gid) sandboxes run as when this process is root; None when it is not root (then
+    they run as this process's own uid, which is no more than the evaluator already has).
+
+    NIRVANA_SANDBOX_UID / NIRVANA_SANDBOX_GID choose them (default SANDBOX_UID): an id no account or
+    service uses, so that the per-user kernel limits a sandbox can reach are nobody else's."""
+    if os.geteuid() != 0:
+        return None
+    ids = []
+    for var in ("NIRVANA_SANDBOX_UID", "NIRVANA_SANDBOX_GID"):
+        raw = os.environ.get(var, "").strip() or str(SANDBOX_UID)
+        if not raw.isdigit() or not 0 < int(raw) < 2**32 - 1:
+            raise InvalidInput(f"{var} must be a host id from 1 to {2**32 - 2} (not root), got {raw!r}.")
+        ids.append(int(raw))
+    return ids[0], ids[1]
+
+
+def _unreachable_tops(path: str) -> list[str]:
+    """The highest folder above `path` that other users cannot enter (e.g. /root, mode 0700), if any."""
+    parts = path.strip("/").split("/")
+    for i in range(1, len(parts)):
+        folder = "/" + "/".join(parts[:i])
+        if not os.stat(folder).st_mode & 0o001:
+            return [folder]
+    return []
+
+
+def _site_folders(prefix: str) -> list[str]:
+    """Installed packages (evaluation data among them) the sandbox must not see: every site- and
+    dist-packages folder of the bound trees, and /usr/local whole when the interpreter is not in it."""
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    found = [
+        f"{top}/{kind}"
+        for top in (f"{prefix}/lib/{version}", f"/usr/lib/{version}", "/usr/lib/python3", f"/usr/local/lib/{version}")
+        for kind in ("site-packages", "dist-packages")
+    ]
+    local = [] if prefix == "/usr/local" or prefix.startswith("/usr/local/") else ["/usr/local"]
+    return [f for f in dict.fromkeys(local + found) if os.path.isdir(f) and not f.startswith(tuple(local))]
+
+
 def bwrap_command(limits: Limits, info_fd: int | None = None) -> list[str]:
-    """The `env -i bwrap ...` prefix that runs one sandboxed interpreter (without its arguments);
-    bwrap writes the pid of the sandbox's pid 1 to `info_fd` as JSON."""
+    """The command prefix that runs one sandboxed interpreter (without its arguments); bwrap writes
+    the pid of the sandbox's pid 1 (the interpreter itself, --as-pid-1) to `info_fd` as JSON.
+
+    As root, the prefix is the launcher (`sandbox_scripts.LAUNCHER`): it drops to `sandbox_ids()`
+    before bwrap starts, so the sandbox is never host root; otherwise bwrap runs as this user."""
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         raise FileNotFoundError("bwrap")
+    missing = [o for o in NEEDED_OPTIONS if o not in _bwrap_help(bwrap)]
+    if missing:
+        raise OSError(f"bubblewrap is too old (no {', '.join(missing)}; 0.8 or newer is needed)")
     exe, prefix = _interpreter()
-    cmd = [shutil.which("env") or "/usr/bin/env", "-i", bwrap, "--unshare-all", "--unshare-user"]
-    cmd += ["--disable-userns"] if "--disable-userns" in _bwrap_help(bwrap) else []  # bwrap >= 0.8; seccomp too
+    cmd = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--as-pid-1"]
     cmd += ["--die-with-parent", "--new-session", "--uid", "65534", "--gid", "65534", "--hostname", "sandbox"]
     cmd += ["--ro-bind", "/usr", "/usr"]
     for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64"):
@@ -146,13 +217,37 @@ def bwrap_command(limits: Limits, info_fd: int | None = None) -> list[str]:
             cmd += ["--ro-bind", top, top]
     if not prefix.startswith("/usr/"):
         cmd += ["--ro-bind", prefix, prefix]
-    cmd += ["--proc", "/proc", "--dev", "/dev"]
-    cmd += ["--size", str(limits.tmpfs_mb << 20)] if "--size" in _bwrap_help(bwrap) else []  # bwrap >= 0.7
-    cmd += ["--tmpfs", "/tmp"]
+    for folder in _site_folders(prefix):  # an empty read-only folder over each
+        cmd += ["--perms", "0555", "--size", "4096", "--tmpfs", folder, "--remount-ro", folder]
+    cmd += ["--proc", "/proc"]
+    for knob in PROC_KNOBS:
+        if os.path.exists(f"/proc/{knob}"):
+            cmd += ["--ro-bind", f"/proc/{knob}", f"/proc/{knob}"]
+    cmd += ["--dir", "/dev"]
+    for dev in DEVICES:
+        cmd += ["--dev-bind", f"/dev/{dev}", f"/dev/{dev}"]
+    for i, name in enumerate(("stdin", "stdout", "stderr")):
+        cmd += ["--symlink", f"/proc/self/fd/{i}", f"/dev/{name}"]
+    cmd += ["--symlink", "/proc/self/fd", "/dev/fd"]
+    cmd += ["--size", str(limits.tmpfs_mb << 20), "--tmpfs", "/tmp"]
+    cmd += ["--remount-ro", "/"]  # last: the only writable place left is the size-capped /tmp
     cmd += ["--chdir", "/tmp", "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/tmp"]
     cmd += ["--setenv", "TMPDIR", "/tmp", "--setenv", "LANG", "C.UTF-8", "--setenv", "PYTHONHASHSEED", "0"]
     cmd += [] if info_fd is None else ["--info-fd", str(info_fd)]
-    return [*cmd, exe]
+    launcher = _launcher()
+    return [*launcher, *cmd, exe] if launcher else [shutil.which("env") or "/usr/bin/env", "-i", *cmd, exe]
+
+
+def _launcher(env: dict | None = None) -> list[str]:
+    """As root, the command prefix that drops to `sandbox_ids()` and then execs what follows it with
+    `env` (empty by default); [] when this process is not root."""
+    ids = sandbox_ids()
+    if ids is None:
+        return []
+    exe, prefix = _interpreter()
+    hide = _unreachable_tops(prefix)
+    launch = {"uid": ids[0], "gid": ids[1], "hide": hide, "keep": [prefix] if hide else [], "env": env or {}}
+    return [exe, "-I", "-S", "-c", LAUNCHER, json.dumps(launch)]
 
 
 @dataclass(frozen=True)
@@ -171,6 +266,8 @@ def probe() -> Isolation:
         cmd = bwrap_command(Limits())
     except FileNotFoundError:
         return Isolation(False, UNSAFE, "bubblewrap (bwrap) is not installed", has_filter)
+    except (OSError, InvalidInput) as exc:
+        return Isolation(False, UNSAFE, str(exc), has_filter)
     try:
         done = subprocess.run(
             [*cmd, "-I", "-c", "import os; print(os.getuid())"], capture_output=True, timeout=30, env={}
@@ -179,7 +276,9 @@ def probe() -> Isolation:
         return Isolation(False, UNSAFE, f"bwrap could not start: {exc}", has_filter)
     if done.returncode != 0 or done.stdout.strip() != b"65534":
         why = done.stderr.decode(errors="replace").strip().splitlines()[-1:] or [f"exit code {done.returncode}"]
-        return Isolation(False, UNSAFE, f"bwrap could not create the namespaces ({why[0]})", has_filter)
+        ids = sandbox_ids()
+        who = f" as host uid {ids[0]} (this process is root; sandboxes never run as root)" if ids else ""
+        return Isolation(False, UNSAFE, f"bwrap could not create the namespaces{who} ({why[0]})", has_filter)
     return Isolation(True, ISOLATED, "", has_filter)
 
 
@@ -187,8 +286,12 @@ def unavailable_message(iso: Isolation) -> str:
     return (
         f"Generated code needs OS isolation to run, and it is not available here: {iso.reason}. "
         f"To fix it, {INSTALL}; in a container, also allow user namespaces (e.g. docker run "
-        "--security-opt seccomp=unconfined --security-opt apparmor=unconfined). Or accept the risk of running "
-        f"it as plain processes of your user, with only rlimits and a seccomp filter: pass {UNSAFE_FLAG} (CLI) "
+        "--security-opt seccomp=unconfined --security-opt apparmor=unconfined). As root, sandboxes drop to "
+        f"host uid {SANDBOX_UID} (or NIRVANA_SANDBOX_UID) first, which needs unprivileged user namespaces "
+        "(sysctl user.max_user_namespaces above 0; kernel.unprivileged_userns_clone=1 where it exists), or run "
+        "the evaluator as an ordinary user. Or accept the risk of running "
+        f"it as plain processes (of your user, or of the sandbox uid as root), with only rlimits and a seccomp "
+        f"filter: pass {UNSAFE_FLAG} (CLI) "
         "or tick 'run without a sandbox' (app)."
     )
 
@@ -203,6 +306,11 @@ def require_isolation(allow_unsandboxed: bool = False) -> str:
     raise SandboxUnavailable(unavailable_message(iso))
 
 
+def _host_user() -> str:
+    ids = sandbox_ids()
+    return f"host uid {ids[0]} (dropped from root)" if ids else f"host uid {os.geteuid()} (yours)"
+
+
 def isolation(allow_unsandboxed: bool = False) -> dict:
     """What the sandbox does on this host (for the output, every result and the app's notice)."""
     iso = probe()
@@ -211,10 +319,11 @@ def isolation(allow_unsandboxed: bool = False) -> dict:
         "process": "two bubblewrap sandboxes (candidate code, tests) talking over pipes"
         if iso.active
         else "two plain child processes (candidate code, tests) talking over pipes",
-        "namespaces": "user, pid, network, ipc, uts, cgroup; uid 65534; read-only /usr and interpreter"
+        "namespaces": f"user, pid, network, ipc, uts, cgroup; uid 65534 inside, {_host_user()}; the program is "
+        "pid 1; read-only root, /usr and interpreter, no installed packages, a size-capped /tmp"
         if iso.active
         else "none",
-        "seccomp": "no fork/exec/socket/ptrace/mount/namespaces" if iso.seccomp else "not on this architecture",
+        "seccomp": FILTER_SUMMARY if iso.seccomp else "not on this architecture",
         "reason": "" if iso.active else iso.reason,
         "runs": iso.active or allow_unsandboxed,
         "limits": asdict(Limits()),
@@ -225,9 +334,12 @@ def isolation(allow_unsandboxed: bool = False) -> dict:
 def isolation_line(allow_unsandboxed: bool = False, iso: Isolation | None = None) -> str:
     """One line for the CLI and the app: which isolation generated code runs under."""
     iso = iso or probe()
-    filt = "seccomp (no fork/exec/socket/ptrace/mount)" if iso.seccomp else "no seccomp (not built for this CPU)"
+    filt = f"seccomp ({FILTER_SUMMARY})" if iso.seccomp else "no seccomp (not built for this CPU)"
     if iso.active:
-        return f"isolation: bubblewrap (user/pid/net/ipc/uts namespaces, uid 65534, read-only /usr), {filt}, rlimits"
+        return (
+            f"isolation: bubblewrap (user/pid/net/ipc/uts namespaces, uid 65534 = {_host_user()}, "
+            f"read-only root and /usr, no site-packages, {Limits().tmpfs_mb} MB /tmp), {filt}, rlimits"
+        )
     if allow_unsandboxed:
         return f"isolation: NONE ({iso.reason}; running anyway because of {UNSAFE_FLAG}); {filt}, rlimits only"
     return f"isolation: unavailable ({iso.reason}): generated code will not run"
@@ -342,15 +454,15 @@ def run_tests(completion: str, tests: str, limits: Limits | None = None, *, allo
     token = secrets.token_hex(16)
     bpf = filter_program()
     rlimits = {k: getattr(lim, k) for k in ("cpu_s", "memory_mb", "file_mb", "nproc", "nofile")}
-    common = {"limits": rlimits, "seccomp": bpf.hex() if bpf else ""}
-    configs = (
-        {**common, "source": completion},
-        {**common, "token": token, "tests": tests, "message_cap": lim.message_mb << 20},
-    )
-    env, work = {}, None
-    if mode != ISOLATED:  # plain processes: at least their own temporary directory as cwd, HOME and TMPDIR
+    common = {"limits": rlimits, "seccomp": bpf.hex() if bpf else "", "message_cap": lim.message_mb << 20}
+    configs = ({**common, "source": completion}, {**common, "token": token, "tests": tests})
+    env, work, plain = {}, None, []
+    if mode != ISOLATED:  # plain processes: their own temporary directory as cwd, HOME and TMPDIR; never root
         work = tempfile.mkdtemp(prefix="nirvana-unsandboxed-")
         env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0", "HOME": work, "TMPDIR": work}
+        if ids := sandbox_ids():
+            os.chown(work, *ids)
+        plain = [*_launcher(env), _interpreter()[0]]
     req_r, req_w = os.pipe()  # judge -> candidate
     rep_r, rep_w = os.pipe()  # candidate -> judge
     verdict_r, verdict_w = os.pipe()  # judge -> this process, nobody else
@@ -369,7 +481,7 @@ def run_tests(completion: str, tests: str, limits: Limits | None = None, *, allo
             stdins.append(in_w)
             outs.append(out_r)
             infos.append(info_r)
-            prefix = bwrap_command(lim, info_w) if mode == ISOLATED else [_interpreter()[0]]
+            prefix = bwrap_command(lim, info_w) if mode == ISOLATED else plain
             argv = [*prefix, "-I", "-c", script, f"{MARKER}-{name}", *map(str, keep)]
             procs.append(_spawn(argv, in_r, out_w, (*keep, info_w) if mode == ISOLATED else keep, env, work))
     except BaseException:

@@ -1,4 +1,4 @@
-"""The two programs the sandbox starts, as source text (run with `python -I -c`, never imported here).
+"""The programs the sandbox starts, as source text (run with `python -I -c`, never imported here).
 
 CANDIDATE runs the generated code; JUDGE runs the tests. They run in two separate sandboxes
 (see `nirvana.accuracy.sandbox`) and talk over two pipes with length-prefixed JSON messages whose
@@ -13,8 +13,17 @@ builtin type (set, str, tuple, ...), a helper tests compare with (abs, round, so
 a standard module (a candidate `abs` that returns 0 would pass `abs(f(x) - y) < 1e-9`); other
 builtins can be the task's own function (MBPP 126 asks for a `sum`).
 
-Both programs first read their settings from stdin (until EOF), set their rlimits and install the
-seccomp filter (`nirvana.accuracy.seccomp`); only then does the candidate execute generated code.
+Loading: once the generated code has run, the candidate offers the *names* of its globals (and which
+are modules), not their values. The judge refuses any dunder name (the candidate's own loader runs
+beside generated code that can patch it, so the judge checks again), collects every name its tests'
+code objects mention (`co_names`, nested functions included) and fetches only those, one message
+each ("global"). A value whose message would pass the cap comes as a handle instead, so an honest
+program with a large table loads whatever the tests touch. The tests then run with the judge's own
+`builtins`, set after the candidate's names.
+
+Both programs first read their settings from stdin (until EOF), set their rlimits, make themselves
+undumpable and install the seccomp filter (`nirvana.accuracy.seccomp`); only then does the candidate
+execute generated code. LAUNCHER is the root-only step before bubblewrap (`sandbox.bwrap_command`).
 """
 
 from __future__ import annotations
@@ -29,12 +38,15 @@ def _limits(lim):
         hard = value + 1 if name == "RLIMIT_CPU" else value
         resource.setrlimit(getattr(resource, name), (value, hard))
 
-def _seccomp(hex_filter):
+def _lock_down(hex_filter):
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    # not dumpable: /proc/<pid>/mem, pidfd_getfd and ptrace of this process need privileges nobody here has
+    if libc.prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE
+        raise OSError(ctypes.get_errno(), "could not make the sandbox undumpable")
     if not hex_filter:
         return
-    import ctypes
     bpf = bytes.fromhex(hex_filter)
-    libc = ctypes.CDLL(None, use_errno=True)
     class Prog(ctypes.Structure):
         _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
     buf = ctypes.create_string_buffer(bpf, len(bpf))
@@ -48,11 +60,14 @@ def _setup():
     os.dup2(null, 0)
     os.close(null)
     _limits(cfg["limits"])
-    _seccomp(cfg["seccomp"])
+    _lock_down(cfg["seccomp"])
     return cfg
 
-def _send(fd, obj):
-    data = json.dumps(obj, separators=(",", ":")).encode()
+def _dump(obj):
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+def _send(fd, obj, data=None):
+    data = _dump(obj) if data is None else data
     data = struct.pack(">Q", len(data)) + data
     while data:
         data = data[os.write(fd, data):]
@@ -80,6 +95,7 @@ def _main():
     import traceback
     req, rep = int(sys.argv[2]), int(sys.argv[3])
     cfg = _setup()
+    cap = cfg["message_cap"]  # the largest reply sent as data; a bigger value goes as a handle
     handles = {}
 
     def handle(obj):
@@ -134,14 +150,14 @@ def _main():
         _send(rep, {"ready": False})
         os._exit(1)
     sys.stdout.flush()
-    names = {}
+    names = {}  # only the names and which are modules: the judge asks for the values its tests use
     for name, value in list(namespace.items()):
-        if name.startswith("__"):
+        if type(name) is not str or str.startswith(name, "__"):
             continue
         if isinstance(value, type(sys)) and isinstance(getattr(value, "__name__", None), str):
-            names[name] = ["M", value.__name__]
+            names[name] = ["M", str(value.__name__)]
         else:
-            names[name] = safe_enc(value)
+            names[name] = ["V"]
     _send(rep, {"ready": True, "names": names})
     ops = {
         "call": lambda o, m: o(*dec(m["a"]), **{k: dec(x) for k, x in m["k"].items()}),
@@ -160,12 +176,17 @@ def _main():
         except EOFError:
             os._exit(0)
         try:
-            value = ops[m["op"]](handles[m["h"]], m)
-            reply = {"ok": safe_enc(value)}
+            if m["op"] == "global":
+                value = namespace[m["name"]]
+            else:
+                value = ops[m["op"]](handles[m["h"]], m)
+            data = _dump({"ok": safe_enc(value)})
+            if len(data) > cap:  # too big to hand over as data: the tests get a handle to it
+                data = _dump({"ok": handle(value)})
         except BaseException as exc:
-            reply = {"err": [type(exc).__name__, str(exc)[:2000]]}
+            data = _dump({"err": [type(exc).__name__, str(exc)[:2000]]})
         sys.stdout.flush()
-        _send(rep, reply)
+        _send(rep, None, data)
 
 _main()
 """
@@ -189,17 +210,7 @@ def _main():
         def __init__(self, h):
             object.__setattr__(self, "_h", h)
         def _ask(self, op, **extra):
-            _send(req, {"op": op, "h": self._h, **extra})
-            reply = _recv(rep, cap)
-            if "ok" in reply:
-                return dec(reply["ok"])
-            name, message = reply["err"]
-            kind = getattr(builtins, str(name), None)
-            if isinstance(kind, type) and issubclass(kind, Exception) and kind.__module__ == "builtins":
-                # StopIteration only ends an iteration: from a call it would end the tests' map() early
-                if not issubclass(kind, (StopIteration, StopAsyncIteration)) or op == "next":
-                    raise kind(message)
-            raise RemoteError("%s: %s" % (name, message))
+            return ask({"op": op, "h": self._h, **extra})
         def __call__(self, *args, **kwargs):
             return self._ask("call", a=enc(list(args)), k={str(k): enc(v) for k, v in kwargs.items()})
         def __getattr__(self, name):
@@ -225,6 +236,20 @@ def _main():
             return isinstance(other, Remote) and other._h == self._h
         def __ne__(self, other):
             return not self.__eq__(other)
+
+    def ask(message):
+        """One request to the candidate; its answer as judge-side data, or its error raised here."""
+        _send(req, message)
+        reply = _recv(rep, cap)
+        if "ok" in reply:
+            return dec(reply["ok"])
+        name, message_text = reply["err"]
+        kind = getattr(builtins, str(name), None)
+        if isinstance(kind, type) and issubclass(kind, Exception) and kind.__module__ == "builtins":
+            # StopIteration only ends an iteration: from a call it would end the tests' map() early
+            if not issubclass(kind, (StopIteration, StopAsyncIteration)) or message["op"] == "next":
+                raise kind(message_text)
+        raise RemoteError("%s: %s" % (name, message_text))
 
     remotes = {}
 
@@ -298,21 +323,33 @@ def _main():
         fail("sandbox: the generated code did not finish loading (%s)" % exc)
     if not (isinstance(ready, dict) and ready.get("ready") is True and isinstance(ready.get("names"), dict)):
         fail("sandbox: the generated code raised an error before the tests ran")
-    namespace = {"__name__": "__main__", "__builtins__": builtins}
-    try:
-        for name, item in ready["names"].items():
-            if not (isinstance(name, str) and name.isidentifier()):
-                raise TypeError("sandbox: bad name from the candidate")
-            if isinstance(item, list) and item[:1] == ["M"]:
-                top = str(item[1]).split(".")[0]
-                if top in sys.stdlib_module_names:
-                    namespace[name] = importlib.import_module(str(item[1]))
-            elif not protected(name):
-                namespace[name] = dec(item)
-    except Exception as exc:
-        fail("sandbox: could not read the candidate's names (%s)" % exc)
     try:
         code = compile(cfg["tests"], "tests.py", "exec")
+    except BaseException:
+        traceback.print_exc()
+        fail("sandbox: the tests do not compile")
+    used, todo = set(), [code]  # every name the tests' code mentions, nested functions included
+    while todo:
+        unit = todo.pop()
+        used.update(unit.co_names)
+        todo.extend(c for c in unit.co_consts if isinstance(c, type(code)))
+    namespace = {"__name__": "__main__"}
+    try:
+        for name, item in ready["names"].items():
+            # names come as JSON strings (never a str subclass); dunder names (__builtins__ above all) never
+            if not (type(name) is str and name.isidentifier() and not name.startswith("__")):
+                raise TypeError("sandbox: the candidate offered a name the tests may not take (%r)" % name[:80])
+            if name not in used or protected(name):
+                continue
+            if isinstance(item, list) and item[:1] == ["M"]:
+                if str(item[1]).split(".")[0] in sys.stdlib_module_names:
+                    namespace[name] = importlib.import_module(str(item[1]))
+            else:  # fetched now, one value per message, only for the names the tests use
+                namespace[name] = ask({"op": "global", "name": name})
+    except Exception as exc:
+        fail("sandbox: could not read the candidate's names (%s)" % exc)
+    namespace["__builtins__"] = builtins  # the judge's own, whatever the candidate offered
+    try:
         exec(code, namespace)
     except BaseException:
         traceback.print_exc()
@@ -324,3 +361,47 @@ def _main():
 _main()
 '''
 )
+
+LAUNCHER = r"""
+# Run as root, only with the parent's arguments (never generated code): drop to the sandbox's own
+# unprivileged uid, then exec bubblewrap, which creates the namespaces as that uid (or, without
+# bubblewrap and with the unsafe opt-in, the plain interpreter). Where the
+# interpreter lies under a folder that uid cannot enter (/root), first make that folder, in a
+# mount namespace of this process alone, a read-only tmpfs holding only the interpreter's prefix.
+import ctypes, json, os, sys
+
+def _main():
+    cfg = json.loads(sys.argv[1])
+    argv = sys.argv[2:]
+    if cfg["hide"]:
+        libc = ctypes.CDLL(None, use_errno=True)
+
+        def call(ret, what):
+            if ret != 0:
+                err = ctypes.get_errno()
+                raise OSError(err, "sandbox launcher: %s: %s" % (what, os.strerror(err)))
+
+        ms_rdonly, ms_nosuid, ms_nodev, ms_noexec, ms_remount, ms_bind, ms_rec, ms_private = (
+            1, 2, 4, 8, 32, 4096, 16384, 1 << 18)
+        call(libc.unshare(0x00020000), "unshare(CLONE_NEWNS)")
+        call(libc.mount(b"none", b"/", None, ms_rec | ms_private, None), "make / private")
+        keep = [(os.open(path, os.O_PATH | os.O_DIRECTORY), path) for path in cfg["keep"]]  # in this namespace
+        for top in cfg["hide"]:
+            flags = ms_nosuid | ms_nodev | ms_noexec
+            call(libc.mount(b"tmpfs", top.encode(), b"tmpfs", flags, b"mode=0755,size=1m"), "tmpfs on " + top)
+        for fd, path in keep:
+            os.makedirs(path, mode=0o755, exist_ok=True)
+            call(libc.mount(b"/proc/self/fd/%d" % fd, path.encode(), None, ms_bind | ms_rec, None), "bind " + path)
+            os.close(fd)
+        for top in cfg["hide"]:
+            flags = ms_remount | ms_rdonly | ms_nosuid | ms_nodev | ms_noexec
+            call(libc.mount(b"none", top.encode(), None, flags, None), "read-only " + top)
+    os.setgroups([])
+    os.setresgid(cfg["gid"], cfg["gid"], cfg["gid"])
+    os.setresuid(cfg["uid"], cfg["uid"], cfg["uid"])
+    if os.geteuid() == 0 or os.getegid() == 0:
+        raise SystemExit("sandbox launcher: could not drop root")
+    os.execve(argv[0], argv, cfg["env"])
+
+_main()
+"""

@@ -4,8 +4,13 @@ The filter allows every system call except the ones listed in `DENIED` (EPERM), 
 so the C library falls back to `clone`) and `clone` without CLONE_THREAD (EPERM: threads are
 allowed, new processes are not). Wrong architecture or the x32 ABI: the process is killed.
 With it a program cannot start a process (`fork`, `vfork`, `execve`, `posix_spawn`, multiprocessing,
-`_posixsubprocess`), open a socket, trace another process, mount, enter or create namespaces,
-or reach the kernel's riskier interfaces (bpf, perf, userfaultfd, keyrings, io_uring).
+`_posixsubprocess`), open a socket, trace another process or reach into it by pidfd, mount, enter or
+create namespaces, or reach the kernel's riskier interfaces (bpf, perf, userfaultfd, keyrings,
+io_uring, the kernel log). It also cannot make memory or kernel objects that no limit of the sandbox
+counts: memfd and secret memory, System V shared memory, message queues and semaphores, POSIX
+message queues (their pages would sit outside the address-space rlimit and the size-capped /tmp),
+inotify and fanotify instances (a per-user count, shared with every process of that uid). Threads
+stay allowed; the RLIMIT_NPROC of the sandbox's unprivileged uid bounds them.
 
 The sandbox's own bootstrap installs it (prctl PR_SET_NO_NEW_PRIVS, then PR_SET_SECCOMP) before
 any generated code runs; a filter cannot be removed afterwards. The numbers are Linux x86_64's
@@ -72,6 +77,32 @@ X86_64 = {
     "io_uring_register": 427,
     "init_module": 175,
     "finit_module": 313,
+    "syslog": 103,
+    "fsconfig": 431,
+    "fspick": 433,
+    "mount_setattr": 442,
+    "pidfd_open": 434,
+    "pidfd_getfd": 438,
+    "pidfd_send_signal": 424,
+    "process_madvise": 440,
+    "process_mrelease": 448,
+    "memfd_create": 319,
+    "memfd_secret": 447,
+    "shmget": 29,
+    "shmat": 30,
+    "shmctl": 31,
+    "semget": 64,
+    "semop": 65,
+    "semctl": 66,
+    "semtimedop": 220,
+    "msgget": 68,
+    "msgsnd": 69,
+    "msgrcv": 70,
+    "msgctl": 71,
+    "mq_open": 240,
+    "inotify_init": 253,
+    "inotify_init1": 294,
+    "fanotify_init": 300,
 }
 X86_64_CLONE, X86_64_CLONE3 = 56, 435
 DENIED = tuple(X86_64)
