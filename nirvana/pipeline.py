@@ -75,7 +75,8 @@ class PruneSettings:
     samples: int = 32  # calibration sequences N
     seq_len: int = 128  # tokens per calibration sequence T
     seed: int = 0
-    micro_batch: int = 0  # sequences per forward/backward (0 = all at once)
+    micro_batch: int = 0  # sequences per forward/backward (0 = chosen from the memory plan)
+    checkpoint: bool | None = None  # activation checkpointing while scoring (None = chosen from the memory plan)
     select_calib: int = 0  # K candidate batches for KL-guided calibration (0 = off)
     use_cache: bool = True
     method: str = "nirvana"  # nirvana.methods.METHODS: nirvana, llm-pruner, flap, slicegpt
@@ -217,6 +218,7 @@ def score(
         micro_batch=settings.micro_batch,
         use_cache=settings.use_cache,
         progress=progress,
+        checkpoint=settings.checkpoint,
     )
     return scores, selection
 

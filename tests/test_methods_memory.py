@@ -61,10 +61,10 @@ def test_an_estimate_over_the_budget_refuses_before_any_scoring(name, settings, 
     monkeypatch.setitem(METHODS, name, dataclasses.replace(METHODS[name], score=never))
     monkeypatch.setattr(memory, "available_bytes", lambda device="cpu": int(need.total / 0.9) - 1)
     model = tiny_model("llama", num_hidden_layers=4)
-    with pytest.raises(OutOfMemory, match=r"scoring needs about .* GiB"):
-        method_scores(model, name, config, random_batch(n=3, t=8), use_cache=False)
+    with pytest.raises(OutOfMemory, match=r"scoring needs about .* GiB"):  # the whole batch at once, as asked
+        method_scores(model, name, config, random_batch(n=3, t=8), micro_batch=3, use_cache=False)
     assert not calls
     # with exactly enough it runs (the check compares the same estimate)
     monkeypatch.setattr(memory, "available_bytes", lambda device="cpu": int(need.total / 0.9) + 16)
     monkeypatch.setitem(METHODS, name, real)
-    method_scores(model, name, config, random_batch(n=3, t=8), use_cache=False)
+    method_scores(model, name, config, random_batch(n=3, t=8), micro_batch=3, use_cache=False)

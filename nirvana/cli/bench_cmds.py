@@ -28,6 +28,7 @@ from nirvana.bench.quality_config import QualityConfig
 from nirvana.bench.recovery import RECOVERY, RecoveryBenchConfig
 from nirvana.bench.scale import ScaleConfig, run_scale_bench
 from nirvana.bench.scale import write_outputs as write_scale_outputs
+from nirvana.bench.scale_up import ScaleUpConfig, run_scale_up, table
 from nirvana.bench.speed import SpeedBenchConfig
 from nirvana.checkpoints.loading import resolve_device
 from nirvana.cli.common import add_model_args, add_ray_flag, cluster_from_args, config_from_args
@@ -136,7 +137,7 @@ BASELINES_FLAGS = {
     "samples": "calibration sequences N (the same batch for every method)",
     "seq_len": "calibration tokens per sequence T",
     "use_score_cache": "reuse cached scores (the pruning time then leaves out scoring)",
-    "micro_batch": "calibration sequences per scoring forward/backward (0: all at once)",
+    "micro_batch": "calibration sequences per scoring forward/backward (0: chosen from the memory plan)",
     "lora_sparsities": "sparsities whose methods are measured again after the default LoRA budget",
     "lora_data": "LoRA training documents (see `recover --data`)",
     "speed_repeats": "timed speed repeats per model (median reported)",
@@ -152,6 +153,13 @@ SCALE_FLAGS = {
     "workers": "the local Ray clusters' sizes (one-CPU workers each)",
     "repeats": "interleaved rounds of every run (the median is reported)",
     "out": "output folder (default benchmarks/scale)",
+}
+SCALE_UP_FLAGS = {
+    "models": "comma-separated models (one not installed is skipped, with how to install it)",
+    "methods": "comma-separated methods",
+    "samples": "calibration sequences N",
+    "seq_len": "calibration tokens per sequence T",
+    "out": "output folder (default benchmarks/scale-up)",
 }
 NOTE_FLAG = {"note": "a line of context for the report header"}
 METHOD_FLAGS = {
@@ -173,6 +181,7 @@ def register(sub) -> None:
         _add_distill,
         _add_baselines,
         _add_scale,
+        _add_scale_up,
     ):
         add(bench_sub)
 
@@ -456,4 +465,22 @@ def cmd_scale(args) -> int:
     paths = write_scale_outputs(result, config.out)
     print(paths[1].read_text())
     log("wrote " + ", ".join(str(p) for p in paths))
+    return 0
+
+
+def _add_scale_up(bench_sub) -> None:
+    p = bench_sub.add_parser(
+        "scale-up", help="scoring time and peak memory per method and model size, beside the memory plan"
+    )
+    add_config_flags(p, ScaleUpConfig, SCALE_UP_FLAGS)
+    p.set_defaults(func=cmd_scale_up)
+
+
+def cmd_scale_up(args) -> int:
+    config = config_from_args(ScaleUpConfig, args)
+    unknown = [m for m in config.methods if m not in METHODS]
+    if unknown:
+        raise InvalidInput(f"unknown method(s) {', '.join(unknown)}; accepted: {', '.join(METHODS)}.")
+    rows = run_scale_up(config, log)
+    print(table(rows))
     return 0

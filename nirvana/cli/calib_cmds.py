@@ -38,7 +38,9 @@ def _common(p) -> None:
     p.add_argument("--pool", default="wikitext2-valid", help="calibration pool (dataset name or .txt/.jsonl)")
     p.add_argument("--samples", type=int, default=32, help="calibration sequences N per candidate")
     p.add_argument("--seq-len", type=int, default=128, help="tokens per calibration sequence T")
-    p.add_argument("--micro-batch", type=int, default=0, help="sequences per forward/backward (0 = all at once)")
+    p.add_argument(
+        "--micro-batch", type=int, default=0, help="sequences per forward/backward (0 = chosen from the memory plan)"
+    )
     add_anchor_args(p)
     p.add_argument("--json", action="store_true", help="print JSON only")
 

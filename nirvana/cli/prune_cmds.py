@@ -54,7 +54,9 @@ def add_calibration_args(p) -> None:
     p.add_argument("--samples", type=int, default=32, help="calibration sequences N")
     p.add_argument("--seq-len", type=int, default=128, help="tokens per calibration sequence T")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--micro-batch", type=int, default=0, help="sequences per forward/backward (0 = all at once)")
+    p.add_argument(
+        "--micro-batch", type=int, default=0, help="sequences per forward/backward (0 = chosen from the memory plan)"
+    )
     p.add_argument("--no-cache", action="store_true", help="recompute scores even if cached")
     p.add_argument(
         "--distributed",
@@ -64,7 +66,8 @@ def add_calibration_args(p) -> None:
     p.add_argument(
         "--activation-checkpointing",
         action="store_true",
-        help="with --distributed: recompute each layer's activations in the backward pass (less memory)",
+        help="recompute each layer's activations in the backward pass: less memory, one more forward "
+        "(default: when the memory plan needs it; with --distributed: only when given)",
     )
 
 
@@ -121,6 +124,7 @@ def settings_from_args(args, sparsity: float = 0.0) -> PruneSettings:
         seq_len=args.seq_len,
         seed=args.seed,
         micro_batch=args.micro_batch,
+        checkpoint=True if getattr(args, "activation_checkpointing", False) else None,
         select_calib=getattr(args, "select_calib", 0),
         use_cache=not args.no_cache,
         method=args.method,

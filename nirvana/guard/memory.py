@@ -39,6 +39,16 @@ from nirvana.models.t5 import is_t5
 from nirvana.models.weights import input_device
 
 GIB = 1024**3
+VOCAB_CHUNK = 8192  # most vocabulary entries per chunk of the NIRVANA objective
+CHUNK_ELEMENTS = 256 * 8192  # logits per chunk, [n, T, chunk]: 8 MiB in fp32 whatever the micro-batch
+
+
+def vocab_chunk(tokens: int, vocab: int, largest: int = VOCAB_CHUNK) -> int:
+    """Vocabulary entries per chunk of the NIRVANA objective for `tokens` (= n x T) positions: at most
+    `largest`, fewer for large passes so that one chunk's logits stay near CHUNK_ELEMENTS (at least 256)."""
+    return max(1, min(vocab, largest, max(256, CHUNK_ELEMENTS // max(tokens, 1))))
+
+
 SKIP_ENV = "NIRVANA_SKIP_MEMORY_CHECK"  # "1" disables the pre-flight check (never the OOM guard)
 
 
@@ -134,6 +144,8 @@ def estimate_scoring(
     device: str = "cpu",
     world_size: int = 1,
     checkpoint: bool = False,
+    chunked_logits: bool = False,
+    streamed: bool = False,
 ) -> MemoryEstimate:
     """Planned peak (bytes, above the loaded weights) of scoring `samples x seq_len` tokens.
 
@@ -144,6 +156,10 @@ def estimate_scoring(
     two decoder layers' weights at a time (the one running and the one prefetched).
     `checkpoint` (activation checkpointing, `--activation-checkpointing`): backward keeps each layer's
     input hidden state and recomputes one layer's activations at a time.
+    `chunked_logits`: the objective is taken a vocabulary chunk at a time from the final hidden state
+    (`nirvana.scoring.objectives`): one `[n, T, chunk]` block and the `[n, V]` maxima instead of the logits.
+    `streamed` (autograd, one pass over the whole batch: `nirvana.scoring.criteria.gradient_saliency`):
+    each weight's gradient is reduced and freed as soon as it is made, so about one layer's exist at once.
     """
     a = ArchSizes.from_config(config)
     samples = -(-samples // world_size)  # this rank's share of the calibration batch
@@ -153,7 +169,9 @@ def estimate_scoring(
     tokens = n * seq_len
     est = MemoryEstimate("scoring", device)
     if backward:
-        if method == "autograd":
+        if method == "autograd" and streamed and chunks == 1 and world_size == 1:
+            est.components["weight grads (streamed, two layers')"] = 2 * (a.block_weights // a.num_layers) * act
+        elif method == "autograd":
             est.components["weight grads"] = a.block_weights * act // world_size
         elif chunks > 1:
             est.components["dW accumulators (fp32)"] = a.block_weights * 4
@@ -165,8 +183,12 @@ def estimate_scoring(
             est.notes.append("activation checkpointing: one layer's activations at a time, recomputed in backward")
         else:
             est.components["activations"] = tokens * every_layer
-        logit_copies = 3 if dtype == torch.float32 else 4  # logits, fp32 copy, objective temp, grad
-        est.components["logits"] = tokens * a.vocab_size * (act + (logit_copies - 1) * 4)
+        if chunked_logits:  # one chunk in the model dtype, its fp32 copy, its gradient spread; maxima and argmax
+            chunk = vocab_chunk(tokens, a.vocab_size)
+            est.components["logits (vocabulary chunks)"] = tokens * chunk * (act + 8) + n * a.vocab_size * 12
+        else:
+            logit_copies = 3 if dtype == torch.float32 else 4  # logits, fp32 copy, objective temp, grad
+            est.components["logits"] = tokens * a.vocab_size * (act + (logit_copies - 1) * 4)
         transient = 3 if method == "hooks" else 1
         est.components["saliency temporaries"] = transient * a.largest_projection * 4
     else:
@@ -353,6 +375,57 @@ def check_fits(estimate: MemoryEstimate, available: int | None = None, headroom:
     )
 
 
+# Sequences x positions per scoring micro-batch on a CPU: on SmolLM2 (2 cores, fp32) 256 tokens were the
+# fastest and among the leanest (benchmarks/memory/microbatch-smollm2-cpu.md); larger ones only add memory.
+CPU_MICRO_BATCH_TOKENS = 256
+GPU_SHARE = 0.5  # on a GPU, the whole batch at once only when planned to fit this share of its free memory
+
+
+def choose_scoring(
+    model, samples: int, seq_len: int, *, checkpoint_ok: bool = False, estimate: Callable | None = None, **plan
+) -> tuple[int, bool]:
+    """(micro-batch, activation checkpointing) for scoring when no micro-batch is given (`micro_batch=0`).
+
+    From the memory plan (`estimate`, default `estimate_scoring(..., **plan)`), the first that fits:
+    - CPU: CPU_MICRO_BATCH_TOKENS tokens' worth of sequences (the fastest here) within 80% of the free memory;
+    - GPU: the whole batch within GPU_SHARE of the free memory;
+    - (`checkpoint_ok`: the scorer can checkpoint and streams one pass) the whole batch in one pass with
+      activation checkpointing, within 80%: no weight-gradient buffers, activations of one layer;
+    - micro-batches halved until the plan fits 80%, down to one sequence (with checkpointing if that is
+      what makes it fit).
+    Only for objectives that are sums over sequences, where every choice gives the same scores (to
+    float rounding)."""
+    estimate = estimate or functools.partial(estimate_scoring, **plan)
+    devices = model_devices(model)
+    weight = next((p for p in model.parameters() if p.is_floating_point()), None)
+    dtype = weight.dtype if weight is not None else torch.float32
+    available = sum(available_bytes(dev) for dev in devices)
+
+    def fits(mb: int, checkpoint: bool, share: float = 0.8) -> bool:
+        kw = {"checkpoint": True} if checkpoint else {}
+        planned = estimate(model.config, samples=samples, seq_len=seq_len, micro_batch=mb, dtype=dtype, **kw).total
+        return planned <= share * available
+
+    on_cpu = all(torch.device(dev).type == "cpu" for dev in devices)
+    first = max(1, min(samples, round(CPU_MICRO_BATCH_TOKENS / seq_len))) if on_cpu else samples
+    if fits(first, False, 0.8 if on_cpu else GPU_SHARE):
+        return first, False
+    if checkpoint_ok and fits(samples, True):
+        return samples, True
+    for checkpoint in (False, True) if checkpoint_ok else (False,):
+        mb = first
+        while mb > 1 and not fits(mb, checkpoint):
+            mb = -(-mb // 2)
+        if fits(mb, checkpoint):
+            return mb, checkpoint
+    return mb, checkpoint_ok  # nothing fits: the memory check that follows says so, with what would
+
+
+def choose_micro_batch(model, samples: int, seq_len: int, *, estimate: Callable | None = None, **plan) -> int:
+    """`choose_scoring` for a scorer that neither checkpoints nor streams (LLM-Pruner's gradients)."""
+    return choose_scoring(model, samples, seq_len, estimate=estimate, **plan)[0]
+
+
 def check_scoring_memory(
     model,
     samples: int,
@@ -363,11 +436,13 @@ def check_scoring_memory(
     backward: bool = True,
     estimate: Callable[..., MemoryEstimate] | None = None,
     device: str | None = None,
+    **plan,
 ) -> MemoryEstimate:
     """Estimate and check a scoring pass on a loaded model; suggest a micro-batch that would fit.
 
     `estimate(config, *, samples, seq_len, micro_batch, dtype, device, quantization)` plans the
-    pass; the default is `estimate_scoring` with `method` and `backward` (NIRVANA's criteria). A
+    pass; the default is `estimate_scoring` with `method`, `backward` and `plan` (its `checkpoint`,
+    `chunked_logits`, `streamed`: NIRVANA's criteria). A
     pruning method passes its own (`nirvana.methods.base.Method.memory`: LLM-Pruner's squared-gradient
     buffers, FLAP's forward one layer at a time).
     For a model dispatched over several devices the free memory of all of them is pooled (an
@@ -376,7 +451,7 @@ def check_scoring_memory(
     the weights wait on the CPU, or on the meta device, until `fully_shard` moves each rank's share).
     """
     if estimate is None:
-        estimate = functools.partial(estimate_scoring, method=method, backward=backward)
+        estimate = functools.partial(estimate_scoring, method=method, backward=backward, **plan)
     devices = [device] if device else model_devices(model)
     weight = next((p for p in model.parameters() if p.is_floating_point()), None)
     dtype = weight.dtype if weight is not None else torch.float32

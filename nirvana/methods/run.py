@@ -17,7 +17,7 @@ import torch.nn as nn
 
 from nirvana.data.calibration import CalibrationBatch
 from nirvana.errors import InvalidInput
-from nirvana.guard.memory import check_scoring_memory, oom_guard
+from nirvana.guard.memory import check_scoring_memory, choose_micro_batch, oom_guard
 from nirvana.methods import get_method, method_config
 from nirvana.methods.base import MethodConfig, check_sparsity_value
 from nirvana.models.fingerprint import model_fingerprint
@@ -79,9 +79,10 @@ def method_scores(
         if cached is not None:
             return cached
         n, t = batch.input_ids.shape
-        check_scoring_memory(
-            model, n, t, micro_batch=micro_batch, estimate=functools.partial(method.memory, settings=config)
-        )
+        estimate = functools.partial(method.memory, settings=config)
+        if not micro_batch and method.uses_gradients:  # a sum over sequences: any micro-batch gives the same scores
+            micro_batch = choose_micro_batch(model, n, t, estimate=estimate)
+        check_scoring_memory(model, n, t, micro_batch=micro_batch, estimate=estimate)
         start = time.perf_counter()
         was_training = model.training
         model.eval()
@@ -94,6 +95,7 @@ def method_scores(
             "seconds": round(time.perf_counter() - start, 3),
             "cache_hit": False,
             "method_settings": config.score_key(),
+            "micro_batch": micro_batch or n,
         }
         scores = Scores(attn.float().cpu(), mlp.float().cpu(), name, fingerprint, calib, meta, extra)
         if use_cache:

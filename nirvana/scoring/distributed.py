@@ -48,12 +48,12 @@ import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor, Shard
-from torch.utils.checkpoint import checkpoint as _checkpoint
 
 from nirvana.data.calibration import CalibrationBatch
 from nirvana.errors import InvalidInput
 from nirvana.guard.memory import check_scoring_memory, estimate_scoring
 from nirvana.models.architectures import decoder_layers, layer_projections
+from nirvana.models.checkpointing import checkpoint_layers
 from nirvana.models.fingerprint import model_fingerprint
 from nirvana.models.shapes import model_shape
 from nirvana.scoring.criteria import _only_block_weights_require_grad, lm_loss_objective, nirvana_objective
@@ -212,14 +212,6 @@ def _fill_from_rank0(model, full: dict | None, device) -> None:
         shared = buffer.data.to(device)
         dist.broadcast(shared, src=0)
         buffer.data.copy_(shared)
-
-
-def checkpoint_layers(model) -> None:
-    """Recompute every decoder layer's activations in the backward pass (non-reentrant), in any mode.
-    Run the model with `use_cache=False` (the scoring does): a recompute would write the KV cache twice."""
-    for layer in decoder_layers(model):
-        forward = layer.forward
-        layer.forward = functools.wraps(forward)(functools.partial(_checkpoint, forward, use_reentrant=False))
 
 
 def sharded_gradient_scores(

@@ -41,6 +41,7 @@ from nirvana.models.weights import (
     refuse_cpu_repacked_4bit,
 )
 from nirvana.progress import Progress
+from nirvana.scoring.objectives import forward_objective
 from nirvana.scoring.units import reduce_to_axis
 
 # Projections whose bias belongs to the unit axis (rows); o/down biases are per output feature.
@@ -159,9 +160,7 @@ def hook_saliency(
         for i, start in enumerate(range(0, n, micro_batch)):
             collector.chunk = i
             chunk = input_ids[start : start + micro_batch].to(device)
-            logits = model(input_ids=chunk, use_cache=False).logits  # (n, T, V)
-            loss = objective(logits, chunk.to(logits.device), n)
-            del logits
+            loss = forward_objective(model, chunk, objective, n)
             loss.backward()
             del loss
             if progress:

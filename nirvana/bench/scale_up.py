@@ -1,0 +1,178 @@
+"""How the cost of scoring grows with the model: time and peak memory per method, beside the memory plan.
+
+    python -m nirvana bench scale-up [--models smollm2-135m,gemma3-270m,qwen2.5-coder-0.5b,qwen2.5-coder-1.5b]
+        [--methods nirvana,llm-pruner,flap,slicegpt] [--samples 32] [--seq-len 128]
+
+Each (model, method) row is one fresh process (`python -m nirvana.bench.scale_up --child ...`), so its
+peak is its own. The child loads the model (fp32, CPU), draws the calibration batch, and scores with
+`pipeline.score` (no score cache; the default micro-batch and checkpointing, chosen from the memory
+plan), recording:
+- `scoring_s`: the scoring call's wall time;
+- `added_gib`: the process's peak RSS (`ru_maxrss`) after scoring minus its RSS just before: what scoring
+  added above the loaded weights, the quantity the memory plan estimates; `peak_rss_gib`: the whole peak;
+- `planned_gib`: the plan the memory guard checked (the method's estimate at the micro-batch and
+  checkpointing it used), and `plan_error`: planned / added - 1.
+Rows are appended to `benchmarks/scale-up/scale-up.jsonl` as they finish; a run skips rows already
+there (resumable), and rewrites `scale-up.md`. A model whose packages are not installed is skipped
+with the command that installs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import torch
+
+import nirvana.guard.memory as memory
+from nirvana.bench.environment import machine_label
+from nirvana.checkpoints.loading import load_model
+from nirvana.guard.memory import estimate_load
+from nirvana.models.registry import REGISTRY, installed
+from nirvana.pipeline import PruneSettings, calibration_for, score
+from nirvana.store.atomic import atomic_write_text
+from nirvana.store.paths import benchmarks_dir
+
+DEFAULT_OUT = benchmarks_dir("scale-up")
+MODELS = ("smollm2-135m", "gemma3-270m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b")
+METHODS = ("nirvana", "llm-pruner", "flap", "slicegpt")
+GIB = 1024**3
+
+
+@dataclass
+class ScaleUpConfig:
+    models: tuple[str, ...] = MODELS
+    methods: tuple[str, ...] = METHODS
+    samples: int = 32
+    seq_len: int = 128
+    out: Path = DEFAULT_OUT
+
+
+def _rss() -> int:
+    return psutil.Process().memory_info().rss
+
+
+def measure_one(model: str, method: str, samples: int, seq_len: int) -> dict:
+    """In this process: load `model`, score it with `method`, and return the row (see the module doc)."""
+    start = time.perf_counter()
+    lm = load_model(model, dtype="float32", device="cpu")
+    load_s = time.perf_counter() - start
+    settings = PruneSettings(sparsity=0.0, method=method, samples=samples, seq_len=seq_len, use_cache=False)
+    batch, _ = calibration_for(lm, settings)
+    plans = []
+    check = memory.check_fits
+
+    def recorded(estimate, *args, **kwargs):  # the plan the guard checks, as it checks it
+        plans.append(estimate)
+        return check(estimate, *args, **kwargs)
+
+    memory.check_fits = recorded
+    try:
+        before = _rss()
+        start = time.perf_counter()
+        scores, _ = score(lm, settings, batch=batch)
+        scoring_s = time.perf_counter() - start
+    finally:
+        memory.check_fits = check
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    planned = plans[-1].total if plans else None
+    added = peak - before
+    return {
+        "model": model,
+        "method": method,
+        "samples": samples,
+        "seq_len": seq_len,
+        "parameters": sum(p.numel() for p in lm.model.parameters()),
+        "weights_gib": round(estimate_load(lm.model.config, dtype=torch.float32).total / GIB, 3),
+        "load_s": round(load_s, 1),
+        "scoring_s": round(scoring_s, 1),
+        "micro_batch": scores.meta.get("micro_batch"),
+        "activation_checkpointing": scores.meta.get("activation_checkpointing", False),
+        "rss_before_gib": round(before / GIB, 3),
+        "peak_rss_gib": round(peak / GIB, 3),
+        "added_gib": round(added / GIB, 3),
+        "planned_gib": round(planned / GIB, 3) if planned is not None else None,
+        "plan_error": round(planned / added - 1, 3) if planned and added > 0 else None,
+        "plan": {k: round(v / GIB, 3) for k, v in plans[-1].components.items()} if plans else None,
+        "threads": torch.get_num_threads(),
+    }
+
+
+def _done(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+
+
+def table(rows: list[dict]) -> str:
+    lines = [
+        "# Scoring cost against model size (CPU, fp32)",
+        "",
+        "Written by `python -m nirvana bench scale-up`: one fresh process per row; `added` is the peak RSS during "
+        "scoring above the RSS just before it, `planned` what the memory guard planned for the same pass "
+        "(`nirvana.guard.memory`), error = planned / added - 1. Each row's machine and load are in the .jsonl.",
+        "",
+        "| model | parameters | method | N x T | micro-batch | scoring (s) | added (GiB) | planned (GiB) | error "
+        "| peak RSS (GiB) |",
+        "|---|---:|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        mb = f"{r['micro_batch']}{' + ckpt' if r['activation_checkpointing'] else ''}" if r["micro_batch"] else "-"
+        err = f"{100 * r['plan_error']:+.0f}%" if r["plan_error"] is not None else "-"
+        planned = f"{r['planned_gib']:.2f}" if r["planned_gib"] is not None else "-"
+        lines.append(
+            f"| {r['model']} | {r['parameters'] / 1e6:,.0f} M | {r['method']} | {r['samples']} x {r['seq_len']} | {mb} "
+            f"| {r['scoring_s']:.1f} | {r['added_gib']:.2f} | {planned} | {err} | {r['peak_rss_gib']:.2f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def run_scale_up(config: ScaleUpConfig, log=print, runner=subprocess.run) -> list[dict]:
+    """Every missing (model, method) row, each in its own process (`runner`, as `subprocess.run`); returns
+    all rows of the output."""
+    out = Path(config.out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "scale-up.jsonl"
+    for model in config.models:
+        if model in REGISTRY and not installed(model):
+            log(f"skipped {model}: not installed ({REGISTRY[model].install_hint})")
+            continue
+        for method in config.methods:
+            key = (model, method, config.samples, config.seq_len)
+            if any((r["model"], r["method"], r["samples"], r["seq_len"]) == key for r in _done(path)):
+                continue
+            cmd = [sys.executable, "-m", "nirvana.bench.scale_up", "--child", model, method]
+            cmd += [str(config.samples), str(config.seq_len)]
+            log(f"{model} / {method} ...")
+            done = runner(cmd, capture_output=True, text=True, env={**os.environ})
+            if done.returncode != 0:
+                log(f"{model} / {method} failed: {done.stderr.strip().splitlines()[-1:]}")
+                continue
+            row = json.loads(done.stdout.strip().splitlines()[-1])
+            row["machine"] = machine_label()
+            row["finished_utc"] = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M")
+            with path.open("a") as f:
+                f.write(json.dumps(row) + "\n")
+            log(f"  scoring {row['scoring_s']} s, added {row['added_gib']} GiB, planned {row['planned_gib']} GiB")
+    rows = _done(path)
+    atomic_write_text(out / "scale-up.md", table(rows))
+    return rows
+
+
+def _child(argv: list[str]) -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--child", nargs=4, metavar=("MODEL", "METHOD", "N", "T"), required=True)
+    model, method, n, t = p.parse_args(argv).child
+    print(json.dumps(measure_one(model, method, int(n), int(t))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_child(sys.argv[1:]))
