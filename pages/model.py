@@ -94,7 +94,8 @@ def _choose() -> ModelSpec | None:
         "dtype",
         ["auto", "float32", "bfloat16", "float16"],
         key="model_dtype",
-        help="auto: bfloat16 on GPUs that support it, float32 on CPU (bf16 is slower on CPUs)",
+        help="auto: bfloat16 on GPUs that support it, float32 on CPU (bfloat16 is faster only on CPUs with "
+        "BF16 instructions, and changes a few kept units: benchmarks/bf16)",
     )
     devices = ["auto", "cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     device = c2.selectbox(

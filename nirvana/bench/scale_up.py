@@ -1,7 +1,7 @@
 """How the cost of scoring grows with the model: time and peak memory per method, beside the memory plan.
 
     python -m nirvana bench scale-up [--models smollm2-135m,gemma3-270m,qwen2.5-coder-0.5b,qwen2.5-coder-1.5b]
-        [--methods nirvana,llm-pruner,flap,slicegpt] [--samples 32] [--seq-len 128]
+        [--methods nirvana,llm-pruner,flap] [--samples 32] [--seq-len 128]
 
 Each (model, method) row is one fresh process (`python -m nirvana.bench.scale_up --child ...`), so its
 peak is its own. The child loads the model (fp32, CPU), draws the calibration batch, and scores with
@@ -44,7 +44,7 @@ from nirvana.store.paths import benchmarks_dir
 
 DEFAULT_OUT = benchmarks_dir("scale-up")
 MODELS = ("smollm2-135m", "gemma3-270m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b")
-METHODS = ("nirvana", "llm-pruner", "flap", "slicegpt")
+METHODS = ("nirvana", "llm-pruner", "flap")  # SliceGPT has no scoring step: it rotates while it prunes
 GIB = 1024**3
 
 

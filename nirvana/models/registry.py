@@ -117,6 +117,7 @@ REGISTRY: dict[str, EmbeddedGGUF] = {
         sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
         size_gb=1.12,
         optional=True,
+        parameters=1_777_088_000,  # as the 0.5B: its own output matrix (233 M), not tied
     ),
 }
 
