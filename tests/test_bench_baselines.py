@@ -317,3 +317,28 @@ def test_readme_summary_verdicts_come_from_the_rows(tmp_path):
     assert "60.00 vs 80.00 (NIRVANA lower)" in flap and "+1.0 ± 1.9 points (within 2 se: not resolved)" in flap
     assert "3 rows of the grid are not measured yet" in text
     assert "| nirvana s=0.2 gamma* | 60.00 | 120.00 | 50.0 ± 1.3 |" in text
+
+
+def test_code_tasks_last_or_first_and_humaneval_rows(tmp_path):
+    base = dict(out_dir=tmp_path, best_gamma=BEST, allow_code_execution=True, mbpp_limit=200, humaneval_limit=164)
+    last = [(j.variant.name, j.measure, j.limit) for j in plan_jobs(BaselinesConfig(**base))]
+    code = [x for x in last if x[1] in ("mbpp", "humaneval")]
+    assert last[-len(code) :] == code  # every model's code rows at the end
+    assert {("dense", "mbpp", 200), ("dense", "humaneval", 164)} <= set(code)
+    first = [(j.variant.name, j.measure, j.limit) for j in plan_jobs(BaselinesConfig(**base, code_first=True))]
+    assert sorted(first) == sorted(last)  # the same rows, another order
+    ppl_02 = [i for i, x in enumerate(first) if x[1] == "ppl" and "s=0.5" not in x[0] and "LoRA" not in x[0]]
+    after = first[max(ppl_02) + 1 :]
+    models_02 = {first[i][0] for i in ppl_02}
+    assert {(x[0], x[1]) for x in after[: 2 * len(models_02)]} == {
+        (m, t) for m in models_02 for t in ("mbpp", "humaneval")
+    }  # right after the 20% perplexity rows, before any zero-shot task
+    assert not [j for j in plan_jobs(BaselinesConfig(humaneval_limit=164)) if j.measure == "humaneval"]  # opt-in
+
+
+def test_method_settings_are_per_model():
+    smol = plan_jobs(BaselinesConfig(model="smollm2-135m", best_gamma=BEST))
+    qwen = plan_jobs(BaselinesConfig(model="qwen2.5-coder-0.5b", sparsities=(0.2, 0.5)))
+    at = lambda jobs: {j.variant.settings for j in jobs if j.variant.method == "llm-pruner"}
+    assert at(smol) == {"", json.dumps({"attn_layers": [4, 19]})}
+    assert at(qwen) == {""}  # the default layer range reaches 0.2 and 0.5 on Qwen2.5-Coder-0.5B

@@ -6,6 +6,9 @@ from __future__ import annotations
 import json
 import subprocess
 
+import pytest
+import torch
+
 from nirvana.bench import scale_up
 from nirvana.bench.scale_up import ScaleUpConfig, measure_one, run_scale_up, table
 from nirvana.cli import main
@@ -43,3 +46,21 @@ def test_an_unknown_method_is_refused_with_the_accepted_ones(capsys):
     assert main(["bench", "scale-up", "--methods", "nirvana,obs"]) == 2
     err = capsys.readouterr().err
     assert "obs" in err and "llm-pruner" in err and "Traceback" not in err
+
+
+def test_the_peak_is_scorings_own_not_an_earlier_transient_nor_paging_weights_in(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    big = torch.ones(64 * 1024 * 1024 // 4)  # 64 MiB, resident
+    del big
+    if not scale_up.reset_peak():
+        pytest.skip("/proc/self/clear_refs is not writable here")
+    assert scale_up.peak_rss(True) - scale_up._rss() < 32 * 1024**2  # the freed transient is not the peak
+
+    save_file({"w": torch.randn(2048, 4096)}, tmp_path / "w.safetensors")  # 32 MiB on disk
+    model = torch.nn.ParameterList([torch.nn.Parameter(load_file(tmp_path / "w.safetensors")["w"])])
+    before = scale_up._rss()
+    scale_up.fault_in(model)
+    added = scale_up._rss() - before
+    assert sum(p.numel() for p in model) * 4 == 32 * 1024**2
+    assert added < 40 * 1024**2  # reading the weights adds at most their own size (0 when load copied them)

@@ -51,7 +51,9 @@ def test_flap_plans_one_layer_forward_without_logits_below_nirvana():
 def test_an_estimate_over_the_budget_refuses_before_any_scoring(name, settings, monkeypatch):
     """The guard checks the method's estimate (from its table row) and raises before `score` runs."""
     config, real = method_config(name, settings), METHODS[name]
-    need = METHODS[name].memory(tiny_model("llama", num_hidden_layers=4).config, config, samples=3, seq_len=8)
+    chunked = {"chunked_logits": True} if METHODS[name].uses_gradients else {}  # the LM loss by vocabulary chunks
+    tiny = tiny_model("llama", num_hidden_layers=4).config
+    need = METHODS[name].memory(tiny, config, samples=3, seq_len=8, **chunked)
     calls = []
 
     def never(*args, **kwargs):

@@ -1,4 +1,5 @@
-"""The NIRVANA objective computed a vocabulary chunk at a time equals the full-logits one: value, gradient, scores."""
+"""The NIRVANA objective and the LM loss computed a vocabulary chunk at a time equal the full-logits ones: value,
+gradient, scores (NIRVANA, loss-Taylor, LLM-Pruner)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,18 @@ import pytest
 import torch
 from conftest import random_batch
 
+from nirvana.methods.llm_pruner.config import LLMPrunerConfig
+from nirvana.methods.llm_pruner.importance import taylor_scores
 from nirvana.scoring import objectives
 from nirvana.scoring.criteria import compute_scores
-from nirvana.scoring.objectives import CHUNKED, chunked_nirvana_objective, nirvana_objective, output_head
+from nirvana.scoring.objectives import (
+    CHUNKED,
+    chunked_lm_loss_objective,
+    chunked_nirvana_objective,
+    lm_loss_objective,
+    nirvana_objective,
+    output_head,
+)
 from tests.tiny import TINY_FAMILIES, tiny_config, tiny_model
 
 
@@ -25,9 +35,17 @@ def gemma3_multimodal():
 MODELS = {**{family: (lambda f=family: tiny_model(f)) for family in TINY_FAMILIES}, "gemma3": gemma3_multimodal}
 
 
+PAIRS = {
+    "nirvana": (nirvana_objective, chunked_nirvana_objective),
+    "lm-loss": (lm_loss_objective, chunked_lm_loss_objective),
+}
+
+
+@pytest.mark.parametrize("objective", PAIRS)
 @pytest.mark.parametrize("family", MODELS)
-def test_the_chunked_objective_has_the_full_value_and_gradient(family, monkeypatch):
+def test_the_chunked_objective_has_the_full_value_and_gradient(family, objective, monkeypatch):
     monkeypatch.setattr(objectives, "VOCAB_CHUNK", 10)  # 64 entries: 7 chunks, the last one short
+    full_objective, chunked_objective = PAIRS[objective]
     model = MODELS[family]()
     ids = random_batch(n=3, t=12, seed=1).input_ids
     decoder, head, cap = output_head(model)
@@ -38,9 +56,9 @@ def test_the_chunked_objective_has_the_full_value_and_gradient(family, monkeypat
     logits = head(full_h)
     if cap:
         logits = torch.tanh(logits / cap) * cap
-    full = nirvana_objective(logits, ids, 5)
+    full = full_objective(logits, ids, 5)
     full.backward()
-    chunked = chunked_nirvana_objective(h, head, cap, 5)
+    chunked = chunked_objective(h, head, cap, ids, 5)
     chunked.backward()
     torch.testing.assert_close(chunked, full, rtol=1e-6, atol=0)
     torch.testing.assert_close(h.grad, full_h.grad, rtol=1e-5, atol=1e-9)
@@ -55,7 +73,7 @@ def test_a_head_bias_is_part_of_the_logits(monkeypatch):
     h = torch.randn(2, 5, 8, requires_grad=True)
     ref = h.detach().clone().requires_grad_(True)
     nirvana_objective(head(ref), None, 2).backward()
-    chunked_nirvana_objective(h, head, None, 2).backward()
+    chunked_nirvana_objective(h, head, None, None, 2).backward()
     torch.testing.assert_close(h.grad, ref.grad)
 
 
@@ -77,8 +95,53 @@ def test_scores_equal_the_full_logits_scores_and_the_head_never_runs(family, met
     torch.testing.assert_close(lean.mlp, full.mlp, rtol=1e-5, atol=1e-9)
 
 
-def test_objectives_without_a_chunked_form_use_the_full_logits():
-    assert set(CHUNKED) == {nirvana_objective}
+def test_the_chunked_lm_loss_known_answer_and_large_logits():
+    """A uniform head gives log V per position; logits of 1e4 (exp overflows without the running maximum) still
+    give the exact loss, with a head bias and targets in every chunk."""
+    head = torch.nn.Linear(4, 30, bias=True)
+    with torch.no_grad():
+        head.weight.zero_(), head.bias.zero_()
+    h = torch.randn(2, 6, 4)
+    ids = torch.randint(0, 30, (2, 6))
+    loss = chunked_lm_loss_objective(h, head, None, ids, 2)
+    torch.testing.assert_close(loss, torch.log(torch.tensor(30.0)))
+    with torch.no_grad():
+        head.weight.normal_(0, 1000.0), head.bias.normal_()
+    h = torch.randn(2, 6, 4, dtype=torch.float64).float().requires_grad_(True)
+    ref = h.detach().clone().requires_grad_(True)
+    full = lm_loss_objective(head(ref), ids, 2)
+    full.backward()
+    chunked = chunked_lm_loss_objective(h, head, None, ids, 2)
+    chunked.backward()
+    assert torch.isfinite(chunked) and full.item() > 100
+    torch.testing.assert_close(chunked, full, rtol=1e-6, atol=0)
+    torch.testing.assert_close(h.grad, ref.grad, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("family", MODELS)
+def test_taylor_and_llm_pruner_scores_equal_the_full_logits_ones_without_the_head(family, monkeypatch):
+    monkeypatch.setattr(objectives, "VOCAB_CHUNK", 10)
+    model, batch = MODELS[family](), random_batch(n=4, t=12, seed=2)
+    config = LLMPrunerConfig(taylor="param_mix")  # the per-example second-order pass too
+    with monkeypatch.context() as m:
+        m.setattr(objectives, "CHUNKED", {})  # the full [n, T, V] logits, as before
+        full = compute_scores(model, "taylor", batch, use_cache=False, micro_batch=4)
+        full_llm = taylor_scores(model, batch, config, micro_batch=4)
+    head = model.get_output_embeddings()
+    handle = head.register_forward_hook(lambda *a: pytest.fail("the chunked LM loss must not form the logits"))
+    try:
+        lean = compute_scores(model, "taylor", batch, use_cache=False, micro_batch=2)
+        lean_llm = taylor_scores(model, batch, config, micro_batch=2)
+    finally:
+        handle.remove()
+    torch.testing.assert_close(lean.attn, full.attn, rtol=1e-5, atol=1e-9)
+    torch.testing.assert_close(lean.mlp, full.mlp, rtol=1e-5, atol=1e-9)
+    for a, b in zip(lean_llm[:2], full_llm[:2], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-9)
+
+
+def test_every_gradient_objective_has_a_chunked_form():
+    assert set(CHUNKED) == {nirvana_objective, lm_loss_objective}
     model = tiny_model("llama")
     calls = []
     handle = model.get_output_embeddings().register_forward_hook(lambda *a: calls.append(1))
@@ -86,4 +149,4 @@ def test_objectives_without_a_chunked_form_use_the_full_logits():
         compute_scores(model, "taylor", random_batch(), use_cache=False)
     finally:
         handle.remove()
-    assert calls  # the LM loss needs every position's logits
+    assert not calls  # both gradient objectives have a chunked form now

@@ -9,7 +9,7 @@ FLAP and SliceGPT (`nirvana.methods`; SliceGPT also once at the reference's own 
 the record), each pruned with `nirvana.pipeline.prune` on the same calibration batch
 (32 x 128 tokens of wikitext2-valid, seed 0: the pipeline's default). LLM-Pruner's default layer
 range cannot reach 50% on SmolLM2 within 1% (docs/BASELINES.md), so at 0.5 it runs with
-`{"attn_layers": [4, 19]}` (`LLM_PRUNER_SETTINGS`); every row records the method settings it used.
+`{"attn_layers": [4, 19]}` (`METHOD_SETTINGS`, per model); every row records the method settings it used.
 The loss-Taylor and Wanda-style ablations (NIRVANA's allocation with another criterion) are read
 by the report from the committed quality and accuracy grids, not re-run.
 
@@ -29,7 +29,8 @@ Every row carries the parameter counts and pruning facts of its model.
 Order (so a run cut short is still useful): the `ppl` rows at the first sparsity (dense first),
 then the zero-shot tasks there method by method (each method's 7-task average as early as
 possible), then LAMBADA there, then gold BPB there, then the LoRA rows there; then the same at the
-next sparsity; MBPP last.
+next sparsity; the code tasks (MBPP, HumanEval pass@1) last, or with `--code-first` right after each
+sparsity's perplexity rows (for a code model, the rows the comparison is about).
 The markdown table (methods as rows, metrics as columns, +- standard errors) and the PNG are
 rebuilt after every row (`nirvana.bench.baselines_report`).
 """
@@ -70,9 +71,11 @@ DATASETS = ("wikitext2", "ptb")
 METHODS = ("nirvana", "llm-pruner", "flap", "slicegpt")
 # SliceGPT once more at the reference's own slicing fraction, for the record (not matched: 14% of the blocks go).
 REFERENCE_SLICING = 0.25
-# Method settings per (method, sparsity) where the defaults do not apply (docs/BASELINES.md: LLM-Pruner's
-# default layer range [4, 28) reaches 0.464 or 0.531 at 50% on SmolLM2, not 0.5 within 1%).
+# Method settings per model and (method, sparsity) where the defaults do not apply (docs/BASELINES.md: LLM-Pruner's
+# default layer range [4, 28) reaches 0.464 or 0.531 at 50% on SmolLM2, not 0.5 within 1%). Qwen2.5-Coder-0.5B
+# (24 layers, 2 KV groups) reaches 0.2000 and 0.5000 with the default range [3, 22): no entry.
 LLM_PRUNER_SETTINGS = {("llm-pruner", 0.5): {"attn_layers": [4, 19]}}
+METHOD_SETTINGS = {"smollm2-135m": LLM_PRUNER_SETTINGS}
 
 COLUMNS = (
     "model",
@@ -179,6 +182,7 @@ class BaselinesConfig:
     limit: int = 200  # examples per zero-shot task
     lambada_limit: int = 200
     mbpp_limit: int = 10
+    humaneval_limit: int = 0  # HumanEval problems (0: skip; needs --allow-code-execution)
     bpb_limit: int = 500  # mbpp_bpb problems (0: skip)
     gsm8k_bpb_limit: int = 0  # gsm8k_bpb problems (0: skip)
     batch_size: int = 8
@@ -188,6 +192,9 @@ class BaselinesConfig:
     seq_len: int = 128
     use_score_cache: bool = False  # off: every prune is scored afresh, so the pruning time is measured
     micro_batch: int = 0  # calibration sequences per scoring forward/backward (0: all; big vocabularies need 4)
+    # the code tasks (MBPP, HumanEval pass@1) right after each sparsity's perplexity rows, not last: for a code
+    # model they are the rows the comparison is about
+    code_first: bool = False
     lora_sparsities: tuple[float, ...] = (0.2,)  # each method again after the default LoRA budget (empty: none)
     lora_data: str = "calibration"  # recovery training documents (`recover --data`)
     speed_prompt_len: int = 128
@@ -200,7 +207,11 @@ class BaselinesConfig:
     # NIRVANA once more at this gamma at every sparsity: for a model without a gamma benchmark whose gamma*
     # misses the target (Gemma-3-270M keeps its one KV group per layer, so only neurons can go)
     nirvana_gamma: float | None = None
-    method_settings: dict = field(default_factory=lambda: dict(LLM_PRUNER_SETTINGS))  # (method, s) -> settings
+    method_settings: dict | None = None  # (method, s) -> settings; None: the model's METHOD_SETTINGS entry
+
+    def settings_for(self, method: str, sparsity: float) -> dict | None:
+        table = METHOD_SETTINGS.get(self.model, {}) if self.method_settings is None else self.method_settings
+        return table.get((method, sparsity))
 
     @property
     def csv_path(self) -> Path:
@@ -209,6 +220,13 @@ class BaselinesConfig:
     @property
     def per_problem_path(self) -> Path:
         return Path(self.out_dir) / f"bpb-{self.model.replace('/', '_')}.json"
+
+    @property
+    def code_tasks(self) -> list[tuple[str, int]]:
+        """The pass@1 rows (task, problems) this grid runs: only with code execution allowed."""
+        if not self.allow_code_execution:
+            return []
+        return [(t, n) for t, n in (("mbpp", self.mbpp_limit), ("humaneval", self.humaneval_limit)) if n]
 
     @property
     def gold_tasks(self) -> list[tuple[str, int]]:
@@ -224,6 +242,7 @@ GRID_FIELDS = (
     "limit",
     "lambada_limit",
     "mbpp_limit",
+    "humaneval_limit",
     "bpb_limit",
     "gsm8k_bpb_limit",
     "lora_sparsities",
@@ -268,7 +287,7 @@ def variants_for(sparsity: float, config: BaselinesConfig) -> list[Variant]:
     """The pruned models at `sparsity`, most informative first: NIRVANA gamma*, LLM-Pruner, FLAP, KL-best."""
     out = [Variant("nirvana", sparsity)]
     for m in METHODS[1:]:
-        settings = config.method_settings.get((m, sparsity))
+        settings = config.settings_for(m, sparsity)
         out.append(Variant(m, sparsity, settings=json.dumps(settings, sort_keys=True) if settings else ""))
     if sparsity in config.best_gamma:
         g = config.best_gamma[sparsity]
@@ -293,6 +312,8 @@ def plan_jobs(config: BaselinesConfig) -> list[BaselineJob]:
         block = [dense, *pruned] if i == 0 else pruned
         everyone += block
         jobs += [job(v, "ppl", config.tokens) for v in block]
+        if config.code_first:
+            jobs += [job(v, task, n) for task, n in config.code_tasks for v in block]
         # dense last among the tasks: its zero-shot figures are also in the committed accuracy grid
         tasks_order = [*pruned, dense] if i == 0 else pruned
         jobs += [job(v, t, config.limit) for v in tasks_order for t in ZEROSHOT7]
@@ -306,8 +327,11 @@ def plan_jobs(config: BaselinesConfig) -> list[BaselineJob]:
             jobs += [job(v, "ppl", config.tokens) for v in recovered]
             jobs += [job(v, t, config.limit) for v in recovered for t in ZEROSHOT7]
             jobs += [job(v, task, n) for task, n in config.gold_tasks for v in recovered]
-    if config.mbpp_limit and config.allow_code_execution:
-        jobs += [job(v, "mbpp", config.mbpp_limit) for v in everyone]
+    if not config.code_first:
+        jobs += [job(v, task, n) for task, n in config.code_tasks for v in everyone]
+    elif config.lora_sparsities:  # the recovered models' code rows, after everything else
+        recovered = [v for v in everyone if v.lora]
+        jobs += [job(v, task, n) for task, n in config.code_tasks for v in recovered]
     return jobs
 
 

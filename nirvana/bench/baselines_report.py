@@ -83,8 +83,8 @@ def variants(rows: list[dict]) -> list[dict]:
             v["tasks"][measure] = (_f(r["acc"]), _f(r["acc_stderr"]), int(float(r["n"] or 0)))
         elif measure == "lambada_openai":
             v["lambada"] = (_f(r["acc"]), _f(r["acc_stderr"]), _f(r["perplexity"]))
-        elif measure == "mbpp":
-            v["mbpp"] = (_f(r["pass_at_1"]), _f(r["pass_at_1_stderr"]))
+        elif measure in ("mbpp", "humaneval"):
+            v[measure] = (_f(r["pass_at_1"]), _f(r["pass_at_1_stderr"]))
         elif measure in BPB_TASKS:
             v.setdefault("bpb", {})[measure] = (_f(r.get("bpb")), _f(r.get("bpb_stderr")), int(float(r["n"] or 0)))
     for v in by.values():
@@ -153,7 +153,7 @@ def _num(value, digits: int = 2) -> str:
 
 def _settings(v: dict, config) -> str:
     """The settings given to a row's method beyond its defaults (the CSV records all of them, resolved)."""
-    given = getattr(config, "method_settings", {}).get((v.get("method"), _f(v.get("sparsity"))))
+    given = config.settings_for(v.get("method"), _f(v.get("sparsity"))) if hasattr(config, "settings_for") else None
     return f" `{json.dumps(given, sort_keys=True)}`" if given else ""
 
 
@@ -210,7 +210,7 @@ def markdown(rows: list[dict], config, extra: list[dict] | None = None) -> str:
     measured = variants(rows)
     extra = ablations(config.model, config.sparsities) if extra is None else extra
     header = ["model", "s", "WikiText-2", "PTB", "LAMBADA acc", "LAMBADA ppl"]
-    header += [SHORT[t] for t in ZEROSHOT7] + ["Avg (7)", "MBPP pass@1", "MBPP bits/byte"]
+    header += [SHORT[t] for t in ZEROSHOT7] + ["Avg (7)", "MBPP pass@1", "HumanEval pass@1", "MBPP bits/byte"]
     lines = [
         f"# Baselines benchmark: {config.model}",
         "",
@@ -233,7 +233,7 @@ def markdown(rows: list[dict], config, extra: list[dict] | None = None) -> str:
     for v in by_sparsity([*measured, *extra]):
         t = v["tasks"]
         lam = v.get("lambada")
-        mbpp = v.get("mbpp")
+        mbpp, humaneval = v.get("mbpp"), v.get("humaneval")
         cells = [
             f"{v['variant']}{_settings(v, config)}",
             _num(v.get("sparsity"), 1) if v.get("method") != "dense" else "0",
@@ -244,6 +244,7 @@ def markdown(rows: list[dict], config, extra: list[dict] | None = None) -> str:
             *[_pm(*t[k][:2]) if k in t else "-" for k in ZEROSHOT7],
             _pm(v["average"], v.get("average_se")) if "average" in v else "-",
             _pm(mbpp[0], mbpp[1]) if mbpp else "-",
+            _pm(humaneval[0], humaneval[1]) if humaneval else "-",
             _bpb(v.get("bpb", {}).get("mbpp_bpb")),
         ]
         lines.append("| " + " | ".join(cells) + " |")

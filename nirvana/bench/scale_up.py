@@ -8,8 +8,13 @@ peak is its own. The child loads the model (fp32, CPU), draws the calibration ba
 `pipeline.score` (no score cache; the default micro-batch and checkpointing, chosen from the memory
 plan), recording:
 - `scoring_s`: the scoring call's wall time;
-- `added_gib`: the process's peak RSS (`ru_maxrss`) after scoring minus its RSS just before: what scoring
-  added above the loaded weights, the quantity the memory plan estimates; `peak_rss_gib`: the whole peak;
+- `added_gib`: the process's peak RSS during scoring minus its RSS just before: what scoring added above
+  the loaded weights, the quantity the memory plan estimates; `peak_rss_gib`: the whole peak. The weights
+  are read once first (`fault_in`: a safetensors load maps the file, so untouched weights are not yet
+  resident), the C heap's free pages are returned (`trim_heap`) and the peak is reset just before
+  scoring (`/proc/self/clear_refs`, VmHWM), so the loading's own transient peak is not counted either.
+  (Rows before 2026-12-05 had none of these: their `added` included paging the weights in, which made the
+  plan look 35-77% low; they are kept in `scale-up-before-fault-in.jsonl`.)
 - `planned_gib`: the plan the memory guard checked (the method's estimate at the micro-batch and
   checkpointing it used), and `plan_error`: planned / added - 1.
 Rows are appended to `benchmarks/scale-up/scale-up.jsonl` as they finish; a run skips rows already
@@ -20,7 +25,10 @@ with the command that installs it.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
 import datetime as dt
+import gc
 import json
 import os
 import resource
@@ -61,6 +69,40 @@ def _rss() -> int:
     return psutil.Process().memory_info().rss
 
 
+def fault_in(model) -> None:
+    """Read every weight once. A safetensors load maps the file and copies nothing: a weight's pages become
+    resident only when a forward first reads them, so without this the first scoring pass's peak would count
+    the weights themselves (for FLAP on Qwen2.5-Coder-0.5B, 1.3 of the 1.95 GiB once recorded as 'added')."""
+    with torch.no_grad():
+        for p in model.parameters():
+            p.sum()
+
+
+def trim_heap() -> None:
+    """Give the C heap's free pages back to the system (glibc `malloc_trim`), so that RSS counts live memory
+    only: a model converted in this process leaves gigabytes of freed heap that scoring would reuse unseen."""
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to trim this way
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+def reset_peak() -> bool:
+    """Reset this process's peak RSS (VmHWM) to its current RSS (Linux >= 4.0, `clear_refs` value 5)."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+def peak_rss(since_reset: bool) -> int:
+    """The peak RSS since `reset_peak` (VmHWM), or since the process started (ru_maxrss) without one."""
+    if since_reset:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
 def measure_one(model: str, method: str, samples: int, seq_len: int) -> dict:
     """In this process: load `model`, score it with `method`, and return the row (see the module doc)."""
     start = time.perf_counter()
@@ -76,14 +118,18 @@ def measure_one(model: str, method: str, samples: int, seq_len: int) -> dict:
         return check(estimate, *args, **kwargs)
 
     memory.check_fits = recorded
+    fault_in(lm.model)  # the plan counts the weights as resident: make them so before measuring
+    gc.collect()
+    trim_heap()
     try:
         before = _rss()
+        reset = reset_peak()
         start = time.perf_counter()
         scores, _ = score(lm, settings, batch=batch)
         scoring_s = time.perf_counter() - start
     finally:
         memory.check_fits = check
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    peak = peak_rss(reset)
     planned = plans[-1].total if plans else None
     added = peak - before
     return {
@@ -104,6 +150,7 @@ def measure_one(model: str, method: str, samples: int, seq_len: int) -> dict:
         "plan_error": round(planned / added - 1, 3) if planned and added > 0 else None,
         "plan": {k: round(v / GIB, 3) for k, v in plans[-1].components.items()} if plans else None,
         "threads": torch.get_num_threads(),
+        "peak_since": "reset (VmHWM)" if reset else "process start (ru_maxrss)",
     }
 
 
@@ -116,7 +163,8 @@ def table(rows: list[dict]) -> str:
         "# Scoring cost against model size (CPU, fp32)",
         "",
         "Written by `python -m nirvana bench scale-up`: one fresh process per row; `added` is the peak RSS during "
-        "scoring above the RSS just before it, `planned` what the memory guard planned for the same pass "
+        "scoring above the RSS just before it (the weights read once first, so they are resident, and the peak "
+        "reset just before scoring), `planned` what the memory guard planned for the same pass "
         "(`nirvana.guard.memory`), error = planned / added - 1. Each row's machine and load are in the .jsonl.",
         "",
         "| model | parameters | method | N x T | micro-batch | scoring (s) | added (GiB) | planned (GiB) | error "

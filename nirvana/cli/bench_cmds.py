@@ -134,6 +134,8 @@ BASELINES_FLAGS = {
     "nirvana_gamma": "NIRVANA once more at this gamma at every sparsity (where gamma* misses the target)",
     "tokens": "perplexity tokens per dataset (WikiText-2, PTB)",
     **TASK_FLAGS,
+    "humaneval_limit": "HumanEval problems (0: skip; needs --allow-code-execution)",
+    "code_first": "the code tasks (MBPP, HumanEval) right after each sparsity's perplexity rows, not last",
     "samples": "calibration sequences N (the same batch for every method)",
     "seq_len": "calibration tokens per sequence T",
     "use_score_cache": "reuse cached scores (the pruning time then leaves out scoring)",
@@ -419,7 +421,7 @@ def _add_baselines(bench_sub) -> None:
 
 
 def baselines_config(args) -> BaselinesConfig:
-    check_limits(args, TASK_LIMITS)
+    check_limits(args, (*TASK_LIMITS, "humaneval_limit"))
     if args.tokens < 1:
         raise InvalidInput(f"--tokens must be a positive number of tokens, got {args.tokens}.")
     if args.threads is not None and args.threads < 1:

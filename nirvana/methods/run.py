@@ -25,6 +25,7 @@ from nirvana.models.shapes import ModelShape, model_shape
 from nirvana.progress import Progress
 from nirvana.pruning.plan import PruningPlan
 from nirvana.pruning.slicing import add_output_biases, apply_plan, measure_plan
+from nirvana.scoring.objectives import output_head
 from nirvana.scoring.scores import Scores, computed_once, load_cached, score_cache_path
 
 
@@ -80,6 +81,8 @@ def method_scores(
             return cached
         n, t = batch.input_ids.shape
         estimate = functools.partial(method.memory, settings=config)
+        if method.uses_gradients:  # the LM loss a vocabulary chunk at a time where the head allows it
+            estimate = functools.partial(estimate, chunked_logits=output_head(model) is not None)
         if not micro_batch and method.uses_gradients:  # a sum over sequences: any micro-batch gives the same scores
             micro_batch = choose_micro_batch(model, n, t, estimate=estimate)
         check_scoring_memory(model, n, t, micro_batch=micro_batch, estimate=estimate)

@@ -23,6 +23,13 @@ Same value and same gradient as the full-logits objective, except on exact ties 
 over positions: `amax` splits the gradient between tied positions, this gives it to the first
 (fp32 logits of different positions tie almost never; the tests compare scores on every family).
 
+The next-token cross-entropy (loss-Taylor, LLM-Pruner) the same way: `CrossEntropyByChunks` keeps a
+running log-sum-exp per position over the chunks (the online softmax: a running maximum m and
+sum s, rescaled by exp(m_old - m_new)) and the target's logit, so the loss is lse - z_target; its
+backward recomputes each chunk's logits and sends (softmax - one-hot) @ W_c to `h`. Alive at once:
+one `[n, T, chunk]` block and a few `[n, T]` fp32 vectors, instead of the logits, their fp32 copy,
+the log-softmax and its gradient.
+
 `forward_objective(model, ids, objective, total)` is what the scorers call: the chunked form where
 `CHUNKED` has one for the objective and the model's head is a plain linear map of the decoder's
 output (every row of `nirvana.models.architectures`), else `objective(model(ids).logits, ...)`.
@@ -93,6 +100,52 @@ class MaxOverPositions(torch.autograd.Function):
         return grad_h.to(h.dtype), None, None, None, None
 
 
+class CrossEntropyByChunks(torch.autograd.Function):
+    """sum over (n, t) of -log softmax(cap(h[n, t] W^T + b))[targets[n, t]], a vocabulary chunk at a time."""
+
+    @staticmethod
+    def forward(ctx, h, weight, bias, targets, cap, chunk):
+        n, t, _ = h.shape
+        top = torch.full((n, t), float("-inf"), dtype=torch.float32, device=h.device)
+        total = torch.zeros((n, t), dtype=torch.float32, device=h.device)
+        target_logit = torch.zeros((n, t), dtype=torch.float32, device=h.device)
+        for start in range(0, weight.shape[0], chunk):
+            stop = min(start + chunk, weight.shape[0])
+            b = None if bias is None else bias[start:stop]
+            z = _capped(nn.functional.linear(h, weight[start:stop], b).float(), cap)  # (n, T, C)
+            new_top = torch.maximum(top, z.amax(dim=-1))
+            total = total * torch.exp(top - new_top) + torch.exp(z - new_top.unsqueeze(-1)).sum(dim=-1)
+            top = new_top
+            inside = (targets >= start) & (targets < stop)
+            local = (targets - start).clamp(0, stop - start - 1).unsqueeze(-1)
+            target_logit += torch.where(inside, z.gather(-1, local).squeeze(-1), 0.0)
+            del z
+        lse = top + torch.log(total)
+        ctx.save_for_backward(h, weight, targets, lse)
+        ctx.bias, ctx.cap, ctx.chunk = bias, cap, chunk
+        return (lse - target_logit).sum()
+
+    @staticmethod
+    def backward(ctx, grad_total):
+        h, weight, targets, lse = ctx.saved_tensors
+        bias, cap, chunk = ctx.bias, ctx.cap, ctx.chunk
+        grad_h = torch.zeros(h.shape, dtype=torch.float32, device=h.device)
+        g = grad_total.float()
+        for start in range(0, weight.shape[0], chunk):
+            stop = min(start + chunk, weight.shape[0])
+            b = None if bias is None else bias[start:stop]
+            z = _capped(nn.functional.linear(h, weight[start:stop], b).float(), cap)
+            dz = torch.exp(z - lse.unsqueeze(-1))  # softmax over the whole vocabulary, this chunk's columns
+            inside = ((targets >= start) & (targets < stop)).float().unsqueeze(-1)
+            local = (targets - start).clamp(0, stop - start - 1).unsqueeze(-1)
+            dz.scatter_add_(-1, local, -inside)  # minus the one-hot of the target, where it lies in this chunk
+            if cap is not None:  # through cap * tanh(z / cap): 1 - tanh^2, and tanh = z / cap
+                dz = dz * (1 - (z / cap) ** 2)
+            grad_h += (dz * g).to(h.dtype) @ weight[start:stop]
+            del z, dz
+        return grad_h.to(h.dtype), None, None, None, None, None
+
+
 def output_head(model: nn.Module) -> tuple[nn.Module, nn.Module, float | None] | None:
     """(decoder returning the final hidden state, the lm_head linear, the final logit soft-cap), or None
     where the logits are not a plain linear map of the decoder's output (then the full logits are used)."""
@@ -106,7 +159,9 @@ def output_head(model: nn.Module) -> tuple[nn.Module, nn.Module, float | None] |
     return decoder, head, (float(cap) if cap else None)
 
 
-def chunked_nirvana_objective(h: torch.Tensor, head: nn.Linear, cap: float | None, total_samples: int) -> torch.Tensor:
+def chunked_nirvana_objective(
+    h: torch.Tensor, head: nn.Linear, cap: float | None, input_ids: torch.Tensor, total_samples: int
+) -> torch.Tensor:
     """The NIRVANA objective of one micro-batch from its final hidden state `h: [n, T, D]`."""
     bias = None if head.bias is None else head.bias.detach()
     chunk = vocab_chunk(h.shape[0] * h.shape[1], head.weight.shape[0], VOCAB_CHUNK)
@@ -114,8 +169,20 @@ def chunked_nirvana_objective(h: torch.Tensor, head: nn.Linear, cap: float | Non
     return total / (total_samples * head.weight.shape[0])
 
 
+def chunked_lm_loss_objective(
+    h: torch.Tensor, head: nn.Linear, cap: float | None, input_ids: torch.Tensor, total_samples: int
+) -> torch.Tensor:
+    """`lm_loss_objective` of one micro-batch from its final hidden state `h: [n, T, D]`."""
+    n, t = input_ids.shape
+    bias = None if head.bias is None else head.bias.detach()
+    chunk = vocab_chunk(n * t, head.weight.shape[0], VOCAB_CHUNK)
+    targets = input_ids[:, 1:].to(h.device)
+    total = CrossEntropyByChunks.apply(h[:, :-1], head.weight.detach(), bias, targets, cap, chunk)
+    return total / (n * (t - 1)) * n / total_samples
+
+
 # objective -> its form on the final hidden state (objectives without one get the full logits)
-CHUNKED = {nirvana_objective: chunked_nirvana_objective}
+CHUNKED = {nirvana_objective: chunked_nirvana_objective, lm_loss_objective: chunked_lm_loss_objective}
 
 
 def forward_objective(model: nn.Module, input_ids: torch.Tensor, objective, total_samples: int) -> torch.Tensor:
@@ -127,4 +194,4 @@ def forward_objective(model: nn.Module, input_ids: torch.Tensor, objective, tota
         return objective(logits, input_ids.to(logits.device), total_samples)
     decoder, lm_head, cap = head
     h = decoder(input_ids=input_ids, use_cache=False).last_hidden_state
-    return chunked(h.to(lm_head.weight.device), lm_head, cap, total_samples)
+    return chunked(h.to(lm_head.weight.device), lm_head, cap, input_ids, total_samples)

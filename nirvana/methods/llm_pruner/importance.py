@@ -26,6 +26,7 @@ from nirvana.models.weights import input_device
 from nirvana.progress import Progress
 from nirvana.scoring.criteria import _only_block_weights_require_grad, lm_loss_objective
 from nirvana.scoring.distributed import ShardedScorer
+from nirvana.scoring.objectives import forward_objective
 from nirvana.scoring.units import UNIT_AXIS
 
 REDUCTIONS = {
@@ -86,7 +87,7 @@ def taylor_scores(model, batch, config: LLMPrunerConfig, micro_batch: int = 0, p
             for j in range(n):
                 model.zero_grad(set_to_none=True)
                 example = ids[j : j + 1].to(device)
-                lm_loss_objective(model(input_ids=example, use_cache=False).logits, example, 1).backward()
+                forward_objective(model, example, lm_loss_objective, 1).backward()
                 for _, lin in linears:
                     acc[lin] += lin.weight.grad.float().pow(2) / n
                 if progress:
@@ -94,7 +95,7 @@ def taylor_scores(model, batch, config: LLMPrunerConfig, micro_batch: int = 0, p
             model.zero_grad(set_to_none=True)
         for start in range(0, n, micro_batch):
             chunk = ids[start : start + micro_batch].to(device)
-            lm_loss_objective(model(input_ids=chunk, use_cache=False).logits, chunk, n).backward()
+            forward_objective(model, chunk, lm_loss_objective, n).backward()
             if progress:
                 done = min(start + micro_batch, n)
                 progress(0.45 + 0.45 * done / n if acc else 0.9 * done / n, f"forward+backward {done}/{n}")
