@@ -9,6 +9,7 @@ routing.require()  # first, before the heavy imports: see ui/routing.py
 import streamlit as st
 
 from nirvana import charts
+from nirvana.measure import duration
 from nirvana.progress import sub_progress
 from nirvana.scoring.criteria import CRITERIA, criteria_help
 from nirvana.scoring.seq2seq import T5_CRITERIA
@@ -85,6 +86,19 @@ def _controls(lm) -> dict:
         "criterion": criterion,
         "criterion2": None if criterion2 == "(none)" else criterion2,
     }
+
+
+def _estimate(lm, choice: dict) -> None:
+    """'about N s on this machine' for the chosen criteria, before the button (scores on disk load at once)."""
+    with guard("estimating the scoring time"):
+        criteria = [c for c in (choice["criterion"], choice["criterion2"]) if c]
+        seconds = resources.scoring_seconds(lm, state.spec().key, criteria, choice)
+        if seconds is not None:
+            st.caption(
+                f"Scoring takes {duration.about(seconds)} on this machine ({choice['samples']} × {choice['seq_len']} "
+                "tokens; estimated from the model's FLOPs and this machine's measured matrix-multiply rate, longer "
+                "when the machine is busy). Scores computed before load at once."
+            )
 
 
 def _compute(lm, choice: dict) -> None:
@@ -188,6 +202,7 @@ def main() -> None:
     if lm is None:
         return
     choice = _controls(lm)
+    _estimate(lm, choice)
     clicked = st.button("Compute saliency", type="primary", key="compute_saliency")
     if clicked or st.session_state.pop("autorun_saliency", False):
         _compute(lm, choice)

@@ -188,6 +188,15 @@ def test_saliency_compares_two_criteria_and_views(at, tiny):
     np.testing.assert_allclose(decode(totals[1]["y"]), magnitude.mlp.sum(1).numpy(), rtol=1e-5)
 
 
+def test_saliency_says_how_long_scoring_takes_before_it_starts(at):
+    at.switch_page("pages/saliency.py").run()
+    (said,) = [c.value for c in at.caption if "Scoring takes about" in c.value]
+    assert "on this machine" in said and "Scores computed before load at once" in said
+    at.selectbox(key="criterion").set_value("magnitude").run()  # reads no data: nothing to estimate
+    assert not [c.value for c in at.caption if "Scoring takes about" in c.value]
+    no_errors(at)
+
+
 def test_allocation_follows_the_sliders_from_cached_scores(at, tiny):
     from nirvana.models.shapes import model_shape
     from nirvana.pruning.allocation import Allocation, allocate, default_gamma

@@ -18,16 +18,20 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import streamlit as st
+import torch
 
 from nirvana.checkpoints.facts import describe
 from nirvana.checkpoints.loaded import LoadedModel
 from nirvana.checkpoints.loading import load_model
 from nirvana.data.calibration import calibration_batch
 from nirvana.guard.locks import heavy_work
+from nirvana.measure import duration
 from nirvana.models.shapes import ModelShape, model_shape
+from nirvana.models.t5 import is_t5
 from nirvana.models.weights import input_device
 from nirvana.pipeline import PruneSettings, score
 from nirvana.pruning.allocation import Allocation, allocate
+from nirvana.scoring.criteria import CRITERIA
 from nirvana.store.keys import content_key
 
 
@@ -160,3 +164,24 @@ def model_facts(_lm: LoadedModel, spec_key: str) -> dict:
 def shape_dict(_lm: LoadedModel, spec_key: str) -> dict:
 
     return model_shape(_lm.model).to_dict()
+
+
+@st.cache_resource(show_spinner=False)
+def matmul_rate(device: str, dtype: str) -> float:
+    """This machine's matrix-multiply rate (`nirvana.guard.duration`): measured once, then read from disk."""
+    return duration.matmul_rate(device, getattr(torch, dtype))
+
+
+def scoring_seconds(lm: LoadedModel, spec_key: str, criteria: list[str], choice: dict) -> float | None:
+    """About how long scoring `criteria` on N x T tokens takes here (None: a T5, or nothing to estimate)."""
+    if is_t5(lm.model.config):
+        return None
+    steps = [duration.scoring_step(CRITERIA[c].uses_gradients, CRITERIA[c].needs_data) for c in criteria]
+    steps = [s for s in steps if s]
+    if not steps:
+        return None
+    weight = next(p for p in lm.model.parameters() if p.is_floating_point())
+    rate = matmul_rate(str(input_device(lm.model)), str(weight.dtype).removeprefix("torch."))
+    shape = ModelShape.from_dict(shape_dict(lm, spec_key))
+    tokens = choice["samples"] * choice["seq_len"]
+    return sum(duration.estimate_seconds(shape, s, tokens, choice["seq_len"], rate) for s in steps)

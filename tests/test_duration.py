@@ -1,0 +1,64 @@
+"""Time planning (`nirvana.measure.duration`): the machine's rate measured once and cached, the cost model's
+known answers and orderings, the estimate's wording, and the Saliency page saying it before scoring."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from nirvana.measure import duration
+from nirvana.measure.flops import flops_breakdown
+from nirvana.models.shapes import model_shape
+from tests.tiny import tiny_model
+
+
+def test_the_rate_is_measured_once_then_read_from_the_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("NIRVANA_CACHE_DIR", str(tmp_path))
+    rate = duration.matmul_rate()
+    assert rate > 1e6  # any machine multiplies faster than a megaflop
+    (path,) = (tmp_path / "machine").glob("matmul-*.json")
+    record = json.loads(path.read_text())
+    assert record["flops_per_s"] == rate and record["threads"] == torch.get_num_threads()
+    record["flops_per_s"] = 123.0
+    path.write_text(json.dumps(record))
+    assert duration.matmul_rate() == 123.0  # read, not measured again
+    assert duration.matmul_rate(refresh=True) > 1e6
+
+
+def test_known_answer_and_the_steps_order():
+    shape = model_shape(tiny_model("llama"))
+    parts = flops_breakdown(shape, (16 + 1) / 2)
+    tokens, rate = 4 * 16, 1e9
+    grad = duration.estimate_seconds(shape, "gradient scoring", tokens, 16, rate)
+    expected = tokens * 3 * (parts["projections"] + parts["attention"] + parts["lm_head"])
+    expected /= rate * duration.STEPS["gradient scoring"].efficiency
+    assert grad == pytest.approx(expected)
+    forward = duration.estimate_seconds(shape, "forward scoring", tokens, 16, rate)
+    evaluation = duration.estimate_seconds(shape, "evaluation", tokens, 16, rate)
+    body, head = parts["projections"] + parts["attention"], parts["lm_head"]
+    assert forward == pytest.approx(tokens * body / (rate * duration.STEPS["forward scoring"].efficiency))
+    assert evaluation == pytest.approx(tokens * (body + head) / (rate * duration.STEPS["evaluation"].efficiency))
+    assert evaluation < grad
+    assert duration.estimate_seconds(shape, "evaluation", 2 * tokens, 16, rate) == pytest.approx(2 * evaluation)
+    with pytest.raises(KeyError, match="known: gradient scoring"):
+        duration.estimate_seconds(shape, "sweeping", tokens, 16, rate)
+
+
+@pytest.mark.parametrize(
+    "seconds, text",
+    [(0.2, "about 1 s"), (7.4, "about 7 s"), (42, "about 40 s"), (300, "about 5 min"), (9000, "about 2.5 h")],
+)
+def test_about_says_an_estimate_with_its_precision(seconds, text):
+    assert duration.about(seconds) == text
+
+
+def test_scoring_step_of_criteria_and_methods():
+    from nirvana.methods import METHODS
+    from nirvana.scoring.criteria import CRITERIA
+
+    step = {n: duration.scoring_step(c.uses_gradients, c.needs_data) for n, c in CRITERIA.items()}
+    assert step["nirvana"] == step["taylor"] == "gradient scoring" and step["wanda"] == "forward scoring"
+    assert step["magnitude"] is None and step["random"] is None
+    assert duration.scoring_step(METHODS["flap"].uses_gradients, METHODS["flap"].needs_data) == "forward scoring"
