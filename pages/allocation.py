@@ -17,7 +17,7 @@ from nirvana.models.shapes import ModelShape
 from nirvana.pruning.allocation import Allocation, default_gamma
 from nirvana.pruning.plan import MAX_SPARSITY
 from nirvana.pruning.slicing import planned_shape
-from ui import frame, methods, resources, seq2seq, state
+from ui import frame, live_text, methods, resources, seq2seq, state
 from ui.errors import guard
 
 ALIGNS = (1, 8, 16, 64, 128)
@@ -30,8 +30,9 @@ It is recomputed from the cached scores on every slider move (no gradients: mill
 costs $c_a = 2(g+1)d$ weights per hidden unit, one neuron $c_m = 3$. $\gamma$ = (fraction of
 neurons pruned) / (fraction of KV groups pruned) splits the budget:
 
-$$p_a = s\,\frac{H_{kv} c_a + I c_m}{H_{kv} c_a + \gamma I c_m},\qquad
-n_{attn} = \lfloor p_a L H_{kv} \rfloor,\quad n_{mlp} = \lfloor \gamma p_a L I \rfloor .$$
+$$p_a = s\,\frac{H_{kv} c_a + I c_m}{H_{kv} c_a + \gamma I c_m}$$
+
+$$n_{attn} = \lfloor p_a L H_{kv} \rfloor, \quad n_{mlp} = \lfloor \gamma p_a L I \rfloor$$
 
 Then **global ranking**: all KV groups of all layers are sorted together and the $n_{attn}$ lowest
 go; all neurons likewise. Each layer keeps at least one KV group, and its kept neurons are rounded
@@ -252,6 +253,7 @@ def _interactive(lm, scores_key: str, scores, shape: ModelShape, chosen: dict) -
         return
     state.put("plan", plan)
     _metrics(shape, plan, uniform)
+    text_box = st.container()  # filled last: the charts below answer the slider first, the text follows
     compare = None
     second = state.get("scores2")
     if second is not None and second[1].criterion != scores.criterion:
@@ -305,6 +307,8 @@ def _interactive(lm, scores_key: str, scores, shape: ModelShape, chosen: dict) -
         key="download_plan_alloc",
         on_click="ignore",
     )
+    with text_box:
+        live_text.show(lm, plan)
 
 
 def main() -> None:

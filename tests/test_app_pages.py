@@ -230,6 +230,40 @@ def test_allocation_follows_the_sliders_from_cached_scores(at, tiny):
     assert at.session_state["plan"].settings.sparsity == 0.3
 
 
+def test_allocation_continues_the_prompt_dense_and_pruned_at_the_slider(at, tiny):
+    import html
+
+    from nirvana.measure.generation import PRESETS, continue_greedy, continue_pruned, marked_pieces
+    from nirvana.models.shapes import model_shape
+    from nirvana.pruning.allocation import Allocation, allocate
+    from nirvana.scoring.criteria import compute_scores
+
+    compute(at, criterion="magnitude")
+    at.switch_page("pages/allocation.py").run()
+    no_errors(at)
+    shape, scores = model_shape(tiny.model), compute_scores(tiny.model, "magnitude", None, use_cache=False)
+    prompt = PRESETS["a fact"]
+    assert at.text_area(key="live_prompt").value == prompt
+    dense = continue_greedy(tiny.model, tiny.tokenizer, prompt, 16)
+    shown = []
+    for sparsity in (0.1, 0.6):
+        at.slider(key="sparsity").set_value(sparsity).run()
+        no_errors(at)
+        plan = allocate(scores, shape, Allocation(sparsity, at.slider(key="gamma").value, align=8))
+        pruned = continue_pruned(tiny.model, tiny.tokenizer, plan, prompt, 16)
+        markup = [m.value for m in at.markdown if m.value.startswith("<pre")]
+        assert markup[0] == '<pre style="white-space: pre-wrap; margin: 0">' + html.escape(dense.text) + "</pre>"
+        expected = "".join(
+            f"<mark>{html.escape(p)}</mark>" if c else html.escape(p) for p, c in marked_pieces(dense, pruned)
+        )
+        assert markup[1].endswith(expected + "</pre>")  # the slider's plan, its changed tokens marked
+        shown.append(markup[1])
+    at.selectbox(key="live_preset").set_value("a code stub").run()
+    assert at.text_area(key="live_prompt").value == PRESETS["a code stub"]
+    at.text_area(key="live_prompt").set_value("   ").run()  # an empty prompt: a message, no traceback
+    assert any("the prompt is empty" in e.value for e in at.error) and not at.exception
+
+
 def test_allocation_overlays_the_second_criterion(at, tiny):
     from nirvana.models.shapes import model_shape
     from nirvana.pruning.allocation import Allocation, allocate

@@ -83,3 +83,25 @@ def test_side_by_side_rows(tiny_lm):
     assert same[0]["identical"] and same[0]["dense"] == same[0]["pruned"]
     assert set(diff[0]) >= {"id", "prompt", "dense", "pruned", "dense_tokens", "pruned_tokens", "identical"}
     assert not diff[0]["identical"]
+
+
+def test_live_text_sparsity_zero_is_dense_and_changed_tokens_are_marked(tiny_lm):
+    from nirvana.measure.generation import Continuation, continue_greedy, continue_pruned, marked_pieces
+    from nirvana.models.shapes import model_shape
+    from nirvana.pruning.allocation import Allocation, allocate
+    from nirvana.scoring.criteria import compute_scores
+
+    model, tok = tiny_lm
+    scores = compute_scores(model, "magnitude", None, use_cache=False)
+    keep_all = allocate(scores, model_shape(model), Allocation(0.0, align=1))
+    dense = continue_greedy(model, tok, "The capital of France is", 8)
+    same = continue_pruned(model, tok, keep_all, "The capital of France is", 8)
+    assert same.tokens == dense.tokens and len(dense.tokens) == 8 and "".join(dense.pieces) == dense.text
+    assert not any(changed for _, changed in marked_pieces(dense, same))
+    a = Continuation((1, 2, 3, 4), ("a", "b", "c", "d"), "abcd", 0.0)
+    b = Continuation((9, 2, 3, 7, 4), ("x", "b", "c", "y", "d"), "xbcyd", 0.0)
+    assert marked_pieces(a, b) == [("x", True), ("b", False), ("c", False), ("y", True), ("d", False)]
+    with pytest.raises(InvalidInput, match="the prompt is empty"):
+        continue_greedy(model, tok, "  ")
+    with pytest.raises(InvalidInput, match="from 1 to 512"):
+        continue_greedy(model, tok, "hi", 0)

@@ -10,6 +10,7 @@ Rows are plain dicts: `pandas.DataFrame(rows)` shows them as a table.
 
 from __future__ import annotations
 
+import difflib
 import json
 import time
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from nirvana.errors import InvalidInput
 from nirvana.measure.compare import generation_rows
 from nirvana.models.weights import input_device
 from nirvana.progress import Progress, sub_progress
+from nirvana.pruning.slicing import apply_plan, measure_plan
 
 DEFAULT_PROMPTS = files("nirvana") / "assets" / "prompts.json"  # package data: found when installed too
 
@@ -156,3 +158,59 @@ def side_by_side(dense_model, pruned_model, tokenizer, prompts=None, *, pruned_t
         pruned_model, pruned_tokenizer or tokenizer, prompts, progress=sub_progress(progress, 0.5, 1.0), **kwargs
     )
     return generation_rows(dense, pruned)
+
+
+# The live text's presets (raw continuations, no chat template): what 20% and 50% do to a model's answer
+PRESETS = {
+    "a fact": "The capital of France is",
+    "a code stub": 'def is_even(n):\n    """Return True if n is even."""\n',
+    "a sum": "Question: What is 12 + 30?\nAnswer:",
+}
+
+
+@dataclass(frozen=True)
+class Continuation:
+    """A greedy continuation: its token ids, each token's text, the whole text, and the seconds it took."""
+
+    tokens: tuple[int, ...]
+    pieces: tuple[str, ...]
+    text: str
+    seconds: float
+
+
+@torch.no_grad()
+def continue_greedy(model, tokenizer, prompt: str, new_tokens: int = 16, chat: bool = False) -> Continuation:
+    """The greedy continuation of `prompt` (raw, or in the chat template with `chat`), `new_tokens` at most."""
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise InvalidInput("the prompt is empty; type some text to continue, or pick a preset.")
+    if not isinstance(new_tokens, int) or isinstance(new_tokens, bool) or not 1 <= new_tokens <= 512:
+        raise InvalidInput(f"new tokens must be an integer from 1 to 512, got {new_tokens!r}.")
+    use_chat = bool(chat and getattr(tokenizer, "chat_template", None))
+    enc = tokenizer(prompt_text(tokenizer, prompt, chat), return_tensors="pt", add_special_tokens=not use_chat)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    enc = enc.to(input_device(model))
+    start = time.perf_counter()
+    out = model.generate(**enc, max_new_tokens=new_tokens, pad_token_id=pad, do_sample=False)
+    seconds = time.perf_counter() - start
+    ids = tuple(int(t) for t in out[0, enc["input_ids"].shape[1] :])
+    pieces = tuple(tokenizer.decode([t], skip_special_tokens=True) for t in ids)
+    return Continuation(ids, pieces, "".join(pieces), seconds)
+
+
+def marked_pieces(dense: Continuation, pruned: Continuation) -> list[tuple[str, bool]]:
+    """The pruned continuation's token texts, each marked True where it is not the dense one's (an alignment of
+    the two token sequences, `difflib`: a token the pruned model shares with dense, even shifted, is unmarked)."""
+    matcher = difflib.SequenceMatcher(a=dense.tokens, b=pruned.tokens, autojunk=False)
+    same = [False] * len(pruned.tokens)
+    for block in matcher.get_matching_blocks():
+        for j in range(block.b, block.b + block.size):
+            same[j] = True
+    return [(piece, not kept) for piece, kept in zip(pruned.pieces, same, strict=True)]
+
+
+def continue_pruned(model, tokenizer, plan, prompt: str, new_tokens: int = 16, chat: bool = False) -> Continuation:
+    """`continue_greedy` of `model` sliced to `plan` (a fresh copy sharing nothing with `model`, freed after): what
+    the text becomes at the plan's sparsity, from already-computed scores, without gradients."""
+    return measure_plan(
+        plan, lambda: apply_plan(model, plan), lambda m: continue_greedy(m, tokenizer, prompt, new_tokens, chat)
+    )
