@@ -19,7 +19,7 @@ from nirvana.bench.gamma import committed_gamma, kl_at
 from nirvana.bench.quality import read_rows
 from nirvana.bench.quality_report import committed_reports, config_from_rows, summarize, verdicts
 from nirvana.bench.speed import committed_speed
-from ui import accuracy, baselines, frame, recovery
+from ui import accuracy, baselines, frame, recommend, recovery
 from ui.errors import guard
 
 EXPLANATION = """
@@ -264,6 +264,7 @@ def main() -> None:
     st.markdown(f"**Model:** `{rows[0]['model']}`")
     _header(rows)
     _claims(counts)
+    recommend.section(rows[0]["model"])
     _curves(rows, summary)
     _winners(summary)
     _ablations(summary)
