@@ -15,6 +15,7 @@ from nirvana import charts
 from nirvana.errors import NirvanaError
 from nirvana.measure.compare import accuracy_rows, bpb_rows, generation_rows, perplexity_pair, speed_rows, speed_table
 from nirvana.measure.flops import ideal_speedup
+from nirvana.measure.speed_check import check_of
 from nirvana.methods import METHODS
 from nirvana.models.shapes import count_parameters
 from nirvana.pipeline import PruneSettings, prune
@@ -41,10 +42,13 @@ real text (lower is better; 1 would be perfect). As in the paper, the text is cu
 few windows), not the whole test set, so compare dense and pruned on the same budget only.
 
 **Speed and memory** are *measured* here on this device: prefill (reading the prompt) and decode
-(generating token by token), median of repeated runs. The *ideal* speed-up is the ratio of
+(generating token by token). Dense and pruned are timed in turn, round after round, on the same prompts;
+the speed-up is the median of the rounds' ratios. The *ideal* speed-up is the ratio of
 matrix-multiply FLOPs per token, what a perfectly compute-bound run would gain; small models on a
-CPU are partly memory- and overhead-bound, so the measured gain is usually below it. The paper's
-A100 figures are shown for reference only: different model, hardware and batch.
+CPU are partly memory- and overhead-bound, so the measured gain is usually below it. A measured
+speed-up well above the ideal is not a result (the machine was busy while dense ran): it is flagged
+*disturbed* and not shown; re-measure. The paper's A100 figures are shown for reference only:
+different model, hardware and batch.
 """
 
 
@@ -317,38 +321,26 @@ def _speed(lm, pruned) -> None:
     dense_shape, pruned_shape = lm.model, pruned["model"]  # FLOPs from the modules' widths (a sliced stream too)
     settings = speed.controls("Measure speed and memory")
     if settings is not None:
-        spec = state.spec()
-        with guard("measuring speed") as g, progress_status("Speed and memory, dense then pruned") as progress:
-            evals.forget_speed()
-            dense = evals.speed(lm.model, spec.key, sub_progress(progress, 0.0, 0.5, "dense: "), **settings)
-            after = evals.speed(
-                pruned["model"], pruned["model_key"], sub_progress(progress, 0.5, 1.0, "pruned: "), **settings
-            )
+        with guard("measuring speed") as g, progress_status("Speed and memory, dense and pruned in turn") as progress:
+            measured = evals.speed_pair(lm.model, pruned["model"], progress, **settings)
         if not g.failed:
-            _evals()["speed"] = (dense, after)
+            _evals()["speed"] = measured
     result = _evals().get("speed")
     if not result:
-        st.caption("Runs a 64-token prompt (prefill) and the decode steps at each batch size; median of the repeats.")
+        st.caption(
+            "Runs a 64-token prompt (prefill) and the decode steps at each batch size, dense and pruned in turn "
+            "for every round; the speed-up is the median of the rounds' ratios."
+        )
         return
-    dense, after = result
-    rows = speed_table(speed_rows(dense, after, dense_shape, pruned_shape))
-    table = pd.DataFrame(rows)
-    row = st.columns(3)
+    dense = result["dense"]
+    rows = speed_rows(dense, result["pruned"], dense_shape, pruned_shape)
     last = rows[-1]
-    row[0].metric(
-        f"Decode speed-up, batch {last['batch']}",
-        f"{last['decode speed-up (measured)']:.2f}×",
-        delta=f"ideal {last['decode speed-up (ideal, FLOPs)']:.2f}×",
-        delta_color="off",
-    )
-    row[1].metric(
-        f"Prefill speed-up, batch {last['batch']}",
-        f"{last['prefill speed-up (measured)']:.2f}×",
-        delta=f"ideal {last['prefill speed-up (ideal, FLOPs)']:.2f}×",
-        delta_color="off",
-    )
+    row = st.columns(3)
+    speed.speedup_metric(row[0], f"Decode speed-up, batch {last['batch_size']}", check_of(last, "decode"))
+    speed.speedup_metric(row[1], f"Prefill speed-up, batch {last['batch_size']}", check_of(last, "prefill"))
     row[2].metric("Ideal speed-up at 512 context", f"{ideal_speedup(dense_shape, pruned_shape):.2f}×")
-    st.dataframe(table, hide_index=True, width="stretch")
+    speed.verdicts(rows, ("prefill", "decode"))
+    st.dataframe(pd.DataFrame(speed_table(rows)), hide_index=True, width="stretch")
     with guard("reading the paper's speed figure"):
         from nirvana.reference import reference_rows
 
@@ -361,8 +353,11 @@ def _speed(lm, pruned) -> None:
             )
     st.caption(
         f"Measured on {dense['device_name']} ({dense['device']}, {dense['dtype']}, {dense['threads']} threads, "
-        f"load average {dense.get('load_average_1min', '?')}), {dense['statistic']} of {dense['repeats']} runs. "
-        f"Memory: {dense['memory_method']}. On a shared CPU other processes change these figures."
+        f"load average {dense.get('load_average_1min', '?')}): {dense['repeats']} rounds, each timing dense, then "
+        "pruned, on the same prompts, while this app held the device (no other session's heavy work ran); tok/s are "
+        "the medians, the speed-up the median of the rounds' ratios with their middle half. A speed-up more than "
+        "1.1× its FLOPs ideal is not a result: it is flagged and not shown. "
+        f"Memory: {dense['memory_method']}. Other processes on a shared machine still change these figures."
     )
 
 

@@ -20,6 +20,7 @@ from nirvana.search.sweep import ACCURACY_AXES, QUALITY, SweepSettings, run_swee
 from ui import cluster, frame, methods, resources, seq2seq, state
 from ui.errors import guard
 from ui.progress import progress_status
+from ui.speed import sweep_checked, sweep_speed_shown, sweep_warning
 
 EXPLANATION = r"""
 **What is shown.** The same cached scores pruned at several settings. Left charts: quality (perplexity
@@ -41,8 +42,12 @@ layer by layer, a point: slower); γ is NIRVANA's own budget split, so only NIRV
 a method cannot reach (LLM-Pruner's same-ratio-per-layer steps) is left out of its line, and the
 page says so.
 
-**Careful with speed on a shared CPU:** single short runs are noisy; use the Prune page's repeated
-measurement for the figure you report.
+**Careful with speed on a shared CPU:** each point is timed once, on its own, not in turn with the
+dense model, so a busy moment can make the dense model look slow and a point look faster than its
+arithmetic allows. A point whose decode speed-up over the dense point is more than 1.1× its FLOPs ideal
+is flagged *disturbed* (the machine was busy; run the sweep again) and, when one is, the charts use
+the ideal speed-up instead of the measured speed. Use the Prune page's interleaved measurement for the
+figure you report.
 """
 
 
@@ -102,10 +107,12 @@ def _series_of(points, quality: str, has_speed: bool) -> dict:
 
 
 def _charts(rows: list[dict], settings: dict) -> None:
+    rows = sweep_checked(rows)
     frame_ = pd.DataFrame(rows)
     centre = settings["allocation"]
     quality = QUALITY[settings["metric"]]
-    has_speed = frame_["decode_tokens_per_s"].notna().all()
+    has_speed = sweep_speed_shown(frame_)
+    sweep_warning(rows, _label)
     log_y = (quality,) if settings["metric"] == "perplexity" else ()
     dense = frame_[frame_.axis == "dense"]
     lines = {}
@@ -219,8 +226,8 @@ def _live(placeholder, quality: str):
 
     def draw(rows: list[dict]) -> None:
         with placeholder.container():
-            frame_ = pd.DataFrame(rows)
-            has_speed = frame_["decode_tokens_per_s"].notna().all()
+            frame_ = pd.DataFrame(sweep_checked(rows))
+            has_speed = sweep_speed_shown(frame_)
             x_col, x_title = (
                 ("decode_tokens_per_s", "decode tokens/s") if has_speed else ("ideal_speedup", "ideal speed-up")
             )

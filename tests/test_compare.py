@@ -40,7 +40,15 @@ def test_known_answers_on_made_up_measurements(pair):
     assert row["prefill_speedup"] == 1.5 and row["decode_speedup"] == 2.0 and row["peak_memory_ratio"] == 0.25
     assert row["decode_ideal"] == pytest.approx(ideal) and row["decode_fraction_of_ideal"] == pytest.approx(2 / ideal)
     (table,) = compare.speed_table([row])
-    assert table["batch"] == 1 and table["decode speed-up (measured)"] == 2.0 and table["peak memory pruned (MB)"] == 0
+    assert table["batch"] == 1 and table["peak memory pruned (MB)"] == 0
+    # 2.0x decode is more than 1.1 x its ideal (this pair's is ~1.03): not a result, so the table shows the
+    # verdict instead of the figure
+    assert 1.1 * ideal < 2.0 and row["decode_verdict"] == "disturbed" and row["verdict"] == "disturbed"
+    assert table["decode speed-up (measured)"] is None and table["decode verdict"] == "disturbed"
+    (within,) = compare.speed_table(compare.speed_rows(_speed(100, 10, 400), _speed(101, 10.1, 100), dense, pruned))
+    assert within["prefill speed-up (measured)"] == 1.01 and within["decode speed-up (measured)"] == 1.01
+    assert within["prefill verdict"] == within["decode verdict"] == "ok"
+    assert within["decode rounds: middle half"] == "1.01-1.01x of 1"  # one figure: no spread
 
     before = {"ppl": 10.0, "dataset": "d", "split": "test", "predicted_tokens": 99, "windows": 3, "seq_len": 34}
     got = compare.perplexity_pair(before, {**before, "ppl": 12.0})

@@ -1,4 +1,4 @@
-"""Evaluations the app runs (perplexity, speed, generations, KL selection, sweeps), memoised by content.
+"""Evaluations the app runs (perplexity, speed, generations, KL selection, sweeps), memoised by content (speed is not).
 
 Each wrapper calls the library function and stores the result in a shared `Memo` keyed by the
 model identity (`model_key`: the spec key, plus the plan hash for a pruned copy) and every
@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 
 from nirvana.measure.family import measures
-from nirvana.measure.speed import measure_speed
+from nirvana.measure.speed import compare_speeds
 from nirvana.models.weights import input_device
 from nirvana.store.keys import content_key
 from ui.resources import hold_device, memo
@@ -49,40 +49,36 @@ def perplexity(model, tokenizer, model_key: str, dataset: str, tokens: int, wind
     return memo("ppl").get_or_compute(key, compute).to_dict()
 
 
-def speed(
-    model,
-    model_key: str,
+def speed_pair(
+    dense,
+    pruned,
     progress=None,
     *,
     batch_sizes: tuple[int, ...] | None = None,
     prompt_len: int = 64,
     new_tokens: int = 16,
-    repeats: int = 2,
-):
-    """Measured prefill/decode speed and peak memory (`nirvana.measure.speed.measure_speed`), memoised."""
+    repeats: int = 5,
+) -> dict:
+    """Dense and pruned timed in turn, round by round, each phase's speed-up judged against its FLOPs ideal
+    (`nirvana.measure.speed.compare_speeds`).
 
+    Both models are timed under one hold of the device, so no other session's heavy work (scoring, perplexity,
+    a sweep) starts between or during the rounds. Not memoised: a speed is only as good as the moment it was
+    taken, so every click measures afresh.
+    """
     if batch_sizes is None:
-        batch_sizes = SPEED_BATCH_SIZES_CPU if str(input_device(model)) == "cpu" else SPEED_BATCH_SIZES_GPU
-    key = content_key("speed", model_key, batch_sizes, prompt_len, new_tokens, repeats)
-
-    def compute():
-        with hold_device(model, progress):
-            return measure_speed(
-                model,
-                batch_sizes=batch_sizes,
-                prompt_len=prompt_len,
-                new_tokens=new_tokens,
-                repeats=repeats,
-                warmup=1,
-                progress=progress,
-            )
-
-    return memo("speed").get_or_compute(key, compute)
-
-
-def forget_speed() -> None:
-    """Drop memoised speed results: a new measurement is asked for (figures on a busy machine vary)."""
-    memo("speed").clear()
+        batch_sizes = SPEED_BATCH_SIZES_CPU if str(input_device(dense)) == "cpu" else SPEED_BATCH_SIZES_GPU
+    with hold_device(dense, progress):
+        return compare_speeds(
+            dense,
+            pruned,
+            batch_sizes=batch_sizes,
+            prompt_len=prompt_len,
+            new_tokens=new_tokens,
+            repeats=repeats,
+            warmup=1,
+            progress=progress,
+        )
 
 
 def generate(

@@ -25,6 +25,7 @@ from nirvana.measure.seq2seq_speed import (
     seq2seq_speedup_rows,
     seq2seq_summary,
 )
+from nirvana.measure.speed_check import check_of
 from nirvana.models.t5 import KINDS, LABELS, is_t5
 from nirvana.pruning.seq2seq import plan_t5
 from nirvana.pruning.seq2seq_plan import SCOPES
@@ -32,10 +33,19 @@ from nirvana.search.seq2seq_sweep import SEQ2SEQ_QUALITY, Seq2SeqSweepSettings, 
 from ui import frame, resources, state
 from ui.errors import guard
 from ui.progress import progress_status
-from ui.speed import controls
+from ui.speed import (
+    controls,
+    speedup_metric,
+    sweep_checked,
+    sweep_speed_shown,
+    sweep_warning,
+    verdicts,
+    without_unresolved,
+)
 
 ATTENTION_KINDS = [k for k, v in KINDS.items() if v.attention]
 FFN_KINDS = [k for k, v in KINDS.items() if not v.attention]
+PHASES = ("encoder", "decode")  # what a T5's speed is timed in: one encoder pass, then the decode steps
 SCOPE_HELP = {
     "global": "one ranking over both stacks (the default): a stack whose units matter less loses more",
     "per-stack": "the target applies to each stack on its own: encoder and decoder lose the same share",
@@ -286,20 +296,17 @@ def speed(lm, pruned: dict, results: dict) -> None:
     rows = seq2seq_speedup_rows(measured["dense"], measured["pruned"])
     last = rows[-1]
     row = st.columns(3)
-    for col, phase in zip(row, ("encoder", "decode")):
-        col.metric(
-            f"{phase.capitalize()} speed-up, batch {last['batch_size']}",
-            f"{last[f'{phase}_speedup']:.2f}×",
-            delta=f"ideal {last[f'{phase}_ideal']:.2f}×",
-            delta_color="off",
-        )
+    for col, phase in zip(row, PHASES):
+        speedup_metric(col, f"{phase.capitalize()} speed-up, batch {last['batch_size']}", check_of(last, phase))
     ideal = seq2seq_summary(lm.model)["flops_per_token"] / seq2seq_summary(pruned["model"])["flops_per_token"]
     row[2].metric("Ideal speed-up (FLOPs, 512-token windows)", f"{ideal:.2f}×")
-    st.dataframe(pd.DataFrame(rows).round(3), hide_index=True, width="stretch")
+    verdicts(rows, PHASES)
+    st.dataframe(pd.DataFrame(without_unresolved(rows, PHASES)).round(3), hide_index=True, width="stretch")
     d = measured["dense"]
     st.caption(
-        f"Measured on {d.get('device_name', d.get('device'))} ({d.get('threads', '?')} threads), median of "
-        f"{d['repeats']} runs. On a shared CPU other processes change these figures."
+        f"Measured on {d.get('device_name', d.get('device'))} ({d.get('threads', '?')} threads): {d['repeats']} "
+        "rounds, each timing dense, then pruned; the speed-up is the median of the rounds' ratios, and one more "
+        "than 1.1× its FLOPs ideal is flagged, not shown. On a shared CPU other processes change these figures."
     )
 
 
@@ -353,9 +360,10 @@ def sweep(lm, scores_key: str, scores) -> None:
     result = state.get("t5_sweep")
     if not result or result.get("scores_key") != scores_key:
         return
-    rows, quality = result["rows"], SEQ2SEQ_QUALITY[result["metric"]]
+    rows, quality = sweep_checked(result["rows"]), SEQ2SEQ_QUALITY[result["metric"]]
     table = pd.DataFrame(rows)
-    has_speed = table["decode_tokens_per_s"].notna().all()
+    has_speed = sweep_speed_shown(table)
+    sweep_warning(rows, _label)
     log_y = (quality,) if result["metric"] == "perplexity" else ()
     for axis, x_title in (("sparsity", "target sparsity"), ("gamma", "γ")):
         on_axis = (table.axis == axis) | ((table.axis == "dense") & (axis == "sparsity"))  # sparsity starts at 0

@@ -5,8 +5,10 @@ Laid out like the paper's table: one line per method and sparsity, the metrics a
 MBPP pass@1 and gold bits per byte), then the gold-BPB differences paired by problem (NIRVANA
 against each baseline), then a second table of parameters, speed, memory and pruning time. A pruned row whose
 achieved block-parameter sparsity is more than 1% of the block parameters from its target is
-flagged "not matched". The loss-Taylor and Wanda-style ablations (NIRVANA's global allocation with
-another criterion) are read from the committed quality and accuracy grids, labelled as such.
+flagged "not matched"; one whose measured speed-up over dense is more than 1.1x its ideal is flagged
+"disturbed" (`speed_flag`: the machine was busy while one of the two was timed; not a result). The
+loss-Taylor and Wanda-style ablations (NIRVANA's global allocation with another criterion) are read from
+the committed quality and accuracy grids, labelled as such.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from nirvana.accuracy.tasks import ZEROSHOT7
 from nirvana.bench.accuracy import read_per_problem
 from nirvana.bench.accuracy_report import BPB_SHORT, BPB_TASKS, SHORT, _diff, _f, _paired, _pm, summarize
 from nirvana.bench.rows import read_rows
+from nirvana.measure.speed_check import DISTURBED, MESSAGES, TOLERANCE, judge
 from nirvana.methods import METHODS
 from nirvana.store.atomic import atomic_write_text
 from nirvana.store.paths import benchmarks_dir
@@ -51,6 +54,68 @@ def matched(row: dict, tolerance: float = MATCH_TOLERANCE) -> bool | None:
     return abs(achieved - target) <= tolerance + 1e-12
 
 
+SPEED_FIGURES = (  # (label, key): the speeds a row's speed-ups over dense are taken from
+    ("prefill", "prefill_tokens_per_s"),
+    ("decode", "decode_tokens_per_s"),
+    ("prefill per CPU-s", "prefill_tokens_per_cpu_s"),
+    ("decode per CPU-s", "decode_tokens_per_cpu_s"),
+)
+
+
+def speed_ideal(row: dict) -> float | None:
+    """The most a pruned row's speed-up can be: the larger of dense / pruned block parameters and dense / pruned
+    parameters (None without the counts). Block parameters bound the FLOPs ideal from above when only the blocks
+    are pruned (the LM head and the attention over the context, left out, pull the FLOPs ratio towards 1); all
+    parameters take over when the residual stream is sliced too (SliceGPT: a narrower LM head)."""
+    ratios = []
+    for before, after in (("block_params_before", "block_params_after"), ("params_before", "params_after")):
+        b, a = _f(row.get(before)), _f(row.get(after))
+        if b and a:
+            ratios.append(b / a)
+    return max(ratios) if ratios else None
+
+
+def speed_flag(row: dict, dense: dict, tolerance: float = TOLERANCE) -> dict | None:
+    """A pruned row's measured speed-ups over the dense row, judged against `speed_ideal`: {"ideal", "speedups":
+    {label: pruned / dense speed}, "disturbed": bool}; None for the dense row or a row without speeds or counts.
+
+    The benchmark timed each model on its own (not interleaved), and only medians are kept, so every speed-up is
+    one figure (`nirvana.measure.speed_check.judge`): the row is disturbed when any of them (prefill or decode,
+    wall time or per CPU second, where both rows have it) is more than `tolerance` (1.1) x the ideal.
+
+        >>> dense = {"method": "dense", "prefill_tokens_per_s": "92.2", "decode_tokens_per_s": "5.52"}
+        >>> flap = {"method": "flap", "prefill_tokens_per_s": "405.6", "decode_tokens_per_s": "18.67",
+        ...         "block_params_before": "106168320", "block_params_after": "84968064"}
+        >>> speed_flag(flap, dense)["disturbed"]  # 4.4x against an ideal of 1.25x
+        True
+    """
+    ideal = speed_ideal(row)
+    if row.get("method") == "dense" or ideal is None:
+        return None
+    speedups = {}
+    for label, key in SPEED_FIGURES:
+        pruned, base = _f(row.get(key)), _f(dense.get(key))
+        if pruned and base:
+            speedups[label] = pruned / base
+    if not speedups:
+        return None
+    disturbed = any(judge([x], ideal, tolerance).verdict == DISTURBED for x in speedups.values())
+    return {"ideal": ideal, "speedups": speedups, "disturbed": disturbed}
+
+
+def _speed_cells(v: dict, dense: dict | None) -> list[str]:
+    """The table's "speed-up vs dense" and "ideal" cells of one variant."""
+    if v.get("method") == "dense":
+        return ["reference", "1.00"]
+    flag = speed_flag(v, dense) if dense is not None else None
+    if flag is None:
+        return ["-", _num(speed_ideal(v))]
+    if flag["disturbed"]:
+        return ["**disturbed**: re-measure", f"{flag['ideal']:.2f}"]
+    wall = [flag["speedups"].get(phase) for phase in ("prefill", "decode")]
+    return [" / ".join("-" if x is None else f"{x:.2f}" for x in wall), f"{flag['ideal']:.2f}"]
+
+
 def variants(rows: list[dict]) -> list[dict]:
     """One entry per variant (CSV order): facts, perplexities, tasks {task: (value, se, n)}, average, ..."""
     by: dict[str, dict] = {}
@@ -61,7 +126,9 @@ def variants(rows: list[dict]) -> list[dict]:
             "sparsity",
             "gamma",
             "method_settings",
+            "params_before",
             "params_after",
+            "block_params_before",
             "block_params_after",
             "target_sparsity",
             "achieved_block_sparsity",
@@ -206,6 +273,17 @@ def paired_bpb(measured: list[dict], extra: list[dict], config) -> list[str]:
     return lines
 
 
+def _disturbed_count(measured: list[dict]) -> str:
+    """`N of M pruned rows with speeds are flagged disturbed.` for the table's note."""
+    dense = next((v for v in measured if v.get("method") == "dense"), None)
+    flags = [f for f in (speed_flag(v, dense) for v in measured if dense is not None) if f is not None]
+    flagged = sum(f["disturbed"] for f in flags)
+    text = f"{flagged} of {len(flags)} pruned rows with speeds are flagged disturbed."
+    if flags and flagged == len(flags):  # every one above its ideal: the common factor is the dense row's timing
+        text += " All of them: the dense row's own timing is the likely fault (it was slowed), so no row compares."
+    return text
+
+
 def markdown(rows: list[dict], config, extra: list[dict] | None = None) -> str:
     measured = variants(rows)
     extra = ablations(config.model, config.sparsities) if extra is None else extra
@@ -260,10 +338,18 @@ def markdown(rows: list[dict], config, extra: list[dict] | None = None) -> str:
         "CPU time, one thread) are the steadier comparison (`bench speed` interleaves its models). "
         "Pruning time: scoring + allocation + slicing, scores computed afresh unless the row says cached.",
         "",
+        f"Speed-up vs dense: pruned / dense tok/s (prefill / decode, wall time); ideal: the larger of dense / pruned "
+        f"block parameters and dense / pruned parameters, an upper bound of the FLOPs ideal. A row whose speed-up "
+        f"(prefill or decode, wall or per CPU second) is more than {TOLERANCE} x its ideal is **disturbed**: "
+        f"{MESSAGES[DISTURBED]}. Its speeds are as timed, not a comparison with dense. "
+        f"{_disturbed_count(measured)}",
+        "",
         "| model | params | block params | target | achieved (weights) | achieved (params) | matched | added biases "
-        "| prefill tok/s | decode tok/s | prefill tok/CPU-s | decode tok/CPU-s | peak MiB | pruning s | load |",
-        "|" + "---|" * 15,
+        "| prefill tok/s | decode tok/s | prefill tok/CPU-s | decode tok/CPU-s | speed-up vs dense | ideal | peak MiB "
+        "| pruning s | load |",
+        "|" + "---|" * 17,
     ]
+    dense = next((v for v in measured if v.get("method") == "dense"), None)
     for v in measured:
         m = v.get("matched")
         peak = v.get("peak_memory_bytes")
@@ -283,6 +369,7 @@ def markdown(rows: list[dict], config, extra: list[dict] | None = None) -> str:
                     _num(v.get("decode_tokens_per_s"), 1),
                     _num(v.get("prefill_tokens_per_cpu_s"), 0),
                     _num(v.get("decode_tokens_per_cpu_s"), 1),
+                    *_speed_cells(v, dense),
                     "-" if peak is None else f"{peak / 2**20:.0f}",
                     _num(v.get("prune_seconds"), 0) if v.get("method") != "dense" else "",
                     _num(v.get("load"), 1),
@@ -440,4 +527,15 @@ def write_report(rows: list[dict], config) -> tuple[Path, str]:
     return md, text
 
 
-__all__ = ["MATCH_TOLERANCE", "ablations", "markdown", "matched", "plot", "readme_summary", "variants", "write_report"]
+__all__ = [
+    "MATCH_TOLERANCE",
+    "ablations",
+    "markdown",
+    "matched",
+    "plot",
+    "readme_summary",
+    "speed_flag",
+    "speed_ideal",
+    "variants",
+    "write_report",
+]

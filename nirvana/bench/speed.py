@@ -4,7 +4,9 @@ The model is scored once with the nirvana criterion on a calibration batch (defa
 of WikiText-2 validation), a plan is allocated per sparsity and applied to a copy; then all
 models are measured together with `nirvana.measure.speed.measure_speeds` (repeats interleaved, so load
 on a shared machine hits every model alike). Output under `benchmarks/speed/`: speed.md (the
-table with date, machine, torch version and threads), speed.csv, speed.png and speed.json (raw).
+table with date, machine, torch version and threads), speed.csv, speed.png and speed.json (raw). Each
+speed-up carries the verdict on its rounds (`nirvana.measure.speed_check`): one more than 1.1x its FLOPs
+ideal is shown as "disturbed", not as a figure.
 
 On the shared runner (`nirvana.bench.base`) it is one job: the models are timed together, so the
 measurement cannot be split into rows that run (or resume) apart.
@@ -28,6 +30,7 @@ from nirvana.checkpoints.loading import DEFAULT_MODEL, load_model
 from nirvana.errors import InvalidInput
 from nirvana.measure.flops import flops_per_token
 from nirvana.measure.speed import measure_speeds, speedup_rows
+from nirvana.measure.speed_check import OK, RULE, judge
 from nirvana.models.shapes import model_shape
 from nirvana.store.paths import benchmarks_dir
 
@@ -215,6 +218,8 @@ def markdown_table(result: dict) -> str:
         "- ideal = dense FLOPs / pruned FLOPs of the phase (nirvana.measure.flops.phase_flops); "
         "speed-up = pruned / dense tok/s (wall clock); CPU-time speed-up = the same from process CPU seconds "
         "(robust to other processes on a shared CPU when threads = 1)",
+        f"- verdict per phase (`nirvana.measure.speed_check`): {RULE}; a speed-up that is not a result is shown as "
+        "its verdict, not as a figure",
         "",
         "| sparsity | params (M) | batch | prefill tok/s | decode tok/s | ms/step | peak MiB "
         "| prefill x (ideal) | decode x (ideal) | prefill x CPU-time | decode x CPU-time |",
@@ -224,11 +229,20 @@ def markdown_table(result: dict) -> str:
         lines.append(
             f"| {r['sparsity']:.0%} | {r['params'] / 1e6:.1f} | {r['batch_size']} | {r['prefill_tokens_per_s']:.0f} "
             f"| {r['decode_tokens_per_s']:.1f} | {r['latency_ms_per_token']:.1f} | {r['peak_memory_mib']:.0f} "
-            f"| {r['prefill_speedup']:.2f} ({r['prefill_ideal']:.2f}) "
-            f"| {r['decode_speedup']:.2f} ({r['decode_ideal']:.2f}) "
+            f"| {_speedup_cell(r, 'prefill')} | {_speedup_cell(r, 'decode')} "
             f"| {r['prefill_speedup_cpu_time']:.2f} | {r['decode_speedup_cpu_time']:.2f} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _speedup_cell(row: dict, phase: str) -> str:
+    """`1.15 (1.18)`: the measured speed-up (ratio of the medians) and the ideal; `**disturbed** (1.18)` or
+    `**noisy** (1.18)` when the verdict on the rounds says it is not a result. A row written before the verdicts
+    existed is judged on its one figure."""
+    ideal = row[f"{phase}_ideal"]
+    verdict = row.get(f"{phase}_verdict") or judge([row[f"{phase}_speedup"]], ideal).verdict
+    shown = f"{row[f'{phase}_speedup']:.2f}" if verdict == OK else f"**{verdict}**"
+    return f"{shown} ({ideal:.2f})"
 
 
 def plot(result: dict, path: Path) -> Path:

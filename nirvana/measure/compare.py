@@ -20,30 +20,39 @@ from nirvana.accuracy.gold import paired_difference
 from nirvana.accuracy.tasks import PAPER_METRIC, TASKS
 from nirvana.measure.flops import summary
 from nirvana.measure.speed import speedup_rows
+from nirvana.measure.speed_check import RULE as SPEED_RULE
 from nirvana.models.shapes import ModelShape
 
 Shaped = ModelShape | nn.Module  # a model (its module widths) or a plan's shape: `nirvana.measure.flops`
 
 # the task figures `accuracy_deltas` subtracts (pruned minus dense)
 ACCURACY_METRICS = ("acc", "acc_norm", "pass@1", "exact_match", "exact_match_flexible", "bpb")
-SPEED_METHOD = "pruned / dense tokens per second, repeats interleaved; ideal = dense / pruned FLOPs"
+SPEED_METHOD = (
+    "pruned / dense tokens per second, repeats interleaved; ideal = dense / pruned FLOPs; verdict per phase: "
+    + SPEED_RULE
+)
 # A task's headline metric by its kind, where the paper names none (PAPER_METRIC).
 METRIC_BY_KIND = {"choice": "acc", "loglikelihood": "acc", "code": "pass@1", "generate": "exact_match", "bpb": "bpb"}
 ACCURACY_NOTE = (
     "pruned minus dense (accuracy, pass@1, exact match: higher is better; bpb: lower is better, "
     "bpb_paired = mean and standard error of the per-problem differences)"
 )
-# The speed table as the app shows it: (column, key of a `speed_rows` row, decimals; None = as is).
+# The speed table as the app shows it: (column, key of a `speed_rows` row, decimals; None = as is). The measured
+# speed-up is the median of the per-round ratios; `speed_table` leaves it empty where its verdict is not "ok".
 SPEED_COLUMNS = (
     ("batch", "batch_size", None),
     ("prefill tok/s dense", "prefill_tokens_per_s_dense", 1),
     ("prefill tok/s pruned", "prefill_tokens_per_s", 1),
-    ("prefill speed-up (measured)", "prefill_speedup", 2),
+    ("prefill speed-up (measured)", "prefill_ratio", 2),
+    ("prefill rounds: middle half", "prefill_ratio_low", None),
     ("prefill speed-up (ideal, FLOPs)", "prefill_ideal", 2),
+    ("prefill verdict", "prefill_verdict", None),
     ("decode tok/s dense", "decode_tokens_per_s_dense", 1),
     ("decode tok/s pruned", "decode_tokens_per_s", 1),
-    ("decode speed-up (measured)", "decode_speedup", 2),
+    ("decode speed-up (measured)", "decode_ratio", 2),
+    ("decode rounds: middle half", "decode_ratio_low", None),
     ("decode speed-up (ideal, FLOPs)", "decode_ideal", 2),
+    ("decode verdict", "decode_verdict", None),
     ("peak memory dense (MB)", "peak_memory_mib_dense", 0),
     ("peak memory pruned (MB)", "peak_memory_mib", 0),
 )
@@ -92,11 +101,18 @@ def speed_rows(dense: dict, pruned: dict, dense_shape: Shaped, pruned_shape: Sha
 
 
 def speed_table(rows: list[dict]) -> list[dict]:
-    """`speed_rows` under the app's column names, rounded (`SPEED_COLUMNS`)."""
-    return [
-        {label: row[key] if digits is None else round(row[key], digits or None) for label, key, digits in SPEED_COLUMNS}
-        for row in rows
-    ]
+    """`speed_rows` under the app's column names, rounded (`SPEED_COLUMNS`). A phase whose verdict is not "ok"
+    has no measured speed-up (None): its ratio is not a result, its verdict column says why."""
+    return [{label: _speed_cell(row, key, digits) for label, key, digits in SPEED_COLUMNS} for row in rows]
+
+
+def _speed_cell(row: dict, key: str, digits: int | None):
+    phase = key.split("_", 1)[0]
+    if key.endswith("_ratio_low"):  # the rounds' interquartile range, as text
+        return f"{row[key]:.2f}-{row[f'{phase}_ratio_high']:.2f}x of {row[f'{phase}_rounds']}"
+    if key.endswith("_ratio") and row[f"{phase}_verdict"] != "ok":
+        return None
+    return row[key] if digits is None else round(row[key], digits or None)
 
 
 def accuracy_deltas(dense: dict, pruned: dict) -> dict:

@@ -20,6 +20,7 @@ from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
 from nirvana.measure.perplexity import DEFAULT_SEQ_LEN
 from nirvana.measure.speed import PeakMemory, check_speed_settings, interleaved_runs, speed_header, weights_bytes
+from nirvana.measure.speed_check import phase_check, row_verdict
 from nirvana.models.t5 import block_weights, check_t5, kind_modules
 from nirvana.progress import Progress
 
@@ -201,7 +202,8 @@ def measure_seq2seq_speed(model: nn.Module, **kwargs) -> dict:
 
 def seq2seq_speedup_rows(dense: dict, pruned: dict) -> list[dict]:
     """Per batch size: the pruned T5's measured speed-up over the dense one, per phase, beside the FLOPs ideal
-    (dense FLOPs / pruned FLOPs per token of the phase, from each result's `flops_per_token_phase`)."""
+    (dense FLOPs / pruned FLOPs per token of the phase, from each result's `flops_per_token_phase`), and the
+    per-round ratios' median, quartiles and verdict (`nirvana.measure.speed_check.phase_check`)."""
     rows = []
     for d, p in zip(dense["results"], pruned["results"]):
         row = {"batch_size": d["batch_size"]}
@@ -215,7 +217,9 @@ def seq2seq_speedup_rows(dense: dict, pruned: dict) -> list[dict]:
                 f"{phase}_ideal": ideal,
                 f"{phase}_fraction_of_ideal": speedup / ideal,
                 f"{phase}_speedup_cpu_time": p[f"{phase}_tokens_per_cpu_s"] / d[f"{phase}_tokens_per_cpu_s"],
+                **phase_check(d, p, phase, ideal),
             }
+        row |= row_verdict(row, ("encoder", "decode"))
         ideal = dense["flops_per_token_phase"]["sequence"] / pruned["flops_per_token_phase"]["sequence"]
         row |= {"total_speedup": d["total_seconds"] / p["total_seconds"], "total_ideal": ideal}
         rows.append(row | {"peak_memory_ratio": p["peak_memory_bytes"] / d["peak_memory_bytes"]})

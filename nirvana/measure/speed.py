@@ -38,6 +38,7 @@ import torch
 
 from nirvana.errors import InvalidInput, OutOfMemory
 from nirvana.measure.flops import phase_flops
+from nirvana.measure.speed_check import phase_check, row_verdict, worst
 from nirvana.models.weights import input_device
 from nirvana.progress import Progress
 
@@ -389,6 +390,29 @@ def measure_speed(model, **kwargs) -> dict:
     return measure_speeds({"model": model}, **kwargs)["model"]
 
 
+def compare_speeds(dense, pruned, *, dense_shape=None, pruned_shape=None, **kwargs) -> dict:
+    """Dense and pruned timed interleaved, with each phase's speed-up judged against its FLOPs ideal.
+
+    Round i times dense, then pruned, on the same prompts (`measure_speeds`, its keyword arguments;
+    `repeats` = the rounds, 5 or more give a useful spread), so a change in the machine's load hits
+    both of a round alike. Returns {"dense": result, "pruned": result, "rows": `speedup_rows`,
+    "verdict": the worst row's}: per batch size and phase the median speeds of each, the median and
+    interquartile range of the per-round ratios, the ideal and the verdict ("ok", "noisy" or
+    "disturbed": `nirvana.measure.speed_check`). The shapes default to the models' own module widths.
+
+        >>> c = compare_speeds(lm.model, pruned_model, batch_sizes=(1,), repeats=5)
+        >>> c["rows"][0]["decode_ratio"], c["rows"][0]["decode_ideal"], c["rows"][0]["decode_verdict"]
+    """
+    speeds = measure_speeds({"dense": dense, "pruned": pruned}, **kwargs)
+    rows = speedup_rows(speeds["dense"], speeds["pruned"], dense_shape or dense, pruned_shape or pruned)
+    return {
+        "dense": speeds["dense"],
+        "pruned": speeds["pruned"],
+        "rows": rows,
+        "verdict": worst(r["verdict"] for r in rows),
+    }
+
+
 def speedup_rows(dense: dict, pruned: dict, dense_shape, pruned_shape) -> list[dict]:
     """One row per batch size: the pruned model's measured speed over the dense one's, beside the FLOPs ideal.
 
@@ -396,7 +420,9 @@ def speedup_rows(dense: dict, pruned: dict, dense_shape, pruned_shape) -> list[d
     interleaved); the shapes are the two models themselves or their `ModelShape`s. Ideal = dense
     FLOPs / pruned FLOPs of the phase (`phase_flops`); the CPU-time
     speed-ups divide process CPU seconds instead of wall time (robust to other processes on a
-    shared CPU when threads = 1).
+    shared CPU when threads = 1). `{phase}_speedup` is the ratio of the two medians; `{phase}_ratio`
+    the median of the per-round ratios, with its quartiles and the verdict on it
+    (`nirvana.measure.speed_check.phase_check`); `verdict` and `message` are the worst phase's.
     """
     rows = []
     for d, p in zip(dense["results"], pruned["results"]):
@@ -413,7 +439,9 @@ def speedup_rows(dense: dict, pruned: dict, dense_shape, pruned_shape) -> list[d
                 f"{phase}_ideal": ideal,
                 f"{phase}_fraction_of_ideal": speedup / ideal,
                 f"{phase}_speedup_cpu_time": p[f"{phase}_tokens_per_cpu_s"] / d[f"{phase}_tokens_per_cpu_s"],
+                **phase_check(d, p, phase, ideal),
             }
+        row |= row_verdict(row, ("prefill", "decode"))
         row |= {
             "latency_ms_per_token": p["latency_ms_per_token"],
             "time_to_first_token_s": p["time_to_first_token_s"],
