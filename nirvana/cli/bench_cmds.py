@@ -31,6 +31,7 @@ from nirvana.bench.scale import write_outputs as write_scale_outputs
 from nirvana.bench.scale_up import ScaleUpConfig, run_scale_up, table
 from nirvana.bench.speed import SpeedBenchConfig
 from nirvana.checkpoints.loading import resolve_device
+from nirvana.cli.checks import check_device, check_model
 from nirvana.cli.common import add_model_args, add_ray_flag, cluster_from_args, config_from_args
 from nirvana.cli.flags import add_config_flags
 from nirvana.cluster.ray_tasks import disconnect
@@ -192,8 +193,18 @@ def log(message: str) -> None:
     print(f"{dt.datetime.now(dt.UTC):%H:%M:%S} {message}", file=sys.stderr, flush=True)
 
 
+def check_models(args) -> None:
+    """The benchmark's model(s) (--model, or scale-up's --models), --device and --dtype, refused before any row
+    loads them: a mistyped name costs a second, not the first row's load."""
+    for name in getattr(args, "models", None) or [getattr(args, "model", None)]:
+        if name is not None:
+            check_model(str(name))
+    check_device(args)
+
+
 def run_grid(bench: Benchmark, config, args):
     """`run` in this process, or on the cluster `--ray` names (left again at the end)."""
+    check_models(args)
     cluster = cluster_from_args(args)
     try:
         return run(bench, config, log, cluster=cluster)
@@ -306,6 +317,7 @@ def gamma_config(args) -> GammaBenchConfig:
 
 def cmd_gamma(args) -> int:
     config = gamma_config(args)
+    check_models(args)
     cluster = cluster_from_args(args)
     try:
         data = run_gamma_bench(config, log, cluster)
@@ -463,6 +475,7 @@ def cmd_scale(args) -> int:
     config = config_from_args(ScaleConfig, args)
     if not config.workers or any(w < 1 for w in config.workers):
         raise InvalidInput(f"--workers must be positive cluster sizes, e.g. 1,2; got {config.workers}.")
+    check_models(args)
     result = run_scale_bench(config, log)
     paths = write_scale_outputs(result, config.out)
     print(paths[1].read_text())
@@ -483,6 +496,7 @@ def cmd_scale_up(args) -> int:
     unknown = [m for m in config.methods if m not in METHODS]
     if unknown:
         raise InvalidInput(f"unknown method(s) {', '.join(unknown)}; accepted: {', '.join(METHODS)}.")
+    check_models(args)
     rows = run_scale_up(config, log)
     print(table(rows))
     return 0

@@ -4,22 +4,24 @@ from __future__ import annotations
 
 import time
 
+from nirvana.cli.checks import check_model_args
 from nirvana.cli.common import (
     add_model_args,
     hold_device,
     load_from_args,
-    parse_float_list,
     print_json,
     record_command,
     stderr_progress,
 )
+from nirvana.cli.flags import LISTS
+from nirvana.data.calibration import check_calibration_source
 from nirvana.measure.compare import kl_rows
 from nirvana.measure.kl import DenseReference
 from nirvana.models.shapes import model_shape
 from nirvana.pipeline import PruneSettings, score
 from nirvana.pruning.allocation import Allocation
 from nirvana.scoring.criteria import DATA_CRITERIA, get_criterion
-from nirvana.search.calibration import AnchorSpec, anchor_batch, candidate_batch, select_calibration
+from nirvana.search.calibration import AnchorSpec, anchor_batch, candidate_batch, check_selection, select_calibration
 from nirvana.search.gamma import gamma_grid, gamma_search
 
 
@@ -50,14 +52,21 @@ def register(sub) -> None:
     _common(p)
     p.add_argument("--sparsity", type=float, required=True, help="target fraction of decoder-block weights")
     p.add_argument("--candidates", type=int, default=8, help="K candidate batches (seeds 0..K-1)")
-    p.add_argument("--seeds", default=None, help="explicit comma-separated candidate seeds (overrides --candidates)")
+    p.add_argument(
+        "--seeds",
+        type=LISTS[int],
+        default=None,
+        help="explicit comma-separated candidate seeds (overrides --candidates)",
+    )
     p.add_argument("--no-cache", action="store_true", help="recompute scores and the selection")
     p.set_defaults(func=cmd_select_calib)
 
     p = sub.add_parser("gamma-search", help="KL to dense over a grid of gamma values, from cached scores")
     _common(p)
-    p.add_argument("--sparsity", default="0.2", help="one sparsity or a comma-separated list")
-    p.add_argument("--gammas", default=None, help="comma-separated gammas (default: 0.5..6 grid plus gamma*)")
+    p.add_argument("--sparsity", type=LISTS[float], default="0.2", help="one sparsity or a comma-separated list")
+    p.add_argument(
+        "--gammas", type=LISTS[float], default=None, help="comma-separated gammas (default: 0.5..6 grid plus gamma*)"
+    )
     p.add_argument("--seed", type=int, default=0, help="calibration seed (the batch avoids the anchor's documents)")
     p.set_defaults(func=cmd_gamma_search)
 
@@ -87,13 +96,23 @@ def _anchor_spec(args):
     return AnchorSpec(args.pool, args.anchor_samples, args.anchor_seq_len, args.anchor_seed)
 
 
+def _check_draws(args, needs_data: bool = True) -> None:
+    """The calibration pool and the sizes drawn from it (the candidates' and the anchor's), by name and range."""
+    if needs_data:
+        check_calibration_source(args.pool, args.samples, args.seq_len)
+    check_calibration_source(args.pool, args.anchor_samples, args.anchor_seq_len)
+
+
 def cmd_select_calib(args) -> int:
+    check_model_args(args)  # everything that needs no model, before the lock and the load
+    Allocation(args.sparsity, args.gamma, args.align, args.allocation)
+    check_selection(args.criterion, args.pool, args.candidates, args.seeds)
+    _check_draws(args)
     t0 = time.perf_counter()
     with hold_device(args, "select-calib"):
         lm = load_from_args(args)
-        seeds = [int(x) for x in args.seeds.split(",") if x.strip()] if args.seeds else None
         selection = run_selection(
-            args, lm, candidates=args.candidates, pool=args.pool, anchor=_anchor_spec(args), seeds=seeds
+            args, lm, candidates=args.candidates, pool=args.pool, anchor=_anchor_spec(args), seeds=args.seeds
         )
     out = {**selection.to_dict(), "wall_seconds": round(time.perf_counter() - t0, 2)}
     out["run"] = record_command(
@@ -114,7 +133,13 @@ def cmd_select_calib(args) -> int:
 
 
 def cmd_gamma_search(args) -> int:
-
+    check_model_args(args)  # everything that needs no model, before the lock and the load
+    settings = PruneSettings(sparsity=0.0, criterion=args.criterion, seed=args.seed, micro_batch=args.micro_batch)
+    if args.gammas is not None:
+        gamma_grid(None, args.gammas)  # the shape is read only for the default grid
+    for sparsity in args.sparsity:
+        Allocation(sparsity, args.gamma, args.align, args.allocation)
+    _check_draws(args, get_criterion(args.criterion).needs_data)
     t0 = time.perf_counter()
     with hold_device(args, "gamma-search"):
         lm = load_from_args(args)
@@ -124,10 +149,9 @@ def cmd_gamma_search(args) -> int:
             batch = candidate_batch(
                 lm.tokenizer, anchor, source=args.pool, samples=args.samples, seq_len=args.seq_len, seed=args.seed
             )
-        settings = PruneSettings(sparsity=0.0, criterion=args.criterion, seed=args.seed, micro_batch=args.micro_batch)
         scores, _ = score(lm, settings, stderr_progress, batch=batch)
         reference = DenseReference(lm.model, anchor.input_ids, progress=stderr_progress)
-        gammas = parse_float_list(args.gammas) if args.gammas else None
+        gammas = list(args.gammas) if args.gammas else None
         if args.gamma is not None:  # an explicit --gamma joins the grid
             gammas = (gammas or gamma_grid(model_shape(lm.model))) + [args.gamma]
         result = gamma_search(
@@ -135,7 +159,7 @@ def cmd_gamma_search(args) -> int:
             scores,
             reference,
             gammas=gammas,
-            sparsities=parse_float_list(args.sparsity),
+            sparsities=args.sparsity,
             align=args.align,
             allocation=args.allocation,
             progress=stderr_progress,

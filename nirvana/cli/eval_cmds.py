@@ -12,6 +12,7 @@ import sys
 import torch
 
 from nirvana.accuracy.harness import check_request, run_accuracy
+from nirvana.cli.checks import check_model_args
 from nirvana.cli.common import (
     add_model_args,
     hold_device,
@@ -21,6 +22,7 @@ from nirvana.cli.common import (
     record_command,
     stderr_progress,
 )
+from nirvana.data.text import check_text_name
 from nirvana.errors import InvalidInput
 from nirvana.measure.compare import generation_rows, ratios
 from nirvana.measure.family import MEASURES, Measures, family
@@ -93,7 +95,10 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_compare)
 
 
-def _check(args) -> None:
+def _check(args, *models: str) -> None:
+    """Everything that needs no model, before the lock and the load: the models `models` (flags) name, the
+    flags' ranges, the tasks, the perplexity datasets' names, the prompt file."""
+    check_model_args(args, *models)
     if args.threads is not None:
         if args.threads < 1:
             raise InvalidInput(f"--threads must be a positive integer, got {args.threads}.")
@@ -116,6 +121,10 @@ def _check(args) -> None:
         )
     if not any((args.ppl, args.speed, args.tasks, args.generate)):
         args.ppl = "wikitext2"  # the field's main number, when nothing else was asked for
+    for name in _datasets(args):
+        check_text_name(name)
+    if args.generate and args.prompts:
+        load_prompts(args.prompts)  # a small JSON file: read again where the generations run
 
 
 def _datasets(args) -> list[str]:
@@ -288,7 +297,7 @@ def compare(dense, pruned, args) -> dict:
 
 
 def cmd_compare(args) -> int:
-    _check(args)
+    _check(args, "dense", "pruned")
     with hold_device(args, "compare", f"{args.dense} vs {args.pruned}"):
         dense = load_from_args(args, args.dense)
         pruned = load_from_args(args, args.pruned)

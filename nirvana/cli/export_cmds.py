@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from nirvana.cli.checks import check_out_file
 from nirvana.cli.common import print_json
 from nirvana.errors import InvalidInput
 from nirvana.export.card import measured_results, read_report, write_model_card
@@ -62,7 +63,7 @@ def cmd_card(args) -> int:
 
 
 def cmd_export_gguf(args) -> int:
-
+    check_out_file(args.out, "the GGUF model")  # before the folder's weights are read
     path = write_gguf(args.model, args.out, tokenizer_gguf=args.tokenizer_gguf, dtype=args.dtype)
     print_json({"gguf": str(path), "bytes": path.stat().st_size, "architecture": "deci"})
     return 0

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from nirvana.checkpoints.facts import describe
+from nirvana.cli.checks import check_model_args
 from nirvana.cli.common import add_model_args, load_from_args, print_json
 from nirvana.errors import InvalidInput
 from nirvana.measure.family import family
@@ -64,6 +65,7 @@ GENERATORS = {
 
 
 def cmd_info(args) -> int:
+    check_model_args(args)  # a mistyped name is refused before any load or hub access
     lm = load_from_args(args)
     facts = describe(lm)
     if args.json:
@@ -80,6 +82,7 @@ def cmd_generate(args) -> int:
         raise InvalidInput(f"--max-new-tokens must be an integer in [1, 4096], got {args.max_new_tokens}.")
     if not args.prompt.strip():
         raise InvalidInput("--prompt is empty; give some text to continue.")
+    check_model_args(args)
     lm = load_from_args(args)
     kind = family(lm.model)
     gen = GENERATORS[kind]

@@ -9,6 +9,7 @@ from pathlib import Path
 import torch.distributed as dist
 
 from nirvana.checkpoints.pruned import save_prune_output
+from nirvana.cli.checks import check_model_args, check_out_folder, check_parent, check_settings, family
 from nirvana.cli.common import add_model_args, hold_device, load_from_args, print_json, stderr_progress
 from nirvana.cli.flags import json_object
 from nirvana.cli.recover_cmds import add_recovery_args, cli_progress, config_from_args
@@ -134,6 +135,8 @@ def settings_from_args(args, sparsity: float = 0.0) -> PruneSettings:
 
 def cmd_score(args) -> int:
     settings = settings_from_args(args)
+    check_settings(settings, family(check_model_args(args)))  # before the lock and the load
+    check_parent(Path(args.out).expanduser().parent, args.out)
     if args.distributed:
         scores = distributed_scores_from_args(args, settings)
         if scores is not None:  # rank 0
@@ -186,8 +189,17 @@ def cmd_prune(args) -> int:
 
     `--distributed`: the scores come from every rank (`distributed_scores_from_args`); rank 0 writes
     them to --out/scores.safetensors, then allocates, slices and writes the plan and model alone,
-    from a fresh copy of the dense model."""
+    from a fresh copy of the dense model.
+
+    Everything that needs no model is refused first, before the lock and the load: the model name,
+    the settings, --out, and the --plan / --scores files (read here: a few KB to MB)."""
+    ref = check_model_args(args)
     settings = None if args.plan else settings_from_args(args)
+    if settings is not None:
+        check_settings(settings, family(ref))
+    check_out_folder(args.out, OUT_HOLDS)
+    plan = load_plan(args.plan) if args.plan else None
+    scores = load_scores(args.scores) if args.scores else None
     if args.distributed:
         scores = distributed_scores_from_args(args, settings)
         if scores is None:
@@ -201,18 +213,18 @@ def cmd_prune(args) -> int:
             load_documents(args.recover_data),
         )
     with hold_device(args, "prune"), new_run("prune", settings=recorded) as run:
-        return _prune(args, settings, run, recovery)
+        return _prune(args, settings, run, recovery, plan=plan, scores=scores)
 
 
-def _prune(args, settings: PruneSettings | None, run, recovery=None) -> int:
-    """`recovery`: (RecoveryConfig, (documents, data info)) for `--recover-steps`, checked before any model work."""
+def _prune(args, settings: PruneSettings | None, run, recovery=None, *, plan=None, scores=None) -> int:
+    """`recovery`: (RecoveryConfig, (documents, data info)) for `--recover-steps`, checked before any model work;
+    `plan` / `scores`: read from --plan / --scores before the lock."""
     existed = Path(args.out).expanduser().exists()
     out = _output_folder(args.out)
     t = time.perf_counter()
     try:
         lm = load_from_args(args)
         load_seconds = time.perf_counter() - t
-        plan = load_plan(args.plan) if args.plan else None
         if plan is not None and get_method(plan.settings.method).rotation is not None:
             # A SliceGPT plan holds widths, not rotations: they are computed again on the same calibration batch.
             settings = dataclasses.replace(
@@ -222,7 +234,6 @@ def _prune(args, settings: PruneSettings | None, run, recovery=None) -> int:
                 method_settings=plan.settings.method_settings,
             )
         # A FLAP plan's biases come from its score file's statistics, so --scores goes with --plan too.
-        scores = load_scores(args.scores) if args.scores else None
         if scores is not None:
             check_scores_match(scores, lm.model, repr(args.scores))
         result = prune(lm, settings, scores=scores, plan=plan, inplace=True, progress=stderr_progress)
@@ -281,11 +292,13 @@ def _recover_after_prune(args, recovery, pruned: PruneResult, tokenizer, report:
     )
 
 
+OUT_HOLDS = "plan.json, model/, report.json"
+
+
 def _output_folder(path: str) -> Path:
-    """The --out folder, created up front so an unusable path fails before any model work."""
+    """The --out folder, created before any model work (`check_out_folder` has refused it before the lock)."""
+    check_out_folder(path, OUT_HOLDS)
     out = Path(path).expanduser()
-    if out.exists() and not out.is_dir():
-        raise InvalidInput(f"--out {path!r} is a file; pass a folder (it will hold plan.json, model/, report.json).")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from nirvana.checkpoints.loading import load_model, resolve_dtype
+from nirvana.cli.checks import check_model, check_model_args
 from nirvana.cli.common import add_model_args, hold_device, load_from_args, print_json, record_command, stderr_progress
 from nirvana.errors import InvalidInput
 from nirvana.guard.memory import check_fits
@@ -117,7 +118,7 @@ def register(sub) -> None:
 
 
 def cmd_recover(args) -> int:
-
+    check_model_args(args)  # the student, --device, --dtype and --teacher-dtype, before any load
     config = config_from_args(args, args.steps, args.tokens)
     config = dataclasses.replace(
         config, loss=args.loss, temperature=args.temperature, kd_weight=args.kd_weight, train=args.train
@@ -126,6 +127,8 @@ def cmd_recover(args) -> int:
         raise InvalidInput("--save-adapter writes LoRA adapters; with --train full there are none: drop it.")
     check_teacher_cache_args(args, config)
     teacher_name = teacher_reference(args, config)  # before any model loads: a student with no known teacher
+    if teacher_name is not None:
+        check_model(teacher_name)
     out = check_out(args.out)
     if args.threads is not None:
         set_threads(args.threads)

@@ -13,6 +13,7 @@ import dataclasses
 import json
 from dataclasses import asdict
 
+from nirvana.cli.checks import check_model_args, check_out_file, check_settings, family
 from nirvana.cli.common import (
     add_model_args,
     add_ray_flag,
@@ -24,12 +25,13 @@ from nirvana.cli.common import (
 from nirvana.cli.flags import LISTS, add_config_flags
 from nirvana.cli.prune_cmds import add_calibration_args, settings_from_args
 from nirvana.cluster.ray_tasks import disconnect
+from nirvana.data.text import check_text_name
 from nirvana.errors import InvalidInput
 from nirvana.methods import get_method
 from nirvana.methods.run import check_method, rotation_plan
 from nirvana.pipeline import calibration_for, score
 from nirvana.pruning.allocation import Allocation
-from nirvana.search.sweep import QUALITY, SweepSettings, run_sweep
+from nirvana.search.sweep import QUALITY, SweepSettings, run_sweep, sweep_points
 from nirvana.store.atomic import atomic_write_text
 
 SWEEP_FLAGS = {
@@ -95,10 +97,23 @@ def sweep_settings(args) -> SweepSettings:
     )
 
 
+def check_sweep(settings: SweepSettings, scoring, kind: str | None) -> None:
+    """Every point of the sweep, refused before the lock and the load: NIRVANA's allocations (the library's
+    own list of points), a baseline's sparsities, the scoring settings, the perplexity dataset's name."""
+    sweep_points(settings)
+    for sparsity in (scoring.sparsity, *settings.sparsities):
+        check_settings(dataclasses.replace(scoring, sparsity=sparsity), kind)
+    if settings.metric == "perplexity":
+        check_text_name(settings.dataset)
+
+
 def cmd_sweep(args) -> int:
+    ref = check_model_args(args)
     settings = sweep_settings(args)  # bad sweep settings fail before loading or scoring
     scoring = settings_from_args(args)
     scoring = dataclasses.replace(scoring, sparsity=centre_sparsity(args))
+    check_sweep(settings, scoring, family(ref))
+    check_out_file(args.out, "the settings and one row per point, as JSON")
     cluster = cluster_from_args(args)  # --ray: each point a task there (the model loaded there by name); first
     try:
         lm, scores, rows = _measure(args, settings, scoring, cluster)  # scores: their metadata

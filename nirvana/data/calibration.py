@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from nirvana.data.text import load_text
+from nirvana.data.text import check_text_name, load_text
 from nirvana.data.tokens import corpus_ids
 from nirvana.errors import InvalidInput
 from nirvana.guard.safety import TEXT_ROOTS_ENV, check_file_size, check_local_path
@@ -139,12 +139,27 @@ def calibration_batch(
     )
 
 
-def load_npy(path: str | Path) -> CalibrationBatch:
+def check_calibration_source(source: str, samples: int, seq_len: int) -> None:
+    """What `calibration_batch` refuses before reading any text or tokenizing: a missing .npy file, a
+    text name `load_text` does not know, N or T out of range (the same messages)."""
+    if str(source).endswith(".npy"):
+        _check_npy_path(source)  # N and T are the file's own
+        return
+    validate_size(samples, seq_len)
+    check_text_name(source)
 
+
+def _check_npy_path(path: str | Path) -> Path:
     path = Path(path)
     check_local_path(path, TEXT_ROOTS_ENV, "calibration file")
     if not path.exists():
         raise InvalidInput(f"calibration file {str(path)!r} does not exist; pass a .npy of int token ids [N, T].")
+    return path
+
+
+def load_npy(path: str | Path) -> CalibrationBatch:
+
+    path = _check_npy_path(path)
     check_file_size(path, "npy")
     try:
         arr = np.load(path, allow_pickle=False)  # never unpickle user files

