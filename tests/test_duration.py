@@ -62,3 +62,21 @@ def test_scoring_step_of_criteria_and_methods():
     assert step["nirvana"] == step["taylor"] == "gradient scoring" and step["wanda"] == "forward scoring"
     assert step["magnitude"] is None and step["random"] is None
     assert duration.scoring_step(METHODS["flap"].uses_gradients, METHODS["flap"].needs_data) == "forward scoring"
+
+
+def test_sweep_and_calibration_search_estimates():
+    from nirvana.pruning.allocation import Allocation
+    from nirvana.search.calibration import AnchorSpec, selection_seconds
+    from nirvana.search.sweep import SweepSettings, sweep_seconds
+
+    shape, rate = model_shape(tiny_model("llama")), 1e9
+    one = SweepSettings((0.2,), (), Allocation(0.2), "perplexity", tokens=512, speed=False, dense=False)
+    dense_eval = duration.estimate_seconds(shape, "evaluation", 512, 512, rate)
+    assert sweep_seconds(shape, one, rate) == pytest.approx((1 - 0.2 * duration.block_share(shape)) * dense_eval)
+    more = SweepSettings((0.1, 0.2, 0.5), (1.0, 2.0), Allocation(0.2), "perplexity", tokens=512)
+    assert sweep_seconds(shape, more, rate) > 5 * sweep_seconds(shape, one, rate)  # 6 points, with decode timing
+    assert sweep_seconds(shape, SweepSettings((0.2,), (), Allocation(0.2), "zeroshot7"), rate) is None
+    anchor = AnchorSpec(samples=8, seq_len=16)
+    reference = duration.estimate_seconds(shape, "evaluation", 8 * 16, 16, rate)
+    scoring = duration.estimate_seconds(shape, "gradient scoring", 4 * 32, 32, rate)
+    assert selection_seconds(shape, 3, 4, 32, anchor, rate) == pytest.approx(reference + 3 * (scoring + reference))

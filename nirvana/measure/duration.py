@@ -100,6 +100,12 @@ def step_flops(shape, step: str, tokens: int, seq_len: int) -> float:
     return tokens * (cost.body * (parts["projections"] + parts["attention"]) + cost.head * parts["lm_head"])
 
 
+def block_share(shape) -> float:
+    """The decoder blocks' share of one forward's FLOPs (what a sparsity removes a fraction of), at 512 tokens."""
+    parts = flops_breakdown(shape, 256.5)
+    return (parts["projections"] + parts["attention"]) / parts["total"]
+
+
 def estimate_seconds(shape, step: str, tokens: int, seq_len: int, rate: float | None = None) -> float:
     """About how many seconds `step` takes over `tokens` tokens on this machine (`rate`: `matmul_rate()`)."""
     if step not in STEPS:

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 
 from nirvana.data.calibration import CalibrationBatch, calibration_batch
 from nirvana.errors import InvalidInput
+from nirvana.measure.duration import estimate_seconds
 from nirvana.measure.kl import DenseReference, kl_to_dense
 from nirvana.models.fingerprint import model_fingerprint
 from nirvana.models.shapes import model_shape
@@ -258,3 +259,15 @@ def chosen_batch(tokenizer, selection: Selection) -> CalibrationBatch:
             "rerun the selection with use_cache=False."
         )
     return batch
+
+
+def selection_seconds(shape, candidates: int, samples: int, seq_len: int, anchor: AnchorSpec | None = None,
+                      rate: float | None = None) -> float:  # fmt: skip
+    """About how long `select_calibration` takes here (`nirvana.measure.duration`): the dense anchor log-probs
+    once, then per candidate one gradient scoring pass of `samples x seq_len` tokens and the pruned model's
+    anchor forward (counted at the dense size: an upper bound)."""
+    anchor = anchor or AnchorSpec()
+    tokens = anchor.samples * anchor.seq_len
+    reference = estimate_seconds(shape, "evaluation", tokens, anchor.seq_len, rate)
+    scoring = estimate_seconds(shape, "gradient scoring", samples * seq_len, seq_len, rate)
+    return reference + candidates * (scoring + reference)

@@ -22,6 +22,7 @@ from nirvana.accuracy.harness import run_accuracy
 from nirvana.checkpoints.loading import load_model
 from nirvana.cluster.ray_tasks import run_tasks
 from nirvana.errors import InvalidInput
+from nirvana.measure.duration import block_share, estimate_seconds
 from nirvana.measure.flops import ideal_speedup
 from nirvana.measure.kl import DenseReference, kl_to_dense
 from nirvana.measure.perplexity import perplexity
@@ -229,3 +230,21 @@ def _decode_speed(model, settings: SweepSettings, progress) -> float:
         model, batch_sizes=(1,), prompt_len=32, new_tokens=settings.speed_new_tokens, repeats=1, warmup=1
     )
     return result["results"][0]["decode_tokens_per_s"]
+
+
+def sweep_seconds(shape: ModelShape, settings: SweepSettings, rate: float | None = None) -> float | None:
+    """About how long `settings`' points take here (`nirvana.measure.duration`): each point's quality pass on a
+    model the size its sparsity leaves (perplexity over the token budget, or KL over the anchor set with the
+    dense reference once) and its decode timing; None for the lm-eval axes (their rates are the Accuracy tab's)."""
+    if settings.metric in ACCURACY_AXES:
+        return None
+    if settings.metric == "kl":
+        tokens, seq_len = settings.anchor_samples * settings.anchor_len, settings.anchor_len
+    else:
+        tokens, seq_len = settings.tokens, settings.window
+    per_point = tokens + (4 * settings.speed_new_tokens if settings.speed else 0)  # warm-up, prompt, decode
+    total = estimate_seconds(shape, "evaluation", tokens, seq_len, rate) if settings.metric == "kl" else 0.0
+    for _, allocation in sweep_points(settings):
+        kept = 1.0 - allocation.sparsity * block_share(shape)
+        total += kept * estimate_seconds(shape, "evaluation", per_point, seq_len, rate)
+    return total
