@@ -17,7 +17,7 @@ from nirvana.models.shapes import ModelShape
 from nirvana.pruning.allocation import Allocation, default_gamma
 from nirvana.pruning.plan import MAX_SPARSITY
 from nirvana.pruning.slicing import planned_shape
-from ui import frame, live_text, methods, resources, seq2seq, state
+from ui import architecture, frame, live_text, methods, resources, seq2seq, state
 from ui.errors import guard
 
 ALIGNS = (1, 8, 16, 64, 128)
@@ -295,6 +295,8 @@ def _interactive(lm, scores_key: str, scores, shape: ModelShape, chosen: dict) -
         charts.neuron_heatmap(scores.mlp, mlp_mask, mode=mode, title=f"Which neurons go (darkened; {mode} view)"),
         key="mlp_overlay",
     )
+    with guard("drawing the architecture view"):
+        architecture.show(shape, plan, scores)
     for name, p in others:
         if methods.rotates(name):
             with guard(f"drawing {methods.label(name)}'s spectrum"):
