@@ -32,6 +32,16 @@ NEURON_MODES = ("sorted", "index")
 # One colour per pruning criterion (its `Criterion.color` row), shared by the app and the benchmark plots.
 CRITERION_COLORS = {name: c.color for name, c in CRITERIA.items()}
 METHOD_COLORS = {name: m.color for name, m in METHODS.items()}  # and per pruning method (`Method.color`)
+# Every legend: at the right of the plot, its top level with the plot's top. The title sits in the top
+# margin and the axis titles below and left of the plot, so the legend meets neither (plotly widens the
+# right margin to fit it). A horizontal legend above the plot sat on the title; below it, on the x title.
+LEGEND = {"orientation": "v", "x": 1.02, "xanchor": "left", "y": 1.0, "yanchor": "top"}
+# A family without a colour of its own (dense, an unknown name) takes the first of these not in use.
+SPARE_COLORS = ("#333333", "#e377c2", "#bcbd22", "#ff9896", "#98df8a", "#c5b0d5", "#c49c94", "#9edae5")
+# The second channel of `series_styles`: one per level (e.g. sparsity), in order of first appearance.
+SYMBOLS = ("circle", "square", "diamond", "triangle-up", "star", "triangle-down", "pentagon", "hexagon", "cross")
+PATTERNS = ("", "/", "x", ".", "\\", "+", "-", "|")
+DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
 
 
 def as_array(x) -> np.ndarray:
@@ -68,8 +78,55 @@ def _log_colorbar(z: np.ndarray, title: str) -> dict:
     }
 
 
+def shade(color: str, amount: float) -> str:
+    """`color` (#rrggbb) mixed towards black (amount < 0) or white (amount > 0) by |amount| in [0, 1]."""
+    rgb = [int(color[i : i + 2], 16) for i in (1, 3, 5)]
+    target = 255 if amount > 0 else 0
+    return "#" + "".join(f"{round(c + (target - c) * abs(amount)):02x}" for c in rgb)
+
+
+def series_styles(series: Sequence[tuple[str, object]], colors: dict[str, str] | None = None) -> list[dict]:
+    """A distinct look for each series `(family, level)`, e.g. (criterion or method, sparsity).
+
+    Colour says the family (`colors[family]`, else a spare colour), in a shade of its own per series,
+    so no two series share a colour; the level (in order of first appearance) picks the marker
+    `symbol`, bar `pattern` and line `dash`, a second channel for readers who do not tell shades apart.
+    Returns one `{color, symbol, pattern, dash}` per series, in order.
+    """
+    colors = colors or {}
+    families = list(dict.fromkeys(f for f, _ in series))
+    levels = list(dict.fromkeys(level for _, level in series))
+    spare = iter([c for c in SPARE_COLORS if c not in colors.values()] + list(SPARE_COLORS))
+    base = {f: colors.get(f) or next(spare) for f in families}
+    members = {f: [i for i, (g, _) in enumerate(series) if g == f] for f in families}
+    used: set[str] = set()
+    out = []
+    for i, (family, level) in enumerate(series):
+        n, k = len(members[family]), members[family].index(i)
+        amount = 0.0 if n == 1 else -0.35 + 0.85 * k / (n - 1)  # darker ... lighter, the first one darkest
+        color = shade(base[family], amount)
+        for step in range(1, 60):  # two families whose shades meet: nudge along the shades until unique
+            if color not in used:
+                break
+            color = shade(base[family], (amount + 1 + 0.033 * step) % 2 - 1)
+        used.add(color)
+        j = levels.index(level)
+        out.append(
+            {
+                "color": color,
+                "symbol": SYMBOLS[j % len(SYMBOLS)],
+                "pattern": PATTERNS[j % len(PATTERNS)],
+                "dash": DASHES[j % len(DASHES)],
+            }
+        )
+    return out
+
+
 def _layout(fig: go.Figure, title: str, height: int) -> go.Figure:
-    fig.update_layout(title={"text": title, "x": 0.01}, height=height, margin={"l": 60, "r": 20, "t": 50, "b": 45})
+    """Every figure's title, size, margins and legend (`LEGEND`), set in one place so they agree."""
+    fig.update_layout(
+        title={"text": title, "x": 0.01}, height=height, margin={"l": 60, "r": 20, "t": 50, "b": 45}, legend=LEGEND
+    )
     return fig
 
 
@@ -193,13 +250,21 @@ def _overlay(fraction: np.ndarray, x, y) -> go.Heatmap:
 
 
 def layer_totals(attn, mlp, title: str = "Per-layer totals") -> go.Figure:
-    """Bars of the summed KV-group scores and summed neuron scores of each layer (log y)."""
+    """The summed KV-group scores and summed neuron scores of each layer, dots on a log y axis.
+
+    Dots, not bars: a bar on a log axis starts at an arbitrary baseline (the axis' lower end), so its
+    length says nothing; a dot's height is the value. Totals span decades, hence the log axis.
+    """
     a, m = as_array(attn).sum(axis=1), as_array(mlp).sum(axis=1)  # (L,), (L,)
     layers = list(range(len(a)))
     fig = make_subplots(rows=1, cols=2, subplot_titles=("attention: sum over KV groups", "MLP: sum over neurons"))
     hover = "layer %{x}<br>total %{y:.3e}<extra></extra>"
-    fig.add_trace(go.Bar(x=layers, y=a, marker_color=UNIFORM, name="attention", hovertemplate=hover), 1, 1)
-    fig.add_trace(go.Bar(x=layers, y=m, marker_color=KEPT, name="MLP", hovertemplate=hover), 1, 2)
+    for col, values, color, name in ((1, a, UNIFORM, "attention"), (2, m, KEPT, "MLP")):
+        dots = go.Scatter(
+            x=layers, y=values, mode="lines+markers", marker={"color": color, "size": 8},
+            line={"color": color, "width": 1}, name=name, hovertemplate=hover,
+        )  # fmt: skip
+        fig.add_trace(dots, 1, col)
     fig.update_yaxes(type="log")
     fig.update_xaxes(title_text="layer")
     fig.update_layout(showlegend=False)
@@ -270,7 +335,6 @@ def kept_units_bars(
     fig.update_yaxes(range=[0, kv_total * 1.05], row=1, col=1)
     fig.update_yaxes(range=[0, neuron_total * 1.05], row=2, col=1)
     fig.update_xaxes(title_text="layer", row=2, col=1)
-    fig.update_layout(legend={"orientation": "h", "y": -0.18})
     return _layout(fig, title, 460)
 
 
@@ -347,10 +411,11 @@ def sweep_chart(
             fig.update_yaxes(type="log", row=1, col=col)
         if marker_x is not None:
             fig.add_vline(x=marker_x, line_dash="dash", line_color=PRUNED, row=1, col=col)
-    if marker_x is not None and marker_label:
+    if marker_x is not None and marker_label:  # inside the plot's top: above it is the subplot title's place
         fig.add_annotation(
-            x=marker_x, y=1.0, yref="paper", xref="x", text=marker_label, showarrow=False, font={"color": PRUNED}
-        )
+            x=marker_x, y=1.0, yref="paper", yanchor="top", xref="x", text=marker_label, showarrow=False,
+            font={"color": PRUNED},
+        )  # fmt: skip
     fig.update_layout(showlegend=False)
     return _layout(fig, title, 340)
 
@@ -392,7 +457,6 @@ def methods_sweep_chart(
         fig.update_xaxes(title_text=x_title, row=1, col=col)
         if name in log_y:
             fig.update_yaxes(type="log", row=1, col=col)
-    fig.update_layout(legend={"orientation": "h", "y": -0.25})
     return _layout(fig, title, 380)
 
 
@@ -517,21 +581,38 @@ def pareto_chart(
     y_title: str,
     title: str = "Pareto: quality vs speed",
     selected: int | None = None,
+    methods: Sequence[str] | None = None,
+    sparsities: Sequence[float | None] | None = None,
+    gammas: Sequence[float | None] | None = None,
+    log_y: bool = False,
+    highlight: tuple[float, float, str] | None = None,
 ) -> go.Figure:
-    """Scatter of every swept plan with the Pareto front joined; `customdata` holds the point index."""
+    """Scatter of every swept plan with the Pareto front joined; `customdata` holds the point index.
+
+    `methods[i]` names point i's method: one trace per method, in its colour (`METHOD_COLORS`; "dense"
+    dark grey) and marker (`PARETO_SYMBOLS`), so the legend says which is which. The hover label gives the
+    point's sparsity and γ (`sparsities`, `gammas`; a None γ, a method without one, is left out). `log_y`:
+    a log quality axis (perplexity spans decades). `highlight = (x, y, label)` marks one point, e.g. a
+    recommendation, with a large star and its label.
+    """
+    n = len(xs)
+    methods = list(methods) if methods is not None else ["plans"] * n
     front = pareto_front(xs, ys)
-    fig = go.Figure(
-        go.Scatter(
-            x=list(xs),
-            y=list(ys),
-            mode="markers",
-            name="plans",
-            text=list(labels),
-            customdata=list(range(len(xs))),
-            marker={"size": 11, "color": UNIFORM},
-            hovertemplate="%{text}<br>" + x_title + " %{x:.4g}<br>" + y_title + " %{y:.4g}<extra></extra>",
+    fig = go.Figure()
+    for method in dict.fromkeys(methods):  # one trace per method, in order of first appearance
+        idx = [i for i in range(n) if methods[i] == method]
+        fig.add_trace(
+            go.Scatter(
+                x=[xs[i] for i in idx],
+                y=[ys[i] for i in idx],
+                mode="markers",
+                name=METHODS[method].label if method in METHODS else method,
+                text=[_pareto_hover(labels[i], i, sparsities, gammas) for i in idx],
+                customdata=idx,
+                marker={"size": 11, **_pareto_marker(method)},
+                hovertemplate=f"%{{text}}<br>{x_title} %{{x:.4g}}<br>{y_title} %{{y:.4g}}<extra></extra>",
+            )
         )
-    )
     fig.add_trace(
         go.Scatter(
             x=[xs[i] for i in front],
@@ -553,10 +634,46 @@ def pareto_chart(
                 hoverinfo="skip",
             )
         )
+    if highlight is not None:
+        x, y, label = highlight
+        fig.add_trace(  # a trace with text, not an annotation: plotly places annotations on log axes by exponent
+            go.Scatter(
+                x=[x],
+                y=[y],
+                mode="markers+text",
+                name=label,
+                text=[label],
+                textposition="top center",
+                marker={"symbol": "star", "size": 20, "color": PRUNED, "line": {"width": 1, "color": "black"}},
+                hovertemplate=f"{label}<br>{x_title} %{{x:.4g}}<br>{y_title} %{{y:.4g}}<extra></extra>",
+            )
+        )
     fig.update_xaxes(title_text=x_title)
-    fig.update_yaxes(title_text=y_title)
-    fig.update_layout(clickmode="event+select", legend={"orientation": "h", "y": -0.2})
+    fig.update_yaxes(title_text=y_title, type="log" if log_y else "linear")
+    fig.update_layout(clickmode="event+select")
     return _layout(fig, title, 420)
+
+
+# The Pareto chart's marker per method (colour is `METHOD_COLORS`'): a second channel besides colour.
+PARETO_SYMBOLS = {"dense": "star", "nirvana": "circle", "llm-pruner": "square", "flap": "diamond"}
+
+
+def _pareto_marker(method: str) -> dict:
+    """{color, symbol} of a method's points: its own colour and marker; "dense" dark grey; others from the tables."""
+    others = [name for name in METHODS if name not in PARETO_SYMBOLS]
+    symbol = PARETO_SYMBOLS.get(method) or SYMBOLS[(others.index(method) if method in others else 0) + 3]
+    color = "#333333" if method == "dense" else METHOD_COLORS.get(method, UNIFORM)
+    return {"color": color, "symbol": symbol}
+
+
+def _pareto_hover(label: str, i: int, sparsities, gammas) -> str:
+    """A point's hover text: its label, then sparsity and γ (when given and not None)."""
+    parts = [label]
+    if sparsities is not None and sparsities[i] is not None:
+        parts.append(f"sparsity {sparsities[i]:.2f}")
+    if gammas is not None and gammas[i] is not None and gammas[i] == gammas[i]:  # None or NaN: no γ
+        parts.append(f"γ {gammas[i]:.2f}")
+    return "<br>".join(parts)
 
 
 def pruned_masks(plan) -> tuple[np.ndarray, np.ndarray]:

@@ -30,3 +30,25 @@ def reference_rows(section: str = "speed", path: str | Path | None = None) -> li
     data = paper_reference(path)
     tag = {"source": "paper", "model": data["model"], "hardware": data["hardware"]}
     return [{**row, **tag} for row in data[section]]
+
+
+NOT_REPORTED = "not reported"
+
+
+def table_rows(rows: list[dict]) -> list[dict]:
+    """`rows` as a table to show: every row has every column (in first-seen order); a column with a gap (a
+    missing key or None: the paper does not report it) is text, the gap "not reported", so no cell reads "None".
+
+    Example:
+        >>> table_rows([{"metric": "throughput", "ratio": 1.57}, {"metric": "memory"}])
+        [{'metric': 'throughput', 'ratio': '1.57'}, {'metric': 'memory', 'ratio': 'not reported'}]
+    """
+    columns = list(dict.fromkeys(key for row in rows for key in row))
+    gappy = {c for c in columns if any(row.get(c) is None for row in rows)}
+    return [{c: _text(row.get(c)) if c in gappy else row[c] for c in columns} for row in rows]
+
+
+def _text(value) -> str:
+    if value is None:
+        return NOT_REPORTED
+    return f"{value:g}" if isinstance(value, float) else str(value)

@@ -253,6 +253,7 @@ def _interactive(lm, scores_key: str, scores, shape: ModelShape, chosen: dict) -
         return
     state.put("plan", plan)
     _metrics(shape, plan, uniform)
+    frame.show_calibration_note(scores)  # the CLI's default calibration plans differently
     text_box = st.container()  # filled last: the charts below answer the slider first, the text follows
     compare = None
     second = state.get("scores2")
@@ -309,6 +310,7 @@ def _interactive(lm, scores_key: str, scores, shape: ModelShape, chosen: dict) -
         key="download_plan_alloc",
         on_click="ignore",
     )
+    routing.next_step(("prune.py", "prune a copy with this plan and compare it with the dense model"))
     with text_box:
         live_text.show(lm, plan)
 

@@ -142,7 +142,10 @@ def _results(lm, selection) -> None:
                 state.put("calib_batch", batch)  # the baseline methods score on the same batch
                 state.clear("plan", "pruned", "evals", "sweep")
                 st.success("Scores now come from the chosen batch: the Allocation page uses them.")
-                st.page_link("pages/allocation.py", label="Go to Allocation", icon=":material/tune:")
+        routing.next_step(
+            ("allocation.py", "the plan from these scores (use the chosen batch first)"),
+            ("prune.py", "prune a copy and measure it against the dense model"),
+        )
 
 
 def main() -> None:

@@ -14,12 +14,14 @@ import pandas as pd
 import streamlit as st
 
 from nirvana import charts
+from nirvana.bench import accuracy as accuracy_bench
+from nirvana.bench import gamma as gamma_bench
 from nirvana.bench.accuracy import committed_accuracy
 from nirvana.bench.gamma import committed_gamma, kl_at
 from nirvana.bench.quality import read_rows
 from nirvana.bench.quality_report import committed_reports, config_from_rows, summarize, verdicts
 from nirvana.bench.speed import committed_speed
-from ui import accuracy, baselines, frame, recommend, recovery
+from ui import accuracy, baselines, best_other, frame, recommend, recovery
 from ui.errors import guard
 
 EXPLANATION = """
@@ -32,9 +34,13 @@ is computed live.
 
 **How to read it.** Lower perplexity is better; the dotted line is the dense model. Solid lines
 use global allocation, dashed lines uniform. Three claims of the paper are counted across the
-grid: NIRVANA's saliency beats weight magnitude; global allocation beats uniform; the
-calibration batch chosen by KL beats a randomly drawn one (the median of the K candidates).
-Where NIRVANA does not win (on SmolLM2-135M, loss-Taylor does), this page says so.
+grid: NIRVANA's saliency beats the best other criterion at each sparsity (not only weight
+magnitude); global allocation beats uniform; the calibration batch chosen by KL beats a randomly
+drawn one (the median of the K candidates). Where NIRVANA does not win (on SmolLM2-135M,
+loss-Taylor does), this page says so.
+
+**Every model with a committed benchmark** can be chosen at the top; a section without a
+benchmark for it says how to make one.
 
 **The paper's baselines.** `benchmarks/baselines/` (`python -m nirvana bench baselines`) puts
 NIRVANA beside LLM-Pruner and FLAP, each reproduced from its authors' code (docs/BASELINES.md),
@@ -47,7 +53,7 @@ rows are still missing.
 
 MEASURES = {"ppl_wikitext2": "WikiText-2 perplexity", "ppl_ptb": "PTB perplexity", "kl": "KL to dense (nats/token)"}
 CLAIMS = (
-    ("nirvana_beats_magnitude", "NIRVANA beats magnitude", "sparsities"),
+    ("nirvana_beats_best_other", "NIRVANA beats the best other criterion", "sparsities"),
     ("global_beats_uniform", "Global + γ beats uniform", "(criterion, sparsity) pairs"),
     ("selected_beats_median", "KL-selected batch beats the median", "(criterion, sparsity) pairs"),
 )
@@ -208,11 +214,11 @@ def _accuracy(model: str) -> None:
     st.dataframe(pd.DataFrame(accuracy.evidence_table(rows)), hide_index=True)
 
 
-def _speed() -> None:
+def _speed(model: str) -> None:
     data = committed_speed()
     st.markdown("##### Does the smaller model run faster? (measured)")
-    if data is None:
-        st.caption("No speed benchmark yet: `python -m nirvana bench speed --model smollm2-135m`.")
+    if data is None or data["model"] != model:
+        st.caption(f"No speed benchmark for `{model}` yet: `python -m nirvana bench speed --model {model}`.")
         return
     m = data["machine"]
     st.caption(
@@ -237,45 +243,105 @@ def _speed() -> None:
     st.dataframe(table, hide_index=True)
 
 
-def main() -> None:
-    st.title("7 · Evidence")
-    frame.explain(EXPLANATION)
-    reports = committed_reports()
+DEFAULT_MODEL = "smollm2-135m"  # the embedded model: the one chosen first when it has a benchmark
+
+
+def _quality_model(path: Path) -> str:
+    """The model of a quality CSV, from its rows (`quality-<model>-gamma4.csv` is a run of <model>)."""
+    rows, _, _ = _load(str(path), path.stat().st_mtime)
+    return rows[0]["model"] if rows else path.stem.removeprefix("quality-")
+
+
+def committed_models() -> dict[str, list[str]]:
+    """{model: the kinds of benchmark committed for it}, for every `baselines-*.csv`, `quality-*.csv`,
+    `accuracy-*.csv` and `gamma-*.json` under benchmarks/; the embedded model first, then by name."""
+    found: dict[str, list[str]] = {}
+    accuracy_dir, gamma_dir = accuracy_bench.DEFAULT_OUT, gamma_bench.DEFAULT_OUT
+    files = (
+        ("baselines", [p.stem.removeprefix("baselines-") for p in baselines.committed()]),
+        ("quality", [_quality_model(p) for p in committed_reports()]),
+        ("accuracy", [p.stem.removeprefix("accuracy-") for p in accuracy_dir.glob("accuracy-*.csv")]),
+        ("γ", [p.stem.removeprefix("gamma-") for p in gamma_dir.glob("gamma-*.json")]),
+    )
+    for kind, names in files:
+        for model in names:
+            if kind not in found.setdefault(model, []):
+                found[model].append(kind)
+    return dict(sorted(found.items(), key=lambda item: (item[0] != DEFAULT_MODEL, item[0])))
+
+
+def _source(path: Path) -> str:
+    return f"benchmarks/quality/{path.name}"
+
+
+def _quality(model: str) -> tuple[list[dict], Path] | None:
+    """The quality grid of `model` (its sections drawn): (rows, its CSV), or None when it has none."""
+    reports = [p for p in committed_reports() if _quality_model(p) == model]
     if not reports:
         st.info(
-            "No quality benchmark in `benchmarks/quality/` yet. Run "
-            "`python -m nirvana bench quality --model smollm2-135m` and reload this page."
+            f"No quality benchmark for `{model}` in `benchmarks/quality/` yet. Run "
+            f"`python -m nirvana bench quality --model {model}` and reload this page."
         )
-        baselines.evidence("smollm2-135m")
-        _accuracy("smollm2-135m")
-        _speed()
-        recovery.evidence()
-        return
+        recommend.section(model)
+        return None
     path = reports[0]
     if len(reports) > 1:
-        path = st.selectbox("Benchmark", reports, format_func=lambda p: p.stem.removeprefix("quality-"))
+        path = st.selectbox("Quality grid", reports, format_func=lambda p: p.stem.removeprefix("quality-"))
     with guard("reading the committed benchmark") as g:
         rows, summary, counts = _load(str(path), path.stat().st_mtime)
     if g.failed:
-        return
+        return None
     if not rows:
         st.info(f"`{path.name}` has no rows yet: the benchmark writes one per finished measurement.")
-        return
-    st.markdown(f"**Model:** `{rows[0]['model']}`")
+        return None
+    source = _source(path)
+    versus = best_other.versus(best_other.quality_points(rows, source))
+    counts = {
+        **counts,
+        "nirvana_beats_best_other": {
+            "ppl_wikitext2": best_other.wins(versus, source, "ppl"),
+            "ppl_ptb": best_other.wins(versus, source, "ppl_ptb"),
+        },
+    }
     _header(rows)
     _claims(counts)
-    recommend.section(rows[0]["model"])
+    recommend.section(model)
     _curves(rows, summary)
     _winners(summary)
     _ablations(summary)
-    baselines.evidence(rows[0]["model"])
-    _gamma(rows[0]["model"])
-    _accuracy(rows[0]["model"])
-    _speed()
+    return rows, path
+
+
+def main() -> None:
+    st.title("7 · Evidence")
+    frame.explain(EXPLANATION)
+    models = committed_models()
+    if not models:
+        st.info(
+            "No benchmark in `benchmarks/` yet. Run "
+            f"`python -m nirvana bench quality --model {DEFAULT_MODEL}` and reload this page."
+        )
+        _speed(DEFAULT_MODEL)
+        recovery.evidence()
+        return
+    model = st.selectbox(
+        "Model", list(models), key="evidence_model", format_func=lambda m: f"{m} ({', '.join(models[m])})",
+        help="Every model with a benchmark committed under benchmarks/ (baselines, quality, accuracy or γ)",
+    )  # fmt: skip
+    quality = _quality(model)
+    best_other.section(model, None if quality is None else (quality[0], _source(quality[1])))
+    baselines.evidence(model)
+    _gamma(model)
+    _accuracy(model)
+    _speed(model)
     recovery.evidence()
-    with st.expander("Every row (CSV)"):
-        st.dataframe(pd.DataFrame(rows), hide_index=True)
-        st.download_button("Download CSV", path.read_bytes(), file_name=path.name, mime="text/csv", on_click="ignore")
+    if quality is not None:
+        rows, path = quality
+        with st.expander("Every row (CSV)"):
+            st.dataframe(pd.DataFrame(rows), hide_index=True)
+            st.download_button(
+                "Download CSV", path.read_bytes(), file_name=path.name, mime="text/csv", on_click="ignore"
+            )
 
 
 main()

@@ -307,12 +307,13 @@ def _generations(lm, pruned) -> None:
     result = _evals().get("generate")
     if result:
         rows = generation_rows(*result)
-        left, right = st.columns(2)
-        left.markdown("**Dense**")
-        right.markdown("**Pruned**")
-        for r in rows:
-            left.markdown(f"> **{r['prompt']}** {r['dense']}")
-            right.markdown(f"> **{r['prompt']}** {r['pruned']}")
+        for i, r in enumerate(rows, start=1):  # code blocks: a continuation's newlines and indentation kept
+            same_text = " (identical)" if r["identical"] else ""
+            st.markdown(f"**{i}. `{r['prompt']}`**{same_text}")
+            left, right = st.columns(2)
+            for where, who in ((left, "dense"), (right, "pruned")):
+                where.caption(f"{who.capitalize()}, {r[f'{who}_tokens']} new tokens")
+                where.code(r[who] or "(nothing generated)", language=None, wrap_lines=True)
         same = sum(r["identical"] for r in rows)
         st.caption(f"Greedy decoding (no sampling): {same} of {len(rows)} continuations are identical.")
 
@@ -362,21 +363,24 @@ def _speed(lm, pruned) -> None:
 
 
 def _paper_reference() -> None:
-    from nirvana.reference import paper_reference, reference_rows
+    from nirvana.reference import paper_reference, reference_rows, table_rows
 
     ref = paper_reference()
     st.markdown(f"**{ref['label']}**")
     st.caption(f"Source: {ref['source']}")
     st.markdown("Speed and memory (the paper's A100 measurements):")
-    st.dataframe(pd.DataFrame(reference_rows("speed")), hide_index=True, width="stretch")
+    st.dataframe(pd.DataFrame(table_rows(reference_rows("speed"))), hide_index=True, width="stretch")
     st.markdown("Accuracy (task metrics we do not run here):")
-    st.dataframe(pd.DataFrame(reference_rows("accuracy")), hide_index=True, width="stretch")
+    st.dataframe(pd.DataFrame(table_rows(reference_rows("accuracy"))), hide_index=True, width="stretch")
     st.caption(f"Pruning time claimed by the paper: {ref['pruning_time']['claim']}.")
     unverified = ref.get("unverified")
     if unverified:
-        rows = pd.DataFrame(unverified["wikitext2_ppl"])
+        rows = [  # "≈" on the value, not a column that is empty but for one row
+            {"sparsity": r["sparsity"], "WikiText-2 perplexity": f"{'≈ ' if r.get('approximate') else ''}{r['ppl']:g}"}
+            for r in unverified["wikitext2_ppl"]
+        ]
         st.markdown(f"WikiText-2 perplexity, {unverified['label']}")
-        st.dataframe(rows, hide_index=True)
+        st.dataframe(pd.DataFrame(table_rows(rows)), hide_index=True)
 
 
 def _accuracy(lm, pruned) -> None:
@@ -538,6 +542,7 @@ def main() -> None:
             f"`{s.criterion}` → **{plan.stats['achieved_block_sparsity']:.1%}** of block weights removed "
             f"({plan.stats['total_param_reduction']:.1%} of all parameters)."
         )
+        frame.show_calibration_note(s)  # the CLI's default calibration plans differently
         with guard("applying the plan"):
             _apply(lm, plan)
     else:
@@ -547,11 +552,17 @@ def main() -> None:
         plan = None
         with guard(f"pruning with {methods.label(name)}"):
             plan = _baseline(lm, name)
+        if plan is not None:
+            frame.show_calibration_note(plan.settings)
     pruned = state.get("pruned")
     if plan is None or (pruned is not None and pruned["plan_key"] != evals.plan_key(plan)):
         pruned = None
     if pruned is not None:
         _views(lm, plan, pruned, t5)
+        routing.next_step(
+            ("sweep.py", "the same at several sparsities (and other methods), on a Pareto chart"),
+            ("evidence.py", "what the committed benchmarks measured for these methods"),
+        )
     elif plan is not None:
         _save(lm, plan, None)
 

@@ -180,7 +180,11 @@ def _results(lm) -> None:
     meta = scores.meta
     row = st.columns(4)
     row[0].metric("Criterion", scores.criterion)
-    row[1].metric("Scoring time", "cached" if meta.get("cache_hit") else f"{meta.get('seconds', 0):.1f} s")
+    if meta.get("cache_hit"):  # from the memo or the disk cache: its `seconds` are the earlier computation's
+        earlier = f"computed in {meta['seconds']:.1f} s earlier" if meta.get("seconds") is not None else None
+        row[1].metric("Scoring time", "cached", earlier, delta_color="off", delta_arrow="off")
+    else:
+        row[1].metric("Scoring time", f"{meta.get('seconds', 0):.1f} s")
     row[2].metric("KV groups × layers", f"{scores.attn.shape[1]} × {scores.attn.shape[0]}")
     row[3].metric("Neurons × layers", f"{scores.mlp.shape[1]} × {scores.mlp.shape[0]}")
     _calibration_caption(info)
@@ -209,6 +213,7 @@ def main() -> None:
     if state.get("scores") is not None:
         with guard("drawing the saliency charts"):
             _results(lm)
+        routing.next_step(("allocation.py", "choose the sparsity and γ, and see which units go"))
 
 
 main()

@@ -13,9 +13,11 @@ import pandas as pd
 import streamlit as st
 
 from nirvana import charts
+from nirvana.errors import InvalidInput
 from nirvana.methods import METHODS
 from nirvana.models.shapes import ModelShape
 from nirvana.progress import sub_progress
+from nirvana.pruning.plan import MAX_SPARSITY
 from nirvana.search.sweep import ACCURACY_AXES, QUALITY, SweepSettings, run_sweep, sweep_points
 from ui import cluster, frame, methods, resources, seq2seq, state
 from ui.errors import guard
@@ -50,6 +52,10 @@ the ideal speed-up instead of the measured speed. Use the Prune page's interleav
 figure you report.
 """
 
+# (what each entry must be, an example): the text boxes' rules, said in the error box of a bad entry
+SPARSITY_RULE = (f"a number in [0, {MAX_SPARSITY}] (the fraction of decoder-block weights removed)", "0.1, 0.2, 0.5")
+GAMMA_RULE = ("a positive number (MLP fraction pruned / KV-group fraction pruned)", "0.5, 1, 2, 4")
+
 
 def _controls(shape: ModelShape, gamma_axis: bool = True) -> SweepSettings | None:
     centre = state.allocation(shape)
@@ -80,10 +86,15 @@ def _controls(shape: ModelShape, gamma_axis: bool = True) -> SweepSettings | Non
             "Perplexity tokens", 128, 1_000_000, step=512, key="sweep_tokens", disabled=metric != "perplexity"
         )
     speed = c[4].checkbox("Measure decode speed", key="sweep_speed")
-    try:
-        s_values, g_values = frame.parse_floats(sparsities), frame.parse_floats(gammas)
-    except ValueError:
-        st.error("Sparsities and γ values must be numbers separated by commas, e.g. `0.1, 0.2, 0.5`.")
+    try:  # every entry checked here, so no bad value reaches the sweep (and its traceback)
+        s_values = frame.parse_checked(sparsities, "Sparsities", lambda s: 0 <= s <= MAX_SPARSITY, *SPARSITY_RULE)
+        # a disabled box (no NIRVANA: gamma is its budget split) is not swept, so not checked
+        g_values = frame.parse_checked(gammas, "γ values", lambda g: g > 0, *GAMMA_RULE) if gamma_axis else ()
+    except InvalidInput as exc:  # the message names the bad entries and what is accepted
+        st.error(str(exc), icon="⚠️")
+        return None
+    if not any(s > 0 for s in s_values) and not g_values:
+        st.info("Enter at least one sparsity above 0 (or a γ value): the dense point alone is no sweep.")
         return None
     return SweepSettings(
         sparsities=s_values,
@@ -138,17 +149,9 @@ def _charts(rows: list[dict], settings: dict) -> None:
             marker_label="γ*",
         )
         st.plotly_chart(figure, key="sweep_gamma")
-    x_col, x_title = ("decode_tokens_per_s", "decode tokens/s") if has_speed else ("ideal_speedup", "ideal speed-up")
     labels = [_label(r) for r in rows]
     event = st.plotly_chart(
-        charts.pareto_chart(
-            frame_[x_col].tolist(),
-            frame_["quality"].tolist(),
-            labels,
-            x_title=x_title,
-            y_title=quality,
-            selected=st.session_state.get("sweep_pick"),
-        ),
+        _pareto(frame_, rows, settings["metric"], selected=st.session_state.get("sweep_pick")),
         key="pareto",
         on_select="rerun",
         selection_mode="points",
@@ -168,6 +171,25 @@ def _charts(rows: list[dict], settings: dict) -> None:
     )
     if pick is not None and st.button("Load this plan", type="primary", key="load_sweep_plan"):
         _load(rows[pick])
+
+
+def _pareto(frame_: pd.DataFrame, rows: list[dict], metric: str, selected: int | None = None):
+    """The Pareto chart of the sweep's points: measured decode speed (or the ideal speed-up when speed is not
+    shown) against quality, one colour and marker per method, a log axis for perplexity."""
+    has_speed = sweep_speed_shown(frame_)
+    x_col, x_title = ("decode_tokens_per_s", "decode tokens/s") if has_speed else ("ideal_speedup", "ideal speed-up")
+    return charts.pareto_chart(
+        frame_[x_col].tolist(),
+        frame_["quality"].tolist(),
+        [_label(r) for r in rows],
+        x_title=x_title,
+        y_title=QUALITY[metric],
+        selected=selected,
+        methods=frame_["method"].tolist(),
+        sparsities=frame_["sparsity"].tolist(),
+        gammas=frame_["gamma"].tolist(),
+        log_y=metric == "perplexity",
+    )
 
 
 def _label(row: dict) -> str:
@@ -221,22 +243,14 @@ def _series(lm, settings: SweepSettings, chosen: dict[str, dict]) -> list[tuple[
     return out
 
 
-def _live(placeholder, quality: str):
+def _live(placeholder, metric: str):
     """`on_row` of a sweep on a cluster: redraw the table and the Pareto chart with the points so far."""
 
     def draw(rows: list[dict]) -> None:
         with placeholder.container():
             frame_ = pd.DataFrame(sweep_checked(rows))
-            has_speed = sweep_speed_shown(frame_)
-            x_col, x_title = (
-                ("decode_tokens_per_s", "decode tokens/s") if has_speed else ("ideal_speedup", "ideal speed-up")
-            )
-            figure = charts.pareto_chart(
-                frame_[x_col].tolist(), frame_["quality"].tolist(), [_label(r) for r in rows], x_title=x_title,
-                y_title=quality,
-            )  # fmt: skip
-            st.plotly_chart(figure)
-            st.dataframe(frame_.rename(columns={"quality": quality}), hide_index=True, width="stretch")
+            st.plotly_chart(_pareto(frame_, rows, metric))
+            st.dataframe(frame_.rename(columns={"quality": QUALITY[metric]}), hide_index=True, width="stretch")
 
     return draw
 
@@ -250,7 +264,7 @@ def _run(lm, nirvana_scores, settings: SweepSettings, chosen: dict[str, dict], w
     scored = methods.score_methods(lm, baselines, "Sweep") if baselines else {}
     series = [(name, s) for name, s in series if name == methods.NIRVANA or name in scored or methods.rotates(name)]
     batch = methods.calibration_batch(lm)  # what a rotating method (SliceGPT) rotates on at every point
-    live = _live(st.empty(), QUALITY[settings.metric]) if where is not None else None
+    live = _live(st.empty(), settings.metric) if where is not None else None
     with (
         guard("running the sweep") as g,
         progress_status("Sweep") as progress,
@@ -316,6 +330,10 @@ def main() -> None:
     if result is not None:
         with guard("drawing the sweep"):
             _charts(result[0], result[1])
+        routing.next_step(
+            ("evidence.py", "the committed benchmarks: every method at every sparsity, measured at length"),
+            lead="Next step: pick a point above (Load this plan) to prune it, or compare with the benchmarks",
+        )
 
 
 main()

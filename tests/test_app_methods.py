@@ -160,7 +160,7 @@ def test_prune_and_compare_with_flap_gives_a_pruned_model_with_biases_and_a_comp
     at.number_input(key="max_new_tokens").set_value(3).run()
     at.button(key="generate").click().run()
     no_errors(at)
-    assert len([x for x in at.markdown if x.value.startswith("> **Hello there**")]) == 2
+    assert [x.value for x in at.markdown if x.value.startswith("**1. `Hello there`**")] and len(at.code) == 2
     at.multiselect(key="speed_batches").set_value([1]).run()
     at.number_input(key="speed_new_tokens").set_value(2).run()
     at.number_input(key="speed_repeats").set_value(1).run()

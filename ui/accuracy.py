@@ -16,6 +16,7 @@ from pathlib import Path
 
 import plotly.graph_objects as go
 
+from nirvana import charts
 from nirvana.accuracy import sandbox
 from nirvana.accuracy.harness import run_accuracy
 from nirvana.accuracy.sandbox import ISOLATED, isolation
@@ -130,7 +131,7 @@ def chart(dense: dict, pruned: dict) -> go.Figure:
             ys.append(100 * result["average"]["value"])
             es.append(100 * (result["average"]["stderr"] or 0))
         fig.add_bar(x=xs, y=ys, name=label, marker_color=color, error_y={"type": "data", "array": es})
-    return _grouped(fig, "Dense vs pruned accuracy (paper's metric per task, ± 1 s.e.)", "accuracy (%)", 440, 1.1)
+    return _grouped(fig, "Dense vs pruned accuracy (paper's metric per task, ± 1 s.e.)", "accuracy (%)", 440)
 
 
 def bpb_chart(dense: dict, pruned: dict) -> go.Figure:
@@ -150,19 +151,19 @@ def bpb_chart(dense: dict, pruned: dict) -> go.Figure:
         "Gold-answer bits per byte, dense vs pruned (lower is better, ± 1 s.e.)",
         "bits per byte of the reference answer",
         380,
-        1.12,
     )
 
 
-def _grouped(fig: go.Figure, title: str, yaxis_title: str, height: int, legend_y: float) -> go.Figure:
-    """The dense-vs-pruned bar charts' shared layout: grouped bars, legend on top."""
+def _grouped(fig: go.Figure, title: str, yaxis_title: str, height: int) -> go.Figure:
+    """The accuracy bar charts' shared layout: grouped bars, the legend where every chart has it (`charts.LEGEND`:
+    at the right, below the title; above the plot it sat on the title)."""
     fig.update_layout(
-        title=title,
+        title={"text": title, "x": 0.01},
         barmode="group",
         yaxis_title=yaxis_title,
         height=height,
         margin={"t": 50, "b": 10},
-        legend={"orientation": "h", "y": legend_y},
+        legend=charts.LEGEND,
     )
     return fig
 
@@ -201,21 +202,21 @@ def evidence_table(rows: list[dict]) -> list[dict]:
 
 
 def evidence_chart(rows: list[dict]) -> go.Figure:
-    """Per task, every model variant's paper metric ± 1 standard error (grouped bars)."""
+    """Per task, every model variant's paper metric ± 1 standard error (grouped bars).
+
+    Criterion by colour (a shade of its own per variant: no colour repeats) and sparsity by bar pattern,
+    so 15 variants stay apart (`charts.series_styles`)."""
     fig = go.Figure()
-    for v in summarize(rows):
+    variants = summarize(rows)
+    family = [(v["criterion"] or v["variant"], v["sparsity"]) for v in variants]
+    colors = {**charts.CRITERION_COLORS, "dense": "#333333"}
+    for v, style in zip(variants, charts.series_styles(family, colors)):
         tasks = [t for t in ZEROSHOT7 if t in v["tasks"] and v["tasks"][t][0] is not None]
         fig.add_bar(
             x=[f"{t} ({PAPER_METRIC[t]})" for t in tasks],
             y=[100 * v["tasks"][t][0] for t in tasks],
             error_y={"type": "data", "array": [100 * (v["tasks"][t][1] or 0) for t in tasks]},
             name=v["variant"],
+            marker={"color": style["color"], "pattern": {"shape": style["pattern"]}},
         )
-    fig.update_layout(
-        title="Zero-shot accuracy per task, every model (paper's metric, ± 1 s.e.)",
-        barmode="group",
-        yaxis_title="accuracy (%)",
-        height=460,
-        margin={"t": 50, "b": 10},
-    )
-    return fig
+    return _grouped(fig, "Zero-shot accuracy per task, every model (paper's metric, ± 1 s.e.)", "accuracy (%)", 460)

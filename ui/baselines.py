@@ -137,18 +137,14 @@ def _caption(rows: list[dict]) -> str:
     return " ".join(parts)
 
 
-def evidence(model: str | None = None) -> None:
-    """The section of the Evidence page: table, PNG, caption, and which rows of the grid are still missing."""
+def evidence(model: str) -> None:
+    """The section of the Evidence page for `model` (the page's model selector): table, PNG, caption, and which
+    rows of the grid are still missing."""
     st.markdown("##### Does NIRVANA beat LLM-Pruner, FLAP and SliceGPT? (the paper's baselines, measured)")
-    paths = committed()
-    if not paths:
-        st.caption("No baselines benchmark yet: `python -m nirvana bench baselines --model smollm2-135m`.")
+    path = next((p for p in committed() if p.stem.removeprefix("baselines-") == model), None)
+    if path is None:
+        st.caption(f"No baselines benchmark for `{model}` yet: `python -m nirvana bench baselines --model {model}`.")
         return
-    names = [p.stem.removeprefix("baselines-") for p in paths]
-    chosen = names.index(model) if model in names else 0
-    if len(paths) > 1:
-        chosen = names.index(st.selectbox("Baselines benchmark of", names, index=chosen, key="evidence_baselines"))
-    path = paths[chosen]
     with guard("reading the committed baselines benchmark") as g:
         rows = read_rows(path)
         if rows:

@@ -18,6 +18,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
+from nirvana import charts
 from nirvana.bench.recovery import DEFAULT_OUT, acc7_text, rankings
 from nirvana.bench.rows import read_rows
 from nirvana.guard.locks import heavy_work
@@ -154,7 +155,10 @@ def loss_chart(steps: list[RecoveryStep], title: str = "Recovery loss") -> go.Fi
         fig.add_scatter(
             x=[s for s, _ in kl], y=[v for _, v in kl], mode="lines+markers", name="held-out KL to the teacher"
         )
-    fig.update_layout(title=title, xaxis_title="optimizer step", yaxis_title="loss (nats)", height=340)
+    fig.update_layout(
+        title={"text": title, "x": 0.01}, xaxis_title="optimizer step", yaxis_title="loss (nats)", height=340,
+        legend=charts.LEGEND,
+    )  # fmt: skip
     return fig
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import streamlit as st
 import torch
@@ -135,16 +135,24 @@ def calibration(_tokenizer, model_key: str, source: str, samples: int, seq_len: 
 
 
 def scores_for(lm: LoadedModel, spec: ModelSpec, criterion: str, batch, seed: int, micro_batch: int, progress=None):
-    """The pipeline's `score` on `batch`, through the shared memo (and the library's disk cache), one job per device."""
+    """The pipeline's `score` on `batch`, through the shared memo (and the library's disk cache), one job per device.
+
+    A memo hit is marked `meta["cache_hit"]` as a disk hit is (on a copy: the memo's Scores are shared), so the
+    page says "cached" rather than the earlier computation's `seconds` as if it had just taken them."""
 
     settings = PruneSettings(sparsity=0.0, criterion=criterion, seed=seed, micro_batch=micro_batch)
     key = content_key("scores", spec.key, criterion, batch.hash if settings.needs_data else None, seed)
+    computed = []
 
     def compute():
+        computed.append(True)
         with hold_device(lm.model, progress):
             return score(lm, settings, progress, batch=batch)[0]
 
-    return key, memo("scores").get_or_compute(key, compute)
+    scores = memo("scores").get_or_compute(key, compute)
+    if not computed:
+        scores = replace(scores, meta={**scores.meta, "cache_hit": True})
+    return key, scores
 
 
 @st.cache_data(max_entries=512, show_spinner=False)

@@ -71,6 +71,16 @@ def menu() -> None:
         st.divider()
 
 
+def next_step(*steps: tuple[str, str], lead: str = "Next step") -> None:
+    """The "next step" links at the end of a page's main result: `steps` = (page file in pages/, what it does
+    next), each an `st.page_link` with the menu's title and icon ("3 · Allocation: choose the sparsity")."""
+    by_file = {e.file: e for e in MENU}
+    st.markdown(f"**{lead}**")
+    for file, what in steps:
+        entry = by_file[file]
+        st.page_link(entry.path, label=f"{entry.title}: {what}", icon=entry.icon)
+
+
 @contextlib.contextmanager
 def routed() -> Iterator[None]:
     """app.py runs the chosen page inside this block, so a page can tell it came through the router."""
