@@ -189,7 +189,20 @@ def _pareto(frame_: pd.DataFrame, rows: list[dict], metric: str, selected: int |
         sparsities=frame_["sparsity"].tolist(),
         gammas=frame_["gamma"].tolist(),
         log_y=metric == "perplexity",
+        highlight=_recommended(frame_, x_col),
     )
+
+
+def _recommended(frame_: pd.DataFrame, x_col: str):
+    """(x, y, label) of the Evidence page's recommendation among this sweep's points, when it is one of them."""
+    best = state.get("recommendation")
+    if best is None:
+        return None
+    hits = frame_[(frame_["method"] == best.method) & (frame_["sparsity"].round(6) == round(best.sparsity, 6))]
+    if hits.empty:
+        return None
+    row = hits.iloc[0]
+    return float(row[x_col]), float(row["quality"]), f"recommended: {methods.label(best.method)} s={best.sparsity:g}"
 
 
 def _label(row: dict) -> str:

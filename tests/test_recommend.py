@@ -71,3 +71,21 @@ def test_the_evidence_page_answers_a_perplexity_tolerance_and_sets_the_sliders()
     at.switch_page("pages/evidence.py").run()
     at.radio(key="rec_metric").set_value("accuracy").run()
     assert any("meets accuracy" in s.value for s in at.success) and not at.exception
+
+
+@pytest.mark.usefixtures("app_env")
+def test_the_sweep_marks_the_recommendation_on_its_pareto_chart():
+    from test_app_pages import chart, sweep_kl
+
+    from nirvana.search.recommend import Recommendation
+
+    at = started_app()
+    sweep_kl(at, "0.2, 0.5")
+    titles = [n for n in (t.get("name") for t in chart(at, "Pareto")["data"]) if n and "recommended" in n]
+    assert not titles  # nothing recommended yet
+    at.session_state["recommendation"] = Recommendation(0.5, "nirvana", "nirvana s=0.5", None, "sweep")
+    at.run()
+    marked = [
+        t for t in chart(at, "Pareto")["data"] if "recommended" in str(t.get("name", "")) + str(t.get("text", ""))
+    ]
+    assert marked and "s=0.5" in str(marked[0])

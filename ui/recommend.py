@@ -112,6 +112,7 @@ def section(model: str) -> None:
             points, dense = points + more, dense | more_dense
         best = recommend(points, dense, tolerance)
         rows = evidence(points, dense, tolerance)
+        state.put("recommendation", best)  # the Sweep page marks it on its Pareto chart
     if g.failed:
         return
     if not rows:
