@@ -10,9 +10,11 @@ import pandas as pd
 import streamlit as st
 
 from nirvana import charts
+from nirvana.measure import duration
 from nirvana.measure.compare import kl_rows
 from nirvana.models.shapes import ModelShape
 from nirvana.scoring.criteria import DATA_CRITERIA, criteria_help
+from nirvana.search.calibration import AnchorSpec, selection_seconds
 from ui import frame, resources, seq2seq, state
 from ui.errors import guard
 from ui.progress import progress_status
@@ -73,7 +75,7 @@ def _controls(shape: ModelShape) -> dict | None:
 
 
 def _run(lm, choice: dict) -> None:
-    from nirvana.search.calibration import AnchorSpec, select_calibration
+    from nirvana.search.calibration import select_calibration
 
     with (
         guard("selecting the calibration batch") as g,
@@ -168,6 +170,14 @@ def main() -> None:
     choice = _controls(shape)
     if choice is None:
         return
+    with guard("estimating the selection time"):
+        rate = resources.matmul_rate(*resources.device_dtype(lm))
+        anchor = AnchorSpec(source=choice["pool"], samples=choice["anchor"])
+        seconds = selection_seconds(shape, choice["k"], choice["samples"], choice["seq_len"], anchor, rate)
+        st.caption(
+            f"The selection takes {duration.about(seconds)} on this machine (K scorings and KL passes; estimated "
+            "from the model's FLOPs and this machine's matrix-multiply rate)."
+        )
     if st.button("Run KL selection", type="primary", key="run_kl"):
         _run(lm, choice)
     selection = state.get("kl_selection")

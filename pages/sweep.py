@@ -14,11 +14,12 @@ import streamlit as st
 
 from nirvana import charts
 from nirvana.errors import InvalidInput
+from nirvana.measure import duration
 from nirvana.methods import METHODS
 from nirvana.models.shapes import ModelShape
 from nirvana.progress import sub_progress
 from nirvana.pruning.plan import MAX_SPARSITY
-from nirvana.search.sweep import ACCURACY_AXES, QUALITY, SweepSettings, run_sweep, sweep_points
+from nirvana.search.sweep import ACCURACY_AXES, QUALITY, SweepSettings, run_sweep, sweep_points, sweep_seconds
 from ui import cluster, frame, methods, resources, seq2seq, state
 from ui.errors import guard
 from ui.progress import progress_status
@@ -326,7 +327,13 @@ def main() -> None:
     if settings is None:
         return
     count = sum(len(sweep_points(replace(settings, method=name, dense=i == 0))) for i, name in enumerate(chosen))
-    st.caption(f"{count} points (the dense model first, as the reference).")
+    with guard("estimating the sweep time"):
+        rate = resources.matmul_rate(*resources.device_dtype(lm))
+        seconds = [
+            sweep_seconds(shape, replace(settings, method=name, dense=i == 0), rate) for i, name in enumerate(chosen)
+        ]
+        about = f", {duration.about(sum(seconds))} on this machine" if None not in seconds else ""
+        st.caption(f"{count} points (the dense model first, as the reference){about}.")
     where = None
     with guard("connecting to the Ray cluster of NIRVANA_RAY_ADDRESS") as g:
         where = cluster.cluster()

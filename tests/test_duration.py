@@ -7,6 +7,7 @@ import json
 
 import pytest
 import torch
+from test_app_pages import app_env, small_data_dir  # noqa: F401 (fixtures, requested by name)
 
 from nirvana.measure import duration
 from nirvana.measure.flops import flops_breakdown
@@ -80,3 +81,16 @@ def test_sweep_and_calibration_search_estimates():
     reference = duration.estimate_seconds(shape, "evaluation", 8 * 16, 16, rate)
     scoring = duration.estimate_seconds(shape, "gradient scoring", 4 * 32, 32, rate)
     assert selection_seconds(shape, 3, 4, 32, anchor, rate) == pytest.approx(reference + 3 * (scoring + reference))
+
+
+@pytest.mark.usefixtures("app_env")
+def test_the_sweep_and_calibration_pages_say_how_long_before_they_start():
+    from test_app_pages import compute, no_errors, started_app
+
+    at = compute(started_app(), criterion="magnitude")
+    at.switch_page("pages/sweep.py").run()
+    no_errors(at)
+    assert any("points (the dense model first" in c.value and "on this machine" in c.value for c in at.caption)
+    at.switch_page("pages/calibration.py").run()
+    no_errors(at)
+    assert any(c.value.startswith("The selection takes about") for c in at.caption)

@@ -180,6 +180,12 @@ def matmul_rate(device: str, dtype: str) -> float:
     return duration.matmul_rate(device, getattr(torch, dtype))
 
 
+def device_dtype(lm: LoadedModel) -> tuple[str, str]:
+    """(device, dtype name) of the model's weights: the key of its machine rate."""
+    weight = next(p for p in lm.model.parameters() if p.is_floating_point())
+    return str(input_device(lm.model)), str(weight.dtype).removeprefix("torch.")
+
+
 def scoring_seconds(lm: LoadedModel, spec_key: str, criteria: list[str], choice: dict) -> float | None:
     """About how long scoring `criteria` on N x T tokens takes here (None: a T5, or nothing to estimate)."""
     if is_t5(lm.model.config):
@@ -188,8 +194,7 @@ def scoring_seconds(lm: LoadedModel, spec_key: str, criteria: list[str], choice:
     steps = [s for s in steps if s]
     if not steps:
         return None
-    weight = next(p for p in lm.model.parameters() if p.is_floating_point())
-    rate = matmul_rate(str(input_device(lm.model)), str(weight.dtype).removeprefix("torch."))
+    rate = matmul_rate(*device_dtype(lm))
     shape = ModelShape.from_dict(shape_dict(lm, spec_key))
     tokens = choice["samples"] * choice["seq_len"]
     return sum(duration.estimate_seconds(shape, s, tokens, choice["seq_len"], rate) for s in steps)
