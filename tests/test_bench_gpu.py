@@ -50,6 +50,9 @@ def test_bench_gpu_tiny_prints_and_writes_the_json(tmp_path, capsys):
     assert 0.4 < p50["achieved_block_sparsity"] <= 0.5 + 1e-9
     assert p50["weights_bytes"] < dense["weights_bytes"]
     assert dense["prefill_speedup"] == 1.0 and dense["memory_ratio"] == 1.0
+    for row in (p20, p50):  # every speed-up beside its FLOPs ideal, with the verdict on it
+        assert row["decode_ideal"] > 1 and row["prefill_ideal"] > 1
+        assert {row["prefill_verdict"], row["decode_verdict"]} <= {"ok", "noisy", "disturbed"}
 
 
 def test_full_benchmark_needs_a_gpu_here(tmp_path):

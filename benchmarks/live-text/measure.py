@@ -40,6 +40,7 @@ def main() -> None:
     from streamlit.testing.v1 import AppTest
 
     from nirvana.bench.environment import machine_label
+    from ui import live_text
 
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=900)
     at.run()
@@ -55,7 +56,7 @@ def main() -> None:
             start = time.perf_counter()
             at.slider(key="sparsity").set_value(s).run()
             seconds = time.perf_counter() - start
-            texts = [m.value for m in at.markdown if m.value.startswith("<pre")]
+            texts = [m.value for m in at.markdown if m.value.startswith(live_text.PREFIX)]
             assert len(texts) == 2 and not at.exception, (at.exception, [e.value for e in at.error])
             rows.append({"phase": phase, "sparsity": s, "seconds": round(seconds, 3), "load_avg_1min": load})
             print(json.dumps(rows[-1]), flush=True)

@@ -7,7 +7,7 @@ Allocation at `--sparsity`, Prune & compare -> apply the plan -> Speed & memory 
 defaults: interleaved rounds). Records, per batch size and phase, the measured speed-up, its ideal, the
 verdict and the load average, and what the page showed (a metric, or the 'disturbed: re-measure' warning).
 Run it beside a benchmark (the point of the exercise); the machine's load is in every row.
-Appends to prune-page.jsonl and rewrites prune-page.md.
+Appends one JSON line to prune-page.jsonl.
 """
 
 from __future__ import annotations

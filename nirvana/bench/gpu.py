@@ -39,7 +39,9 @@ from nirvana.bench.methods import NIRVANA, MethodChoice
 from nirvana.checkpoints.loading import resolve_device
 from nirvana.data.calibration import CalibrationBatch
 from nirvana.guard.memory import oom_guard
+from nirvana.measure.flops import phase_flops
 from nirvana.measure.speed import device_info, measure_speeds
+from nirvana.measure.speed_check import judge, round_ratios
 from nirvana.methods.run import method_scores
 from nirvana.models.shapes import count_block_parameters, count_parameters
 from nirvana.models.weights import input_device
@@ -270,10 +272,18 @@ def run_gpu_bench(config: GpuBenchConfig = GpuBenchConfig(), progress=None) -> d
         )
     rows = [_summary(name, models[name], speeds[name], plans.get(name)) for name in models]
     dense_row = rows[0]
-    for row in rows:
+    dense_flops = phase_flops(dense, prompt_len, new_tokens)
+    for name, row in zip(models, rows, strict=True):
         row["prefill_speedup"] = round(row["prefill_tokens_per_s"] / dense_row["prefill_tokens_per_s"], 3)
         row["decode_speedup"] = round(row["decode_tokens_per_s"] / dense_row["decode_tokens_per_s"], 3)
         row["memory_ratio"] = round(row["peak_memory_gb"] / dense_row["peak_memory_gb"], 3)
+        if name != "dense":  # a speed-up beyond its FLOPs ideal is not a result (nirvana.measure.speed_check)
+            flops = phase_flops(models[name], prompt_len, new_tokens)
+            dense_point, point = speeds["dense"]["results"][0], speeds[name]["results"][0]
+            for phase in ("prefill", "decode"):
+                ideal = dense_flops[phase] / flops[phase]
+                check = judge(round_ratios(dense_point, point, phase), ideal)
+                row[f"{phase}_ideal"], row[f"{phase}_verdict"] = round(ideal, 3), check.verdict
     return {
         "benchmark": "bench gpu",
         "architecture": "tiny Llama (Llama-3.1-8B layout)" if config.tiny else "Llama-3.1-8B (random weights)",
