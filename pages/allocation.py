@@ -30,9 +30,13 @@ It is recomputed from the cached scores on every slider move (no gradients: mill
 costs $c_a = 2(g+1)d$ weights per hidden unit, one neuron $c_m = 3$. $\gamma$ = (fraction of
 neurons pruned) / (fraction of KV groups pruned) splits the budget:
 
-$$p_a = s\,\frac{H_{kv} c_a + I c_m}{H_{kv} c_a + \gamma I c_m}$$
+$$
+p_a = s\,\frac{H_{kv} c_a + I c_m}{H_{kv} c_a + \gamma I c_m}
+$$
 
-$$n_{attn} = \lfloor p_a L H_{kv} \rfloor, \quad n_{mlp} = \lfloor \gamma p_a L I \rfloor$$
+$$
+n_{attn} = \lfloor p_a L H_{kv} \rfloor, \quad n_{mlp} = \lfloor \gamma p_a L I \rfloor
+$$
 
 Then **global ranking**: all KV groups of all layers are sorted together and the $n_{attn}$ lowest
 go; all neurons likewise. Each layer keeps at least one KV group, and its kept neurons are rounded

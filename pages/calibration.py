@@ -27,8 +27,12 @@ give a different plan. NIRVANA does not trust one draw: it tries **K candidate b
 stays **closest to the dense model**.
 
 **The formula.** On a fixed *anchor* set of held-out text (never part of any candidate),
-$$\mathrm{KL}(P_{\text{dense}}\,\|\,P_{\text{pruned}}) = \frac{1}{\#\text{tokens}}\sum_{\text{tokens}}
-\sum_{v \in V} p_{\text{dense}}(v)\,\log\frac{p_{\text{dense}}(v)}{p_{\text{pruned}}(v)}$$
+
+$$
+\mathrm{KL}(P_{\text{dense}}\,\|\,P_{\text{pruned}}) = \frac{1}{\#\text{tokens}}\sum_{\text{tokens}}
+\sum_{v \in V} p_{\text{dense}}(v)\,\log\frac{p_{\text{dense}}(v)}{p_{\text{pruned}}(v)}
+$$
+
 in nats per token: 0 means the pruned model predicts exactly like the dense one.
 
 **How to read it.** One bar per candidate; the highlighted one is chosen. Small differences

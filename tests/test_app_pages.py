@@ -231,12 +231,11 @@ def test_allocation_follows_the_sliders_from_cached_scores(at, tiny):
 
 
 def test_allocation_continues_the_prompt_dense_and_pruned_at_the_slider(at, tiny):
-    import html
-
     from nirvana.measure.generation import PRESETS, continue_greedy, continue_pruned, marked_pieces
     from nirvana.models.shapes import model_shape
     from nirvana.pruning.allocation import Allocation, allocate
     from nirvana.scoring.criteria import compute_scores
+    from ui import live_text
 
     compute(at, criterion="magnitude")
     at.switch_page("pages/allocation.py").run()
@@ -251,12 +250,10 @@ def test_allocation_continues_the_prompt_dense_and_pruned_at_the_slider(at, tiny
         no_errors(at)
         plan = allocate(scores, shape, Allocation(sparsity, at.slider(key="gamma").value, align=8))
         pruned = continue_pruned(tiny.model, tiny.tokenizer, plan, prompt, 16)
-        markup = [m.value for m in at.markdown if m.value.startswith("<pre")]
-        assert markup[0] == '<pre style="white-space: pre-wrap; margin: 0">' + html.escape(dense.text) + "</pre>"
-        expected = "".join(
-            f"<mark>{html.escape(p)}</mark>" if c else html.escape(p) for p, c in marked_pieces(dense, pruned)
-        )
-        assert markup[1].endswith(expected + "</pre>")  # the slider's plan, its changed tokens marked
+        markup = [m.value for m in at.markdown if m.value.startswith(live_text.PREFIX)]
+        assert markup[0] == live_text.marked_html([(p, False) for p in dense.pieces])
+        assert markup[1] == live_text.marked_html(marked_pieces(dense, pruned))  # the slider's plan, changes marked
+        assert any(changed for _, changed in marked_pieces(dense, pruned)) == ("<mark>" in markup[1])
         shown.append(markup[1])
     at.selectbox(key="live_preset").set_value("a code stub").run()
     assert at.text_area(key="live_prompt").value == PRESETS["a code stub"]

@@ -105,3 +105,17 @@ def test_live_text_sparsity_zero_is_dense_and_changed_tokens_are_marked(tiny_lm)
         continue_greedy(model, tok, "  ")
     with pytest.raises(InvalidInput, match="from 1 to 512"):
         continue_greedy(model, tok, "hi", 0)
+
+
+def test_live_text_streams_each_token_and_keeps_the_layout(tiny_lm):
+    from nirvana.measure.generation import continue_greedy
+    from ui.live_text import PREFIX, marked_html
+
+    model, tok = tiny_lm
+    seen = []
+    whole = continue_greedy(model, tok, "def f(x):", 6, on_token=seen.append)
+    assert tuple(seen) == whole.tokens  # one call per new token, in order, the prompt not among them
+    markup = marked_html([("def f(x):\n    return", False), (" x", True)])
+    assert markup.startswith(PREFIX) and "<br>" in markup and "\n" not in markup
+    assert markup.count("&nbsp;") + markup.count(" ") - PREFIX.count(" ") >= 5  # four of indentation kept, then " x"
+    assert "<mark>&nbsp;x</mark>" in markup and "&lt;" in marked_html([("a<b", False)])

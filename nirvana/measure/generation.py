@@ -13,6 +13,7 @@ from __future__ import annotations
 import difflib
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
@@ -178,9 +179,30 @@ class Continuation:
     seconds: float
 
 
+class _EachToken:
+    """A `generate` streamer that hands every new token id to `on_token` (the first `put` is the prompt)."""
+
+    def __init__(self, on_token: Callable[[int], None]):
+        self.on_token, self.prompt_seen = on_token, False
+
+    def put(self, value) -> None:
+        if not self.prompt_seen:
+            self.prompt_seen = True
+            return
+        for token in value.reshape(-1).tolist():
+            self.on_token(int(token))
+
+    def end(self) -> None:
+        pass
+
+
 @torch.no_grad()
-def continue_greedy(model, tokenizer, prompt: str, new_tokens: int = 16, chat: bool = False) -> Continuation:
-    """The greedy continuation of `prompt` (raw, or in the chat template with `chat`), `new_tokens` at most."""
+def continue_greedy(
+    model, tokenizer, prompt: str, new_tokens: int = 16, chat: bool = False, on_token: Callable | None = None
+) -> Continuation:
+    """The greedy continuation of `prompt` (raw, or in the chat template with `chat`), `new_tokens` at most.
+    `on_token(token_id)` is called as each token is made (the app shows the text growing, and a slider move
+    can interrupt a generation there instead of waiting for it)."""
     if not isinstance(prompt, str) or not prompt.strip():
         raise InvalidInput("the prompt is empty; type some text to continue, or pick a preset.")
     if not isinstance(new_tokens, int) or isinstance(new_tokens, bool) or not 1 <= new_tokens <= 512:
@@ -190,7 +212,8 @@ def continue_greedy(model, tokenizer, prompt: str, new_tokens: int = 16, chat: b
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     enc = enc.to(input_device(model))
     start = time.perf_counter()
-    out = model.generate(**enc, max_new_tokens=new_tokens, pad_token_id=pad, do_sample=False)
+    streamer = _EachToken(on_token) if on_token is not None else None
+    out = model.generate(**enc, max_new_tokens=new_tokens, pad_token_id=pad, do_sample=False, streamer=streamer)
     seconds = time.perf_counter() - start
     ids = tuple(int(t) for t in out[0, enc["input_ids"].shape[1] :])
     pieces = tuple(tokenizer.decode([t], skip_special_tokens=True) for t in ids)
@@ -208,9 +231,13 @@ def marked_pieces(dense: Continuation, pruned: Continuation) -> list[tuple[str, 
     return [(piece, not kept) for piece, kept in zip(pruned.pieces, same, strict=True)]
 
 
-def continue_pruned(model, tokenizer, plan, prompt: str, new_tokens: int = 16, chat: bool = False) -> Continuation:
+def continue_pruned(
+    model, tokenizer, plan, prompt: str, new_tokens: int = 16, chat: bool = False, on_token: Callable | None = None
+) -> Continuation:
     """`continue_greedy` of `model` sliced to `plan` (a fresh copy sharing nothing with `model`, freed after): what
     the text becomes at the plan's sparsity, from already-computed scores, without gradients."""
     return measure_plan(
-        plan, lambda: apply_plan(model, plan), lambda m: continue_greedy(m, tokenizer, prompt, new_tokens, chat)
+        plan,
+        lambda: apply_plan(model, plan),
+        lambda m: continue_greedy(m, tokenizer, prompt, new_tokens, chat, on_token),
     )
