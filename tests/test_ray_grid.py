@@ -185,7 +185,7 @@ def test_the_cli_refuses_an_unreachable_address_with_exit_2_and_writes_nothing(t
     env = {**os.environ, ENV: address, "OMP_NUM_THREADS": "1"}
     out = tmp_path / "out"
     result = subprocess.run(
-        [sys.executable, "-m", "nirvana", "bench", "quality", "--model", "m", "--out-dir", str(out)],
+        [sys.executable, "-m", "nirvana", "bench", "quality", "--model", "smollm2-135m", "--out-dir", str(out)],
         capture_output=True, text=True, env=env, cwd=ROOT, timeout=120,
     )  # fmt: skip
     assert result.returncode == 2, result.stderr
