@@ -40,8 +40,8 @@ def table_rows(rows: list[dict]) -> list[dict]:
     missing key or None: the paper does not report it) is text, the gap "not reported", so no cell reads "None".
 
     Example:
-        >>> table_rows([{"metric": "throughput", "ratio": 1.57}, {"metric": "memory"}])
-        [{'metric': 'throughput', 'ratio': '1.57'}, {'metric': 'memory', 'ratio': 'not reported'}]
+        >>> table_rows([{"metric": "throughput", "ratio": 1.5}, {"metric": "memory"}])
+        [{'metric': 'throughput', 'ratio': '1.5'}, {'metric': 'memory', 'ratio': 'not reported'}]
     """
     columns = list(dict.fromkeys(key for row in rows for key in row))
     gappy = {c for c in columns if any(row.get(c) is None for row in rows)}
