@@ -64,6 +64,18 @@ def prompt_text(tokenizer, prompt: str, chat: bool = True) -> str:
     return prompt
 
 
+def pad_id(tokenizer) -> int:
+    """The id `generate` pads with: the tokenizer's pad token, else its end-of-sequence token."""
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
+
+def encode(tokenizer, prompt: str, chat: bool = True):
+    """The prompt tokenized as the model sees it (`prompt_text`); the chat template already holds the special
+    tokens it needs, so they are added only without it."""
+    use_chat = bool(chat and getattr(tokenizer, "chat_template", None))
+    return tokenizer(prompt_text(tokenizer, prompt, chat), return_tensors="pt", add_special_tokens=not use_chat)
+
+
 @dataclass(frozen=True)
 class Sampling:
     """Greedy (`do_sample=False`) or seeded sampling; the seed is reset before every prompt, so two models
@@ -133,14 +145,12 @@ def generate(
     prompts = load_prompts() if prompts is None else normalize_prompts(list(prompts))
     if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise InvalidInput(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}.")
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    pad = pad_id(tokenizer)
     sampling = Sampling(do_sample, seed, temperature, top_p)
     use_chat = bool(chat and getattr(tokenizer, "chat_template", None))
     rows = []
     for i, item in enumerate(prompts):
-        text = prompt_text(tokenizer, item["prompt"], chat)
-        # The chat template already holds the special tokens it needs.
-        enc = tokenizer(text, return_tensors="pt", add_special_tokens=not use_chat)
+        enc = encode(tokenizer, item["prompt"], chat)
         row = generate_one(model, tokenizer, item, enc, enc["input_ids"].shape[1], max_new_tokens, pad, sampling)
         rows.append(row | {"chat": use_chat})
         if progress:
@@ -207,9 +217,7 @@ def continue_greedy(
         raise InvalidInput("the prompt is empty; type some text to continue, or pick a preset.")
     if not isinstance(new_tokens, int) or isinstance(new_tokens, bool) or not 1 <= new_tokens <= 512:
         raise InvalidInput(f"new tokens must be an integer from 1 to 512, got {new_tokens!r}.")
-    use_chat = bool(chat and getattr(tokenizer, "chat_template", None))
-    enc = tokenizer(prompt_text(tokenizer, prompt, chat), return_tensors="pt", add_special_tokens=not use_chat)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    enc, pad = encode(tokenizer, prompt, chat), pad_id(tokenizer)
     enc = enc.to(input_device(model))
     start = time.perf_counter()
     streamer = _EachToken(on_token) if on_token is not None else None
