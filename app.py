@@ -22,6 +22,8 @@ embedded SmolLM2-135M; set NIRVANA_APP_MODEL to start on another model (tests us
 
 from __future__ import annotations
 
+import faulthandler
+import signal
 import sys
 from pathlib import Path
 
@@ -30,6 +32,9 @@ if str(ROOT) not in sys.path:  # AppTest runs this file without adding its folde
     sys.path.insert(0, str(ROOT))
 
 import streamlit as st  # noqa: E402
+
+if hasattr(signal, "SIGUSR1"):  # `kill -USR1 <server pid>` writes every thread's stack to the server's stderr
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
 
 from ui import routing  # noqa: E402  (streamlit only)
 

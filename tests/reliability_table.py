@@ -230,6 +230,9 @@ def main() -> None:
 
 HEADER = """# Reliability: bad inputs tried and what each produced
 
+What this page is: every bad input tried and the message it produced, how runs, caches and devices
+are kept safe, and what the code sandbox stops. Back to the [README](../README.md).
+
 Every row below was run, and its message captured, by `tests/reliability_table.py` on {date}
 (`NIRVANA_DATA_DIR=../shared/data .venv/bin/python tests/reliability_table.py > docs/RELIABILITY.md`).
 The same inputs are asserted one row per case in `tests/test_bad_input.py` (library and CLI),
@@ -247,6 +250,16 @@ where a number is expected) also exits 2, with the usage line.
 
 FOOTER = """
 ## Nothing lost, nothing shared, nothing unsafe
+
+Every `prune`, `eval` and `compare` is recorded under `NIRVANA_RUNS_DIR` (default `<cache>/runs`):
+plan, a reference to the cached scores, report and metrics, written atomically, so an interrupted
+run never shows up as complete. `nirvana.runs.list_runs()` / `open_run(id)` list and reopen them
+(the app does this after a restart). Heavy work runs one job per device, across app sessions and
+CLI processes; a waiting job says "waiting for <who> on <device>". Set `NIRVANA_MODEL_ROOTS` /
+`NIRVANA_TEXT_ROOTS` to limit which local models and text files users may open; size limits are in
+`nirvana.guard.safety.LIMITS`. Weights are read from safetensors only; remote code runs only with
+`--trust-remote-code`. The tables above list every bad input tried
+and the message it produced.
 
 - **Runs folder** (`nirvana/runs.py`): every `prune` is recorded under `NIRVANA_RUNS_DIR`
   (default `<cache>/runs`) as `plan.json`, `scores.json` (reference), `report.json`,

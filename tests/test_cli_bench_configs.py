@@ -128,7 +128,7 @@ def test_speed_and_gpu_flags_land_in_their_configs(tmp_path):
 
 
 def test_every_grid_runs_on_a_ray_cluster_when_asked():
-    """README "Past one machine": every grid takes --ray; gpu is one machine's table, scale starts its own, and
+    """docs/SCALE.md "Past one machine": every grid takes --ray; gpu is one machine's table, scale starts its own, and
     scale-up measures each row's own peak memory in a fresh process on this machine."""
     parsers = bench_parsers()
     with_ray = {name for name, parser in parsers.items() if any(a.dest == "ray" for a in parser._actions)}

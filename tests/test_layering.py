@@ -11,6 +11,9 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "nirvana"
 # Imported inside a function on purpose, each with a one-line reason at the import.
 LOCAL_OK = {"huggingface_hub", "bitsandbytes", "datasets", "lm_eval", "matplotlib", "peft", "ray"}
+# Imported inside a function to keep an import path light (the CLI answers a bad argument before it imports
+# transformers' modeling): the package's own modules, transformers and torch.distributed, each with its reason.
+DEFERRED_OK = {"nirvana", "transformers", "torch"}
 
 
 def _modules(package: Path = PACKAGE) -> dict[str, Path]:
@@ -78,7 +81,9 @@ def test_imports_inside_functions_are_only_optional_dependencies_with_a_reason()
             )
             for node in local:
                 module = node.module if isinstance(node, ast.ImportFrom) else node.names[0].name
-                assert module.split(".")[0] in LOCAL_OK, f"{name}:{node.lineno} imports {module} inside {fn.name}"
+                assert module.split(".")[0] in LOCAL_OK | DEFERRED_OK, (
+                    f"{name}:{node.lineno} imports {module} inside {fn.name}"
+                )
             if local:
                 above = lines[local[0].lineno - 2].strip()
                 assert above.startswith("# here, not at the top:"), f"{name}:{local[0].lineno} gives no reason"
@@ -162,7 +167,7 @@ def test_model_anatomy_and_the_store_sit_at_the_bottom():
     assert graph["store"] <= {"errors"}, graph["store"]
 
 
-# The layers, bottom to top, as the README's Layout section draws them: a unit imports only units before it.
+# The layers, bottom to top, as docs/LAYOUT.md draws them: a unit imports only units before it.
 LAYERS = [
     "errors",
     "progress",
@@ -192,15 +197,15 @@ LAYERS = [
 
 def test_every_package_imports_only_the_layers_below_it():
     graph = package_graph()
-    assert set(graph) - {"nirvana"} == set(LAYERS), "a new package: place it in LAYERS and in the README's Layout"
+    assert set(graph) - {"nirvana"} == set(LAYERS), "a new package: place it in LAYERS and in docs/LAYOUT.md"
     upward = [(a, b) for a, deps in graph.items() if a != "nirvana" for b in deps if LAYERS.index(b) >= LAYERS.index(a)]
     assert upward == [], f"imports that go up (or sideways) the layers: {upward}"
 
 
-def test_the_readme_draws_the_layers_in_order():
-    readme = (ROOT / "README.md").read_text()
-    layout = readme[readme.index("## Layout") :]
+def test_the_layout_page_draws_the_layers_in_order():
+    page = (ROOT / "docs" / "LAYOUT.md").read_text()
+    layout = page[page.index("```") :]  # the drawing, not the prose above it
     positions = [
         layout.index(f"  {name}/") if f"  {name}/" in layout else layout.index(f"{name}.py") for name in LAYERS[3:-2]
     ]
-    assert positions == sorted(positions), "the README's Layout lists the packages out of layer order"
+    assert positions == sorted(positions), "docs/LAYOUT.md lists the packages out of layer order"

@@ -1,4 +1,4 @@
-"""The README's T5 commands on real weights: `google/flan-t5-small` from the Hugging Face hub, end to end
+"""The T5 commands of docs/METHOD-T5.md on real weights: `google/flan-t5-small` from the Hugging Face hub, end to end
 (prune 30% -> save -> eval -> generate -> reload in stock transformers). That case is marked `hub`: it runs
 where the hub is reachable and is skipped with that reason otherwise (CI sets HF_HUB_OFFLINE=1; no T5 weights
 are installed on this machine). The same tests run on a tiny random T5 folder (tests/tiny_t5.py), so the
@@ -38,7 +38,7 @@ def pruned_flan(request, tmp_path_factory) -> tuple[Path, dict]:
     elif not hub_reachable():
         pytest.skip(f"the Hugging Face hub is not reachable here (HF_HUB_OFFLINE or no network): {MODEL} cannot load")
     out = tmp_path_factory.mktemp("t5-30")
-    # the README's command, as written there
+    # the command of docs/METHOD-T5.md, as written there
     run = nirvana("prune", "--model", model, "--sparsity", "0.3", "--out", str(out), cwd=out.parent)
     assert run.returncode == 0, run.stderr[-2000:]
     return out / "model", json.loads((out / "report.json").read_text())

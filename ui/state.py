@@ -15,7 +15,7 @@ import time
 import streamlit as st
 import torch
 
-from nirvana.checkpoints.loading import DEFAULT_MODEL
+from nirvana.checkpoints.options import DEFAULT_MODEL
 from nirvana.methods import METHODS
 from nirvana.pruning.allocation import Allocation
 from ui.errors import guard

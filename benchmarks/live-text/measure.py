@@ -5,8 +5,9 @@
 Drives the real app (streamlit's AppTest: the same script runs as for a browser, every chart and the live
 text included) on the embedded model: scores once on the Saliency page (N = 8 x T = 128, the app's CPU
 default; the score cache makes reruns fast), opens Allocation, then moves the sparsity slider to `moves`
-values never seen before (0.05 .. 0.62: each one slices and generates 16 tokens; none is a memo hit),
-timing each run from the move to the finished page. Then the same values again: every one from the memo.
+values never seen before (0.06 .. 0.63, not the page's starting 0.20: each one slices and generates 16
+tokens; none is a memo hit), timing each run from the move to the finished page. Then the same values
+again: every one from the memo.
 Writes one JSON line per run to live-text.jsonl and the summary to live-text.md (appends; resumable by hand).
 """
 
@@ -35,6 +36,7 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--moves", type=int, default=20)
     p.add_argument("--model", default="smollm2-135m")
+    p.add_argument("--note", default="", help="what else ran on the machine meanwhile (written under the table)")
     args = p.parse_args()
     os.environ["NIRVANA_APP_MODEL"] = args.model
     from streamlit.testing.v1 import AppTest
@@ -48,7 +50,9 @@ def main() -> None:
     at.button(key="compute_saliency").click().run()
     at.switch_page("pages/allocation.py").run()
     assert not at.exception, at.exception
-    values = [round(0.05 + i * (0.57 / max(1, args.moves - 1)), 3) for i in range(args.moves)]
+    start_value = at.slider(key="sparsity").value  # shown when the page opened: its text is in the memo already
+    values = [round(0.06 + i * (0.57 / max(1, args.moves - 1)), 3) for i in range(args.moves)]
+    assert start_value not in values, (start_value, values)
     rows = []
     for phase in ("new", "seen"):
         for s in values:
@@ -82,6 +86,8 @@ def main() -> None:
             f"| {len(secs)} {phase} | {statistics.median(secs):.2f} | {percentile(secs, 0.9):.2f} | {max(secs):.2f} "
             f"| {min(loads):.1f}-{max(loads):.1f} |"
         )
+    if args.note:
+        lines += ["", args.note]
     (OUT / "live-text.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

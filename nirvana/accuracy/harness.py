@@ -46,7 +46,7 @@ from nirvana.accuracy.tasks import (
     harness_version,
     resolve_tasks,
 )
-from nirvana.checkpoints.loading import hub_reachable
+from nirvana.checkpoints.options import hub_reachable
 from nirvana.errors import DatasetNotFound, InvalidInput, Stopped
 from nirvana.models.fingerprint import model_fingerprint
 from nirvana.models.t5 import is_t5

@@ -36,7 +36,7 @@ from transformers import AutoModelForCausalLM, LlamaConfig
 
 from nirvana.bench.base import Measured, WholeRun, progress_log
 from nirvana.bench.methods import NIRVANA, MethodChoice
-from nirvana.checkpoints.loading import resolve_device
+from nirvana.checkpoints.options import resolve_device
 from nirvana.data.calibration import CalibrationBatch
 from nirvana.guard.memory import oom_guard
 from nirvana.measure.flops import phase_flops

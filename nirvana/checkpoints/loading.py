@@ -14,11 +14,8 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import json
-import os
-import socket
 import time
 from pathlib import Path
-from urllib.parse import urlparse
 
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer, BitsAndBytesConfig
@@ -26,6 +23,7 @@ from transformers.models.auto.configuration_auto import model_type_to_module_nam
 
 from nirvana.checkpoints.gguf_cache import convert_gguf, gguf_model_dir, is_converted
 from nirvana.checkpoints.loaded import LoadedModel
+from nirvana.checkpoints.options import DEFAULT_MODEL, hub_reachable, resolve_device, resolve_dtype
 from nirvana.checkpoints.pruned import load_pruned
 from nirvana.errors import InvalidInput, ModelNotFound, UnsupportedArchitecture
 from nirvana.guard import memory
@@ -35,45 +33,6 @@ from nirvana.models.modeling_t5_sliced import HEADS_KEY
 from nirvana.models.registry import REGISTRY, embedded_gguf_file
 from nirvana.models.t5 import is_t5
 from nirvana.store.paths import cache_dir
-
-DEFAULT_MODEL = "smollm2-135m"
-
-
-DTYPES = {
-    "auto": "auto",
-    "float32": torch.float32,
-    "fp32": torch.float32,
-    "bfloat16": torch.bfloat16,
-    "bf16": torch.bfloat16,
-    "float16": torch.float16,
-    "fp16": torch.float16,
-}
-
-
-def resolve_dtype(dtype, device: str) -> torch.dtype:
-    """`auto` picks bf16 on GPUs that support it and fp32 elsewhere (bf16 is slower on CPUs)."""
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    key = str(dtype).lower().replace("torch.", "")
-    if key not in DTYPES:
-        raise InvalidInput(f"dtype {dtype!r} is not supported; use one of {', '.join(DTYPES)}.")
-    value = DTYPES[key]
-    if value != "auto":
-        return value
-    if device.startswith("cuda") and torch.cuda.is_available() and torch.cuda.is_bf16_supported():
-        return torch.bfloat16
-    return torch.float32
-
-
-def resolve_device(device: str = "auto") -> str:
-    device = (device or "auto").lower()
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise InvalidInput(f"device {device!r} was asked for but CUDA is not available here; use 'cpu' or 'auto'.")
-    if device not in {"cpu"} and not device.startswith("cuda"):
-        raise InvalidInput(f"device {device!r} is not supported; use auto, cpu, cuda or cuda:N.")
-    return device
 
 
 def embedded_model_dir(name: str, progress=None) -> Path:
@@ -258,24 +217,6 @@ def _import_model_code(name: str) -> float:
     except (OSError, KeyError, ValueError, ImportError):
         return 0.0  # hub ids, GGUF files, first conversions: imported during the load instead
     return time.perf_counter() - start
-
-
-_HUB_REACHABLE: bool | None = None
-
-
-def hub_reachable(timeout: float = 3.0) -> bool:
-    """One quick TCP probe of the hub endpoint per process (False when HF_HUB_OFFLINE is set)."""
-    global _HUB_REACHABLE
-    if os.environ.get("HF_HUB_OFFLINE", "").lower() in {"1", "true", "yes"}:
-        return False
-    if _HUB_REACHABLE is None:
-        host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname or "huggingface.co"
-        try:
-            socket.create_connection((host, 443), timeout=timeout).close()
-            _HUB_REACHABLE = True
-        except OSError:
-            _HUB_REACHABLE = False
-    return _HUB_REACHABLE
 
 
 def _bnb_config(quantization: str, compute_dtype: torch.dtype):

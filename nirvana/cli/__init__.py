@@ -8,35 +8,38 @@ unless NIRVANA_DEBUG=1).
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 import textwrap
 
-from nirvana.cli import (
-    bench_cmds,
-    calib_cmds,
-    eval_cmds,
-    export_cmds,
-    model_cmds,
-    prune_cmds,
-    recover_cmds,
-    sweep_cmds,
-)
 from nirvana.errors import NirvanaError
-from nirvana.guard.memory import oom_guard
 
-# Modules that each register one or more subcommands, in the order `--help` lists them.
-COMMAND_MODULES = (model_cmds, prune_cmds, recover_cmds, calib_cmds, eval_cmds, sweep_cmds, bench_cmds, export_cmds)
+# The modules that each register one or more subcommands, in the order `--help` lists them, and the commands each
+# registers. A command line imports only its command's module (a typo in `prune` then costs no import of the
+# benchmarks, and each module imports its heavy parts inside its commands); `--help` imports them all.
+COMMANDS = {
+    "model_cmds": ("info", "generate"),
+    "prune_cmds": ("score", "prune"),
+    "recover_cmds": ("recover",),
+    "calib_cmds": ("select-calib", "gamma-search"),
+    "eval_cmds": ("eval", "compare"),
+    "sweep_cmds": ("sweep",),
+    "bench_cmds": ("bench",),
+    "export_cmds": ("push", "card", "export-gguf"),
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser, or (with `command`, one of COMMANDS' names) one with that command's module alone."""
     parser = argparse.ArgumentParser(
         prog="python -m nirvana",
         description="NIRVANA Explorer: structured pruning of decoder-only LLMs (arXiv 2509.14230).",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in COMMAND_MODULES:
-        module.register(sub)
+    for name, commands in COMMANDS.items():
+        if command is None or command in commands:
+            importlib.import_module(f"nirvana.cli.{name}").register(sub)
     return parser
 
 
@@ -48,8 +51,13 @@ def fail(message: str, code: int = 2) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    known = {c for commands in COMMANDS.values() for c in commands}
+    parser = build_parser(argv[0] if argv and argv[0] in known else None)
     args = parser.parse_args(argv)
+    # here, not at the top: `--help` and argparse's own errors need none of the library
+    from nirvana.guard.memory import oom_guard
+
     try:
         with oom_guard(f"`{args.command}`"):  # an OOM anywhere becomes the same numbers-and-options message
             return int(args.func(args) or 0)

@@ -30,7 +30,7 @@ from nirvana.bench.scale import ScaleConfig, run_scale_bench
 from nirvana.bench.scale import write_outputs as write_scale_outputs
 from nirvana.bench.scale_up import ScaleUpConfig, run_scale_up, table
 from nirvana.bench.speed import SpeedBenchConfig
-from nirvana.checkpoints.loading import resolve_device
+from nirvana.checkpoints.options import resolve_device
 from nirvana.cli.checks import check_device, check_model
 from nirvana.cli.common import add_model_args, add_ray_flag, cluster_from_args, config_from_args
 from nirvana.cli.flags import add_config_flags

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 
-from nirvana.checkpoints.loading import hub_reachable, resolve_device, resolve_dtype
+from nirvana.checkpoints.options import hub_reachable, resolve_device, resolve_dtype
 from nirvana.data.calibration import check_calibration_source
 from nirvana.errors import InvalidInput
 from nirvana.guard.safety import check_model_name

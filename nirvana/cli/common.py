@@ -8,7 +8,7 @@ import json
 import os
 import sys
 
-from nirvana.checkpoints.loading import DEFAULT_MODEL, load_model
+from nirvana.checkpoints.options import DEFAULT_MODEL
 from nirvana.cluster.ray_tasks import ENV, connect, ray_address
 from nirvana.guard.locks import heavy_work
 from nirvana.runs import record_run
@@ -38,6 +38,8 @@ def add_model_args(p, default: str | None = DEFAULT_MODEL, flag: str = "--model"
 
 
 def load_from_args(args, name: str | None = None, weights: bool = True):
+    # here, not at the top: the loader imports transformers' modeling (seconds), a refused argument needs none of it
+    from nirvana.checkpoints.loading import load_model
 
     return load_model(
         name or args.model,

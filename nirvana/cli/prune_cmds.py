@@ -5,34 +5,23 @@ from __future__ import annotations
 import dataclasses
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch.distributed as dist
-
-from nirvana.checkpoints.pruned import save_prune_output
 from nirvana.cli.checks import check_model_args, check_out_folder, check_parent, check_settings, family
 from nirvana.cli.common import add_model_args, hold_device, load_from_args, print_json, stderr_progress
 from nirvana.cli.flags import json_object
 from nirvana.cli.recover_cmds import add_recovery_args, cli_progress, config_from_args
 from nirvana.errors import InvalidInput, NirvanaError
-from nirvana.methods import METHODS, get_method
-from nirvana.methods.run import check_method
-from nirvana.pipeline import (
-    PruneResult,
-    PruneSettings,
-    calibration_for,
-    check_scores_match,
-    load_plan,
-    load_scores,
-    prune,
-    score,
-    sharded_scoring,
-)
-from nirvana.recovery.data import load_documents
-from nirvana.recovery.run import recover_and_save
-from nirvana.runs import new_run
+from nirvana.methods import METHODS
+from nirvana.pipeline import PruneSettings, load_plan, load_scores
 from nirvana.scoring.criteria import CRITERIA
-from nirvana.scoring.distributed import check_world, distributed_scores, init_distributed, under_torchrun
-from nirvana.scoring.scores import Scores
+
+if TYPE_CHECKING:
+    from nirvana.pipeline import PruneResult
+    from nirvana.scoring.scores import Scores
+
+# The commands' model work (saving, recovery, the runs folder, torch.distributed) is imported inside them: a
+# refused argument is answered before those imports (seconds of transformers and scipy), the lock and the load.
 
 
 def add_calibration_args(p) -> None:
@@ -137,6 +126,9 @@ def cmd_score(args) -> int:
     settings = settings_from_args(args)
     check_settings(settings, family(check_model_args(args)))  # before the lock and the load
     check_parent(Path(args.out).expanduser().parent, args.out)
+    # here, not at the top: the scoring itself (transformers' modeling), once the arguments have passed
+    from nirvana.pipeline import score
+
     if args.distributed:
         scores = distributed_scores_from_args(args, settings)
         if scores is not None:  # rank 0
@@ -155,6 +147,13 @@ def distributed_scores_from_args(args, settings: PruneSettings) -> Scores | None
     scores its share with the model sharded (FSDP2, shards filled from rank 0);
     the scores on rank 0, None on the others. Refused outside torchrun, for a method without a backward pass, for
     `--scores`/`--plan`/`--select-calib` (nothing to score, or a selection that needs the whole model)."""
+    # here, not at the top: torch.distributed and FSDP scoring, for --distributed alone
+    import torch.distributed as dist
+
+    from nirvana.methods.run import check_method
+    from nirvana.pipeline import calibration_for, sharded_scoring
+    from nirvana.scoring.distributed import check_world, distributed_scores, init_distributed, under_torchrun
+
     if not under_torchrun():
         init_distributed()  # raises: the message says how to start it under torchrun
     if settings is None or getattr(args, "scores", None) or getattr(args, "select_calib", 0):
@@ -205,6 +204,10 @@ def cmd_prune(args) -> int:
         if scores is None:
             return 0
         args.scores = str(scores.save(_output_folder(args.out) / "scores"))  # the score file, beside the plan
+    # here, not at the top: recovery data and the runs folder, once the arguments have passed
+    from nirvana.recovery.data import load_documents
+    from nirvana.runs import new_run
+
     recorded = {k: getattr(args, k, None) for k in _SETTINGS}
     recovery = None
     if args.recover_steps is not None:  # bad recovery settings fail before minutes of scoring
@@ -219,6 +222,11 @@ def cmd_prune(args) -> int:
 def _prune(args, settings: PruneSettings | None, run, recovery=None, *, plan=None, scores=None) -> int:
     """`recovery`: (RecoveryConfig, (documents, data info)) for `--recover-steps`, checked before any model work;
     `plan` / `scores`: read from --plan / --scores before the lock."""
+    # here, not at the top: slicing and saving (transformers' modeling), under the lock
+    from nirvana.checkpoints.pruned import save_prune_output
+    from nirvana.methods import get_method
+    from nirvana.pipeline import check_scores_match, prune
+
     existed = Path(args.out).expanduser().exists()
     out = _output_folder(args.out)
     t = time.perf_counter()
@@ -277,6 +285,9 @@ _SUMMARY = (
 
 def _recover_after_prune(args, recovery, pruned: PruneResult, tokenizer, report: dict, out: Path) -> dict:
     """`prune --recover-steps N`: train the in-memory pruned model, then replace --out with the recovered one."""
+    # here, not at the top: LoRA training (peft), for --recover-steps alone
+    from nirvana.recovery.run import recover_and_save
+
     config, documents = recovery
     return recover_and_save(
         pruned.model,

@@ -17,16 +17,12 @@ from pathlib import Path
 
 import torch
 
-from nirvana.checkpoints.loading import load_model, resolve_dtype
+from nirvana.checkpoints.options import resolve_dtype
 from nirvana.cli.checks import check_model, check_model_args
 from nirvana.cli.common import add_model_args, hold_device, load_from_args, print_json, record_command, stderr_progress
 from nirvana.errors import InvalidInput
-from nirvana.guard.memory import check_fits
 from nirvana.recovery.config import DEFAULT_STEPS, LOSSES, PROJECTIONS, TRAIN, RecoveryConfig
 from nirvana.recovery.data import load_documents
-from nirvana.recovery.distill import check_teacher
-from nirvana.recovery.memory import recovery_memory
-from nirvana.recovery.run import recover_and_save
 from nirvana.recovery.save import base_report
 from nirvana.recovery.teacher_cache import DTYPES, TeacherCache
 
@@ -133,6 +129,13 @@ def cmd_recover(args) -> int:
     if args.threads is not None:
         set_threads(args.threads)
     docs, info = load_documents(args.data)  # a bad data file fails here, before the model loads
+    # here, not at the top: the model work (transformers' modeling, peft), once the arguments have passed
+    from nirvana.checkpoints.loading import load_model
+    from nirvana.guard.memory import check_fits
+    from nirvana.recovery.distill import check_teacher
+    from nirvana.recovery.memory import recovery_memory
+    from nirvana.recovery.run import recover_and_save
+
     with hold_device(args, "recover"):
         start = time.perf_counter()
         lm = load_from_args(args)

@@ -9,10 +9,11 @@ off for Hugging Face tokenizers (`verbose=False`). Any other callable with the s
 
 from __future__ import annotations
 
-from transformers import PreTrainedTokenizerBase
-
 
 def corpus_ids(tokenizer, text: str | list[str]) -> list[int] | list[list[int]]:
     """Token ids of `text` (one list per document for a list), without special tokens."""
+    # here, not at the top: the CLI's argument checks import this module; transformers costs seconds
+    from transformers import PreTrainedTokenizerBase
+
     quiet = {"verbose": False} if isinstance(tokenizer, PreTrainedTokenizerBase) else {}
     return tokenizer(text, add_special_tokens=False, **quiet)["input_ids"]

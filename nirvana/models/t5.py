@@ -14,12 +14,14 @@ Scoring is `nirvana.scoring.seq2seq`, allocation and slicing `nirvana.pruning.se
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from functools import cache
 
 import torch.nn as nn
 
 from nirvana.errors import UnsupportedArchitecture
-from nirvana.models.modeling_t5_sliced import ATTENTION_ROWS, FFN_ROWS, LAYOUT
 
 
 @dataclass(frozen=True)
@@ -40,8 +42,35 @@ LABELS = {
     "enc_ffn": "encoder FFN neurons",
     "dec_ffn": "decoder FFN neurons",
 }
+
+
+@cache
+def _shipped():
+    """The modeling file a pruned folder ships (`modeling_t5_sliced`), imported on first use: it imports
+    transformers' T5 modeling (seconds), which `is_t5` and the CLI's argument checks must not wait for."""
+    return importlib.import_module("nirvana.models.modeling_t5_sliced")
+
+
+@cache
+def _kinds_table() -> dict[str, UnitKind]:
+    return {kind: UnitKind(LABELS[kind], *where) for kind, where in _shipped().LAYOUT.items()}
+
+
+class _Kinds(Mapping[str, UnitKind]):
+    """{kind: UnitKind}, read from the shipped modeling file's table (`LAYOUT`) when first looked at."""
+
+    def __getitem__(self, kind: str) -> UnitKind:
+        return _kinds_table()[kind]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_kinds_table())
+
+    def __len__(self) -> int:
+        return len(_kinds_table())
+
+
 # Where each kind lives is the modeling file's table (`LAYOUT`), which a pruned folder ships.
-KINDS: dict[str, UnitKind] = {kind: UnitKind(LABELS[kind], *where) for kind, where in LAYOUT.items()}
+KINDS: Mapping[str, UnitKind] = _Kinds()
 ATTENTION_COLUMNS = ("o",)
 FFN_COLUMNS = ("wo",)
 RELATIVE_BIAS = "relative_attention_bias"  # nn.Embedding(num_buckets, H): column h belongs to head h
@@ -81,7 +110,7 @@ def head_dim(module: nn.Module) -> int:
 
 
 def row_linears(module: nn.Module, attention: bool) -> dict[str, nn.Linear]:
-    names = ATTENTION_ROWS if attention else FFN_ROWS
+    names = _shipped().ATTENTION_ROWS if attention else _shipped().FFN_ROWS
     return {n: getattr(module, n) for n in names if isinstance(getattr(module, n, None), nn.Linear)}
 
 

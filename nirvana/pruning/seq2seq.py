@@ -22,7 +22,6 @@ import torch.nn as nn
 
 from nirvana.errors import InvalidInput
 from nirvana.models.fingerprint import model_fingerprint
-from nirvana.models.modeling_t5_sliced import ATTENTION, FFN_KEY, HEADS_KEY, kept_heads_buffer
 from nirvana.models.t5 import (
     KINDS,
     block_weights,
@@ -72,6 +71,10 @@ def check_kept(model: nn.Module, kept: dict[str, list[list[int]]]) -> None:
 
 def slice_t5(model: nn.Module, kept: dict[str, list[list[int]]], *, inplace: bool = False) -> nn.Module:
     """The model with only the `kept` heads and neurons (indices of the dense model's units)."""
+    # The pipeline is imported by the CLI's checks, which must not wait for transformers' modeling.
+    # here, not at the top: the shipped modeling file imports transformers' T5 (seconds)
+    from nirvana.models.modeling_t5_sliced import ATTENTION, FFN_KEY, HEADS_KEY, kept_heads_buffer
+
     check_t5(model)
     if is_sliced(model):
         raise InvalidInput("this T5 is already sliced; slice the dense model.")

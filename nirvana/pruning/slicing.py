@@ -38,15 +38,17 @@ def _slice_linear(lin: nn.Linear, rows: torch.Tensor | None = None, cols: torch.
         weight = weight.index_select(0, rows.to(weight.device))
     if cols is not None:
         weight = weight.index_select(1, cols.to(weight.device))
-    new = nn.Linear(
-        weight.shape[1], weight.shape[0], bias=lin.bias is not None, device=weight.device, dtype=weight.dtype
-    )
-    with torch.no_grad():
-        new.weight.copy_(weight)
-        if lin.bias is not None:
-            bias = real_parameter(lin, "bias")
-            new.bias.copy_(bias.index_select(0, rows.to(bias.device)) if rows is not None else bias)
-    new.weight.requires_grad_(lin.weight.requires_grad)
+    if rows is None and cols is None:
+        weight = weight.clone()  # index_select made a new tensor; the copy shares nothing with `lin` either way
+    # Built on the meta device (no random init, no allocation), then given the sliced tensors themselves: a
+    # layer's slice is made once, not initialised and copied (the Allocation page's live text slices a copy per
+    # slider position).
+    new = nn.Linear(weight.shape[1], weight.shape[0], bias=lin.bias is not None, device="meta", dtype=weight.dtype)
+    new.weight = nn.Parameter(weight.detach(), requires_grad=lin.weight.requires_grad)
+    if lin.bias is not None:
+        bias = real_parameter(lin, "bias")
+        bias = bias.index_select(0, rows.to(bias.device)) if rows is not None else bias.clone()
+        new.bias = nn.Parameter(bias.detach(), requires_grad=lin.bias.requires_grad)
     return new
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from nirvana.checkpoints.loading import hub_reachable
+from nirvana.checkpoints.options import hub_reachable
 from nirvana.data.text import DATASETS, data_dir, load_text, parse_name
 from nirvana.data.tokens import corpus_ids
 from nirvana.errors import DatasetNotFound, InvalidInput

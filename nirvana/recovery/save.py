@@ -14,14 +14,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from safetensors.torch import save_file
 
-from nirvana.checkpoints.pruned import save_pruned
 from nirvana.errors import InvalidInput
 from nirvana.pruning.plan import PruningPlan
-from nirvana.recovery.train import RecoveryResult
 from nirvana.store.atomic import atomic_path
+
+if TYPE_CHECKING:  # the training and saving modules import transformers' modeling and peft (seconds)
+    from nirvana.recovery.train import RecoveryResult
 
 RECOVERY_FILE = "recovery.json"
 ADAPTER_DIR = "adapter"
@@ -51,6 +53,9 @@ def save_recovered(
             f"the recovery did not finish ({result.message}); nothing was saved. Run it again to the end, "
             "or save explicitly as a partial recovery."
         )
+    # here, not at the top: transformers' modeling (seconds), which `base_report`'s readers (the CLI) need not import
+    from nirvana.checkpoints.pruned import save_pruned
+
     if adapter and result.adapter_state is None:
         raise InvalidInput("no adapter was kept: run recover(..., keep_adapter=True) to save the adapter alone.")
     directory = Path(directory).expanduser()

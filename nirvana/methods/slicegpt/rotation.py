@@ -28,6 +28,7 @@ hard-coded 1e-5; the calibration sequences are unpadded, so the reference's padd
 from __future__ import annotations
 
 import contextlib
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn as nn
@@ -36,9 +37,11 @@ from nirvana.errors import InvalidInput
 from nirvana.methods.slicegpt.budget import HiddenDims
 from nirvana.methods.slicegpt.config import SliceGPTConfig
 from nirvana.models.architectures import decoder_layers, get_architecture, text_config
-from nirvana.models.modeling_nirvana import HiddenRMSNorm, ShortcutDecoderLayer
 from nirvana.models.weights import input_device
 from nirvana.progress import Progress
+
+if TYPE_CHECKING:
+    from nirvana.models.modeling_nirvana import ShortcutDecoderLayer
 
 
 class _Stop(Exception):
@@ -80,6 +83,10 @@ def fold_norms(model: nn.Module) -> float:
     """Untie the head, fold every RMSNorm's scale into the projections it feeds, and make the norms
     weightless (`HiddenRMSNorm` over the dense width) inside `ShortcutDecoderLayer`s whose shortcuts
     are the identity. The model computes the same function afterwards. Returns the norms' epsilon."""
+    # The method table is imported by the CLI's checks, which must not wait for transformers' modeling.
+    # here, not at the top: the shipped modeling file imports transformers' modeling (seconds)
+    from nirvana.models.modeling_nirvana import HiddenRMSNorm, ShortcutDecoderLayer
+
     arch, cfg = get_architecture(model), text_config(model.config)
     hidden = cfg.hidden_size
     decoder = model.get_decoder()
