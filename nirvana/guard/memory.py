@@ -10,6 +10,8 @@
                       gradient (the largest single item for 50k-250k vocabularies)
     transient         the largest [out, in] fp32 temporaries of the saliency product
 
+`estimate_t5_scoring` is T5's counterpart (both stacks; a conservative count from the config).
+
 `check_fits` compares that with what the device has free (CUDA: `torch.cuda.mem_get_info`,
 CPU: psutil's available memory) and raises `OutOfMemory` with the numbers and the options
 (smaller micro-batch, the hooks method, 8-bit loading, more GPUs). `oom_guard` is a context
@@ -243,6 +245,44 @@ def t5_parameters(config) -> tuple[int, int]:
     norms = (2 * enc + 3 * dec + 2) * d
     bias = 2 * config.relative_attention_num_buckets * config.num_heads
     return block, block + embeddings + norms + bias
+
+
+def estimate_t5_scoring(
+    config,
+    *,
+    samples: int,
+    seq_len: int,
+    micro_batch: int = 0,
+    dtype: torch.dtype = torch.float32,
+    device: str = "cpu",
+    quantization: str | None = None,
+) -> MemoryEstimate:
+    """Planned peak (bytes, above the loaded weights) of a T5 gradient criterion (`nirvana.scoring.seq2seq`).
+
+    A conservative count from the config, for windows split in halves (T // 2 encoder tokens, the rest decoder
+    targets): a `.grad` for every parameter (the scorer lets all of them require grad), what backward keeps per
+    token and block of both stacks (residual stream and norms, q/k/v/o, attention scores, biased scores and
+    probabilities, the cross-attention's over the encoder tokens and its k/v of them, four d_ff tensors), the
+    decoder's logits `[n, T_dec, V]` with three fp32 copies (objective, loss and gradient), and the fp64
+    saliency temporaries of the largest projection.
+    """
+    d, heads, inner, ff = config.d_model, config.num_heads, config.num_heads * config.d_kv, config.d_ff
+    n = min(micro_batch or samples, samples)
+    t_enc, t_dec = seq_len // 2, seq_len - seq_len // 2
+    act = dtype_bytes(dtype)
+    est = MemoryEstimate("scoring", device)
+    est.components["weight grads (all parameters)"] = t5_parameters(config)[1] * act
+    encoder = config.num_layers * t_enc * (4 * d + 4 * inner + 3 * heads * t_enc + 4 * ff)
+    decoder = config.num_decoder_layers * (
+        t_dec * (6 * d + 6 * inner + 3 * heads * (t_dec + t_enc) + 4 * ff) + t_enc * 2 * inner
+    )
+    est.components["activations (both stacks)"] = n * (encoder + decoder) * act
+    est.components["logits"] = n * t_dec * config.vocab_size * (act + 3 * 4)
+    est.components["saliency temporaries (fp64)"] = 4 * d * max(ff, inner) * 8
+    est.notes.append("T5: a conservative estimate from the parameter count and both stacks' activations")
+    if quantization:
+        est.notes.append(f"{quantization} weights: the count assumes dense ones")
+    return est
 
 
 def estimate_load(config, *, dtype: torch.dtype = torch.float32, quantization: str | None = None) -> MemoryEstimate:

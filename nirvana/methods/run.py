@@ -11,7 +11,6 @@ NIRVANA goes through `nirvana.scoring.criteria.compute_scores` and `nirvana.prun
 from __future__ import annotations
 
 import functools
-import time
 
 import torch.nn as nn
 
@@ -20,13 +19,12 @@ from nirvana.errors import InvalidInput
 from nirvana.guard.memory import check_scoring_memory, choose_micro_batch, oom_guard
 from nirvana.methods import get_method, method_config
 from nirvana.methods.base import MethodConfig, check_sparsity_value
-from nirvana.models.fingerprint import model_fingerprint
 from nirvana.models.shapes import ModelShape, model_shape
 from nirvana.progress import Progress
 from nirvana.pruning.plan import PruningPlan
 from nirvana.pruning.slicing import add_output_biases, apply_plan, measure_plan
 from nirvana.scoring.objectives import output_head
-from nirvana.scoring.scores import Scores, computed_once, load_cached, score_cache_path
+from nirvana.scoring.scores import Scores, cached_scores
 
 
 def _baseline(name: str):
@@ -72,40 +70,35 @@ def method_scores(
     if batch is None:
         raise InvalidInput(f"method {name!r} needs a calibration batch.")
     batch.check_vocab(model.get_input_embeddings().num_embeddings)
-    fingerprint = model_fingerprint(model)
     calib = batch.describe()
-    path = score_cache_path(fingerprint, name, calib["hash"], config.score_key())
-    with computed_once(path, use_cache):
-        cached = load_cached(path, use_cache, progress)
-        if cached is not None:
-            return cached
-        n, t = batch.input_ids.shape
-        estimate = functools.partial(method.memory, settings=config)
-        if method.uses_gradients:  # the LM loss a vocabulary chunk at a time where the head allows it
-            estimate = functools.partial(estimate, chunked_logits=output_head(model) is not None)
-        if not micro_batch and method.uses_gradients:  # a sum over sequences: any micro-batch gives the same scores
-            micro_batch = choose_micro_batch(model, n, t, estimate=estimate)
-        check_scoring_memory(model, n, t, micro_batch=micro_batch, estimate=estimate)
-        start = time.perf_counter()
-        was_training = model.training
-        model.eval()
-        try:
-            with oom_guard(f"scoring ({name})"):
-                attn, mlp, extra = method.score(model, batch, config, micro_batch, progress)
-        finally:
-            model.train(was_training)
-        meta = {
-            "seconds": round(time.perf_counter() - start, 3),
-            "cache_hit": False,
-            "method_settings": config.score_key(),
-            "micro_batch": micro_batch or n,
-        }
-        scores = Scores(attn.float().cpu(), mlp.float().cpu(), name, fingerprint, calib, meta, extra)
-        if use_cache:
-            scores.save(path)
-    if progress:
-        progress(1.0, f"{name} scores in {meta['seconds']:.1f} s")
-    return scores
+    n, t = batch.input_ids.shape
+
+    def plan() -> int:
+        """The micro-batch: as given, or (gradient methods, a sum over sequences) chosen from the memory plan."""
+        estimate = _memory_estimate(model, method, config)
+        mb = micro_batch
+        if not mb and method.uses_gradients:  # any micro-batch gives the same scores
+            mb = choose_micro_batch(model, n, t, estimate=estimate)
+        check_scoring_memory(model, n, t, micro_batch=mb, estimate=estimate)
+        return mb
+
+    def score(fingerprint: str, mb: int) -> Scores:
+        attn, mlp, extra = method.score(model, batch, config, mb, progress)
+        meta = {"cache_hit": False, "method_settings": config.score_key(), "micro_batch": mb or n}
+        return Scores(attn.float().cpu(), mlp.float().cpu(), name, fingerprint, calib, meta, extra)
+
+    return cached_scores(
+        model, name, calib, config.score_key(), score, memory=plan, use_cache=use_cache, progress=progress
+    )
+
+
+def _memory_estimate(model: nn.Module, method, config: MethodConfig):
+    """The method's memory plan (`Method.memory`) with its settings; gradient methods take the LM loss a
+    vocabulary chunk at a time where the head allows it."""
+    estimate = functools.partial(method.memory, settings=config)
+    if method.uses_gradients:
+        estimate = functools.partial(estimate, chunked_logits=output_head(model) is not None)
+    return estimate
 
 
 def method_plan(scores: Scores, shape: ModelShape, sparsity: float, name: str, config: MethodConfig) -> PruningPlan:
@@ -151,8 +144,7 @@ def apply_method_plan(
         if batch is None:
             raise InvalidInput(f"method {name!r} rotates by the PCA of calibration activations: it needs a batch.")
         n, t = batch.input_ids.shape
-        estimate = functools.partial(method.memory, settings=config)
-        check_scoring_memory(model, n, t, micro_batch=micro_batch, estimate=estimate)
+        check_scoring_memory(model, n, t, micro_batch=micro_batch, estimate=_memory_estimate(model, method, config))
         with oom_guard(f"rotating ({name})"):
             return method.rotation.apply(
                 model, plan, batch, inplace=inplace, micro_batch=micro_batch, progress=progress

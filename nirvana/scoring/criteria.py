@@ -12,7 +12,6 @@ All of them score the same units (KV groups, neurons) through `nirvana.scoring.u
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -21,16 +20,15 @@ import torch.nn as nn
 
 from nirvana.data.calibration import CalibrationBatch
 from nirvana.errors import InvalidInput
-from nirvana.guard.memory import check_scoring_memory, choose_scoring, oom_guard
+from nirvana.guard.memory import check_scoring_memory, choose_scoring
 from nirvana.models.architectures import layer_projections
 from nirvana.models.checkpointing import checkpointed
-from nirvana.models.fingerprint import model_fingerprint
 from nirvana.models.shapes import model_shape
 from nirvana.models.weights import dense_weight, input_device
 from nirvana.progress import Progress
 from nirvana.scoring.hooks import hook_saliency, resolve_method
 from nirvana.scoring.objectives import CHUNKED, forward_objective, lm_loss_objective, nirvana_objective, output_head
-from nirvana.scoring.scores import Scores, computed_once, load_cached, score_cache_path
+from nirvana.scoring.scores import Scores, cached_scores
 from nirvana.scoring.units import group_units, reduce_to_axis
 
 
@@ -373,7 +371,6 @@ def compute_scores(
         raise InvalidInput(f"criterion {criterion!r} needs a calibration batch.")
     if needs_data:
         batch.check_vocab(model.get_input_embeddings().num_embeddings)
-    fingerprint = model_fingerprint(model)
     calib = batch.describe() if (batch is not None and needs_data) else None
     extra = {"seed": seed} if row.seeded else {}
     kwargs = {}
@@ -384,48 +381,35 @@ def compute_scores(
             f"activation checkpointing needs a gradient criterion scored with autograd; {criterion!r} "
             f"{'uses the hooks method' if kwargs else 'runs no backward pass'}. Leave it off."
         )
-    path = score_cache_path(fingerprint, criterion, calib["hash"] if calib else None, extra)
-    with computed_once(path, use_cache):
-        cached = load_cached(path, use_cache, progress)
-        if cached is not None:
-            return cached
+
+    def plan() -> tuple[int, bool]:
+        """(micro-batch, checkpointing): as given, or chosen from the memory plan; checked to fit."""
+        if not needs_data:
+            return micro_batch, False
+        n, t = batch.input_ids.shape
+        streams = kwargs.get("method") == "autograd"  # one pass streams its gradients, and may checkpoint
+        setup = dict(
+            method=kwargs.get("method", "autograd"),
+            backward=row.uses_gradients,
+            chunked_logits=row.objective in CHUNKED and output_head(model) is not None,
+            streamed=streams,
+        )
+        mb, ckpt = micro_batch, checkpoint
+        if not mb:
+            mb, chosen = choose_scoring(model, n, t, checkpoint_ok=streams and ckpt is None, **setup)
+            ckpt = chosen if ckpt is None else ckpt
+        check_scoring_memory(model, n, t, micro_batch=mb, checkpoint=bool(ckpt), **setup)
+        return mb, bool(ckpt)
+
+    def score(fingerprint: str, planned: tuple[int, bool]) -> Scores:
+        mb, ckpt = planned
+        attn, mlp = row.score(model, batch, seed, mb, progress, **kwargs, **({"checkpoint": True} if ckpt else {}))
+        meta = {"cache_hit": False, "seed": seed if row.seeded else None}
         if needs_data:
-            n, t = batch.input_ids.shape
-            streams = kwargs.get("method") == "autograd"  # one pass streams its gradients, and may checkpoint
-            plan = dict(
-                method=kwargs.get("method", "autograd"),
-                backward=row.uses_gradients,
-                chunked_logits=row.objective in CHUNKED and output_head(model) is not None,
-                streamed=streams,
-            )
-            if not micro_batch:
-                micro_batch, chosen = choose_scoring(model, n, t, checkpoint_ok=streams and checkpoint is None, **plan)
-                checkpoint = chosen if checkpoint is None else checkpoint
-            checkpoint = bool(checkpoint)
-            if checkpoint:
-                kwargs["checkpoint"] = True
-            check_scoring_memory(model, n, t, micro_batch=micro_batch, checkpoint=checkpoint, **plan)
-        start = time.perf_counter()
-        was_training = model.training
-        model.eval()
-        try:
-            with oom_guard(f"scoring ({criterion})"):
-                attn, mlp = row.score(model, batch, seed, micro_batch, progress, **kwargs)
-        finally:
-            model.train(was_training)
-        meta = {
-            "seconds": round(time.perf_counter() - start, 3),
-            "cache_hit": False,
-            "seed": seed if row.seeded else None,
-        }
-        if needs_data:
-            meta["micro_batch"] = micro_batch
-            meta["activation_checkpointing"] = checkpoint
+            meta["micro_batch"] = mb
+            meta["activation_checkpointing"] = ckpt
         if kwargs:
             meta["method"] = kwargs["method"]
-        scores = Scores(attn.float().cpu(), mlp.float().cpu(), criterion, fingerprint, calib, meta)
-        if use_cache:
-            scores.save(path)
-    if progress:
-        progress(1.0, f"{criterion} scores in {meta['seconds']:.1f} s")
-    return scores
+        return Scores(attn.float().cpu(), mlp.float().cpu(), criterion, fingerprint, calib, meta)
+
+    return cached_scores(model, criterion, calib, extra, score, memory=plan, use_cache=use_cache, progress=progress)

@@ -3,12 +3,16 @@
 `Scores.attn: [L, Hkv]` holds one score per KV group (the attention unit), `Scores.mlp: [L, I]`
 one per MLP neuron. Higher means more important. Cached as safetensors (tensors) plus JSON
 (metadata) under `<cache>/scores/`, keyed by model fingerprint, criterion and calibration hash.
+`cached_scores` is the one cached-scoring sequence every scorer goes through (NIRVANA's criteria, the
+baselines, T5): cache path, one computation across processes, memory check, OOM guard, save.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,6 +21,9 @@ from filelock import FileLock
 from safetensors.torch import load_file, save_file
 
 from nirvana.errors import PlanMismatch
+from nirvana.guard.memory import oom_guard
+from nirvana.models.fingerprint import model_fingerprint
+from nirvana.progress import Progress
 from nirvana.store.atomic import atomic_path
 from nirvana.store.keys import content_key
 from nirvana.store.paths import cache_dir
@@ -89,11 +96,11 @@ def score_cache_path(fingerprint: str, criterion: str, calibration_hash: str | N
     return cache_dir() / "scores" / f"{criterion}-{fingerprint}-{key}"
 
 
-def load_cached(path, use_cache: bool, progress=None):
-    """The score file at `path` (marked `cache_hit`) when the cache is on and it exists, else None."""
+def load_cached(path, use_cache: bool, progress=None, load: Callable = Scores.load):
+    """The score file at `path` (read by `load`, marked `cache_hit`) when the cache is on and it exists, else None."""
     if not (use_cache and Path(path).with_suffix(".json").exists()):
         return None
-    cached = Scores.load(path)
+    cached = load(path)
     cached.meta["cache_hit"] = True
     if progress:
         progress(1.0, "scores loaded from cache")
@@ -109,3 +116,50 @@ def computed_once(path: Path, use_cache: bool = True):
         return contextlib.nullcontext()
     path.parent.mkdir(parents=True, exist_ok=True)
     return FileLock(f"{path}.lock")
+
+
+def cached_scores(
+    model,
+    criterion: str,
+    calibration: dict | None,
+    key: dict,
+    score: Callable,
+    *,
+    memory: Callable | None = None,
+    load: Callable = Scores.load,
+    label: str | None = None,
+    use_cache: bool = True,
+    progress: Progress = None,
+):
+    """`score`'s result for `model`, computed once per (fingerprint, `criterion`, calibration hash, `key`) and cached.
+
+    Under `computed_once`, a cached file (`load`) is returned with `cache_hit`; otherwise `memory()` plans and
+    checks the peak (raising `OutOfMemory` before anything runs) and `score(fingerprint, plan)` builds the result in
+    eval mode under `oom_guard("scoring (<label>)")`; its `meta` gets `seconds` first, and it is saved to the cache.
+
+    `score` returns a `Scores` (or `Seq2SeqScores`) whose `meta` holds what the caller records (`cache_hit` etc.);
+    `memory` (None: no check) returns the plan handed to `score`, e.g. the micro-batch it chose.
+    `label` (default `criterion`) names the step in the OOM message and the final progress message.
+    """
+    label = label or criterion
+    fingerprint = model_fingerprint(model)
+    path = score_cache_path(fingerprint, criterion, calibration["hash"] if calibration else None, key)
+    with computed_once(path, use_cache):
+        cached = load_cached(path, use_cache, progress, load)
+        if cached is not None:
+            return cached
+        plan = memory() if memory is not None else None
+        start = time.perf_counter()
+        was_training = model.training
+        model.eval()
+        try:
+            with oom_guard(f"scoring ({label})"):
+                scores = score(fingerprint, plan)
+        finally:
+            model.train(was_training)
+        scores.meta = {"seconds": round(time.perf_counter() - start, 3), **scores.meta}
+        if use_cache:
+            scores.save(path)
+    if progress:
+        progress(1.0, f"{label} scores in {scores.meta['seconds']:.1f} s")
+    return scores

@@ -21,7 +21,6 @@ of one stack; it is not offered on T5 (the message says so).
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +31,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
 from nirvana.errors import InvalidInput, PlanMismatch
-from nirvana.models.fingerprint import model_fingerprint
+from nirvana.guard.memory import check_scoring_memory, estimate_t5_scoring
 from nirvana.models.t5 import (
     KINDS,
     check_t5,
@@ -45,7 +44,7 @@ from nirvana.models.t5 import (
     unit_count,
 )
 from nirvana.progress import Progress
-from nirvana.scoring.scores import computed_once, score_cache_path
+from nirvana.scoring.scores import cached_scores
 from nirvana.store.atomic import atomic_path
 
 
@@ -233,31 +232,33 @@ def compute_t5_scores(
     use_cache: bool = True,
     progress: Progress = None,
 ) -> Seq2SeqScores:
-    """`t5_scores` on a `CalibrationBatch` (or none), cached on disk by model, criterion, batch and seed."""
+    """`t5_scores` on a `CalibrationBatch` (or none), cached on disk by model, criterion, batch and seed.
+
+    Before a gradient criterion runs, its planned peak (`nirvana.guard.memory.estimate_t5_scoring`, a
+    conservative count from the parameters and both stacks' activations) is checked against the free memory
+    and `OutOfMemory` raised if it cannot fit; an OOM while running is reported the same way. `micro_batch`
+    0 scores the whole batch in one pass.
+    """
+    check_t5(model)
     c = check_t5_criterion(criterion)
     needs_data = c.objective is not None
     if is_sliced(model):
         raise InvalidInput("this T5 is already pruned (narrower than its dense widths); score the dense model.")
     if needs_data and batch is None:
         raise InvalidInput(f"criterion {criterion!r} needs a calibration batch.")
-    fingerprint = model_fingerprint(model)
     calib = batch.describe() if needs_data else None
-    path = score_cache_path(fingerprint, f"t5-{criterion}", calib["hash"] if calib else None,
-                            {"seed": seed} if c.objective is None and c.saliency is None else {})  # fmt: skip
-    with computed_once(path, use_cache):
-        if use_cache and path.with_suffix(".json").exists():
-            cached = Seq2SeqScores.load(path)
-            cached.meta["cache_hit"] = True
-            if progress:
-                progress(1.0, "scores loaded from cache")
-            return cached
-        start = time.perf_counter()
+    seeded = c.objective is None and c.saliency is None
+
+    def check_memory() -> None:
+        n, t = batch.input_ids.shape
+        check_scoring_memory(model, n, t, micro_batch=micro_batch, estimate=estimate_t5_scoring)
+
+    def score(fingerprint: str, _plan) -> Seq2SeqScores:
         tensors = t5_scores(model, batch.input_ids if needs_data else None, micro_batch,
                             criterion=criterion, seed=seed, progress=progress)  # fmt: skip
-        scores = Seq2SeqScores(tensors, criterion, fingerprint, calib,
-                               {"seconds": round(time.perf_counter() - start, 3), "seed": seed})  # fmt: skip
-        if use_cache:
-            scores.save(path)
-    if progress:
-        progress(1.0, f"scored in {scores.meta['seconds']:.1f} s")
-    return scores
+        return Seq2SeqScores(tensors, criterion, fingerprint, calib, {"seed": seed})
+
+    return cached_scores(
+        model, f"t5-{criterion}", calib, {"seed": seed} if seeded else {}, score,
+        memory=check_memory if needs_data else None, load=Seq2SeqScores.load, use_cache=use_cache, progress=progress,
+    )  # fmt: skip
