@@ -8,6 +8,8 @@ A button puts the answer on the Allocation page's sliders (and its method beside
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 import streamlit as st
 
@@ -26,6 +28,13 @@ def benchmark_points(model: str) -> tuple[list[dict], dict]:
     path = next((p for p in baselines.committed() if p.stem.removeprefix("baselines-") == model), None)
     if path is None:
         return [], {}
+    return _baselines_points(str(path), path.stat().st_mtime)
+
+
+# Read once per file version (its mtime is in the key), not on every rerun of the Evidence page.
+@st.cache_data(max_entries=16, show_spinner=False)
+def _baselines_points(file: str, mtime: float) -> tuple[list[dict], dict]:
+    path = Path(file)
     source = f"benchmarks/baselines/{path.name}"
     points, dense = [], {}
     for v in variants(read_rows(path)):
@@ -50,6 +59,12 @@ def quality_points(model: str) -> tuple[list[dict], dict]:
     path = next((p for p in committed_reports() if p.stem.removeprefix("quality-") == model), None)
     if path is None:
         return [], {}
+    return _quality_points(str(path), path.stat().st_mtime)
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def _quality_points(file: str, mtime: float) -> tuple[list[dict], dict]:
+    path = Path(file)
     source = f"benchmarks/quality/{path.name}"
     points, dense = [], {}
     for r in read_rows(path):
