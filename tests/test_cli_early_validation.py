@@ -114,20 +114,30 @@ def test_prune_refuses_sparsity_1_5_in_seconds_while_another_process_holds_the_l
 HEAVY = ("transformers.modeling_utils", "scipy", "pandas", "plotly", "peft", "ray")
 
 
-def test_a_refused_prune_imports_no_model_code(tmp_path):
-    """What keeps the refusal in seconds: the CLI's checks import torch, not transformers' modeling (about 2-5 s
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["prune", "--model", "smollm2-135m", "--sparsity", "1.5", "--out", "{d}/x"],
+        ["sweep", "--model", "smollm2-135m", "--sparsities", "0.1,1.5", "--out", "{d}/s.json"],
+    ],
+    ids=["prune", "sweep"],
+)
+def test_a_refused_command_imports_no_model_code(argv, tmp_path):
+    """What keeps a refusal in seconds: the CLI's checks import torch, not transformers' modeling (about 2-5 s
     more on this machine), scipy, pandas, plotly, peft or ray; `import nirvana` imports nothing heavy at all."""
+    argv = [a.replace("{d}", str(tmp_path)) for a in argv]
     script = (
         "import sys\n"
         "import nirvana\n"
         "assert 'torch' not in sys.modules, 'import nirvana imported torch'\n"
         "from nirvana.cli import main\n"
-        f"code = main(['prune', '--model', 'smollm2-135m', '--sparsity', '1.5', '--out', {str(tmp_path / 'x')!r}])\n"
+        f"code = main({argv!r})\n"
         f"print(code, sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
     )
     proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=_env(), capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == ["2", "[]"], proc.stdout
+    assert proc.stdout.split() == ["2", "[]"], (proc.stdout, proc.stderr[-500:])
+    assert not any(tmp_path.iterdir())
 
 
 def test_prune_in_process_neither_loads_nor_waits(lock_held_elsewhere, tmp_path, monkeypatch):

@@ -19,7 +19,6 @@ from dataclasses import dataclass, replace
 from functools import partial
 
 from nirvana.accuracy.harness import run_accuracy
-from nirvana.checkpoints.loading import load_model
 from nirvana.cluster.ray_tasks import run_tasks
 from nirvana.errors import InvalidInput
 from nirvana.measure.duration import block_share, estimate_seconds
@@ -176,6 +175,9 @@ class SweepPoint:
 
 def point_worker(model: str, dtype: str, scores, settings: SweepSettings, batch=None) -> SweepPoint:
     """A sweep's worker inside a Ray worker process: the model loaded by name on this node's CPU/GPU."""
+    # here, not at the top: the loader imports transformers' modeling; the CLI's sweep checks import this module
+    from nirvana.checkpoints.loading import load_model
+
     return SweepPoint(load_model(model, dtype=dtype), scores, settings, batch)
 
 
