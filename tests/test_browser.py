@@ -132,6 +132,12 @@ def server(tmp_path, smollm2_dir):
         print((tmp_path / "streamlit.log").read_text()[-3000:])
 
 
+def _new_page(playwright):
+    """A page of a fresh headless Debian Chromium, at the size the screenshots are taken."""
+    browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROME_ARGS, headless=True)
+    return browser.new_page(viewport={"width": 1500, "height": 1250})
+
+
 def _nav(page, label: str) -> None:
     page.get_by_role("link", name=label).first.click()
 
@@ -371,8 +377,7 @@ def test_demo_path_in_a_real_browser(server):
     SHOTS.mkdir(parents=True, exist_ok=True)
     timings: dict[str, float | list[float]] = {}
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROME_ARGS, headless=True)
-        page = browser.new_page(viewport={"width": 1500, "height": 1250})
+        page = _new_page(p)
         page.goto(server)
         expect(page.get_by_text("The three ideas")).to_be_visible(timeout=30_000)
         page.screenshot(path=str(SHOTS / "01-overview.png"), full_page=False)
@@ -517,7 +522,7 @@ def test_demo_path_in_a_real_browser(server):
         expect(page.locator(".js-plotly-plot").first).to_be_visible(timeout=30_000)
         _idle(page)
         page.screenshot(path=str(SHOTS / "06-evidence.png"), full_page=False)
-        browser.close()
+        page.context.browser.close()
     timings["note"] = "wall seconds seen in the browser, from click to result, on the machine that ran the test"
     timings["load_average_1min_at_end"] = os.getloadavg()[0]
     timings["cpu_count"] = os.cpu_count()
@@ -536,8 +541,7 @@ def test_a_tolerance_sets_the_allocation_sliders(server):
 
     SHOTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROME_ARGS, headless=True)
-        page = browser.new_page(viewport={"width": 1500, "height": 1250})
+        page = _new_page(p)
         _load_and_score(page, server)
 
         # The user had the slider elsewhere: 0.20 -> 0.30.
@@ -576,7 +580,7 @@ def test_a_tolerance_sets_the_allocation_sliders(server):
             assert _slider_value(page, "gamma") == f"{float(gamma[1]):.2f}"
         expect(page.get_by_text(f"Kept units per layer at s = {sparsity:.2f}")).to_be_visible(timeout=30_000)
         _no_traceback(page)
-        browser.close()
+        page.context.browser.close()
     print(json.dumps({"recommended": {"sparsity": sparsity, "method": method, "gamma": gamma and gamma[1]}}))
 
 
@@ -586,8 +590,7 @@ def test_a_bad_sweep_entry_gets_a_message_not_a_traceback(server, tmp_path):
 
     SHOTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROME_ARGS, headless=True)
-        page = browser.new_page(viewport={"width": 1500, "height": 1250})
+        page = _new_page(p)
         _load_and_score(page, server)
         _nav(page, "6 · Sweep")
         expect(page.locator("h1").first).to_have_text("6 · Sweep", timeout=60_000)
@@ -615,7 +618,7 @@ def test_a_bad_sweep_entry_gets_a_message_not_a_traceback(server, tmp_path):
         text = message.first.inner_text()
         assert "unexpectedly" not in text and "bug" not in text, text  # a message about the input, not a crash
         assert re.search(r"sparsit", text, re.IGNORECASE), text
-        browser.close()
+        page.context.browser.close()
     log = (tmp_path / "streamlit.log").read_text()
     assert "Traceback" not in log, log[-3000:]
 
@@ -642,8 +645,7 @@ def test_the_formulas_render(server):
     SHOTS.mkdir(parents=True, exist_ok=True)
     counts = {}
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROME_ARGS, headless=True)
-        page = browser.new_page(viewport={"width": 1500, "height": 1250})
+        page = _new_page(p)
         for entry in (e for e in MENU if e.url_path in ("home", "saliency", "allocation", "calibration")):
             page.goto(f"{server}/{'' if entry is MENU[0] else entry.url_path}")
             _assert_routed(page, entry)
@@ -663,5 +665,5 @@ def test_the_formulas_render(server):
             if boxes.count():
                 boxes.first.scroll_into_view_if_needed()
             page.screenshot(path=str(SHOTS / f"10-formulas-{entry.url_path}.png"), full_page=False)
-        browser.close()
+        page.context.browser.close()
     print(json.dumps({"katex_formulas": counts}))
