@@ -64,6 +64,7 @@ TRACE_Y = """([title, trace]) => {
 
 
 SERVER_PIDS: dict[str, int] = {}  # "127.0.0.1:port" -> the streamlit process serving it
+SERVER_LOGS: dict[str, Path] = {}  # "127.0.0.1:port" -> its log (stdout and stderr)
 
 
 def _free_port() -> int:
@@ -119,6 +120,7 @@ def server(tmp_path, smollm2_dir):
     )
     url = f"http://127.0.0.1:{port}"
     SERVER_PIDS[f"127.0.0.1:{port}"] = proc.pid
+    SERVER_LOGS[f"127.0.0.1:{port}"] = tmp_path / "streamlit.log"
     try:
         _wait_healthy(url, proc)
         yield url
@@ -132,10 +134,21 @@ def server(tmp_path, smollm2_dir):
         print((tmp_path / "streamlit.log").read_text()[-3000:])
 
 
+# Console errors after which streamlit's page gives up its connection for good (DISCONNECTED_FOREVER): the page
+# freezes with its elements greyed, whatever the user does. .streamlit/config.toml turns the message cache off
+# because of the first one (seen when a burst of slider key presses reran the Allocation fragment).
+FATAL_CONSOLE = ("Cached ForwardMsg MISS", "Websocket connection encountered fatal error")
+FATAL_SEEN: dict[int, list[str]] = {}  # id(page) -> those errors, as logged
+
+
 def _new_page(playwright):
-    """A page of a fresh headless Debian Chromium, at the size the screenshots are taken."""
+    """A page of a fresh headless Debian Chromium, at the size the screenshots are taken, whose fatal console
+    errors are kept (`_no_traceback` fails on them; a failure message shows them)."""
     browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROME_ARGS, headless=True)
-    return browser.new_page(viewport={"width": 1500, "height": 1250})
+    page = browser.new_page(viewport={"width": 1500, "height": 1250})
+    seen = FATAL_SEEN.setdefault(id(page), [])
+    page.on("console", lambda m: seen.append(m.text[:300]) if any(f in m.text for f in FATAL_CONSOLE) else None)
+    return page
 
 
 def _nav(page, label: str) -> None:
@@ -160,17 +173,20 @@ def _idle(page, timeout: float = 30_000) -> None:
 # The Allocation page's live text (ui/live_text.py): the dense and the pruned continuation, each a <code> (line
 # breaks as <br>) in its column under a bold header ("Dense (...)", "Pruned at 25% (...)"); null until both are
 # drawn. The pruned text grows token by token while it is generated; its header says "(generating)" meanwhile.
+# textContent only (never innerText): this runs on every DOM mutation and every poll, and innerText forces a
+# layout of the whole page (plotly charts included) each time.
 LIVE_TEXT = """() => {
   const out = {};
   const main = document.querySelector('[data-testid="stMain"]');
   for (const pre of main ? main.querySelectorAll('[data-testid="stColumn"] code') : []) {
     const col = pre.closest('[data-testid="stColumn"]');
-    const head = col ? col.innerText.trim() : '';
+    const first = col && col.querySelector('[data-testid="stMarkdownContainer"]');
+    const head = first ? first.textContent.trim() : '';
     if (head.startsWith('Dense')) out.dense = pre.textContent;
     if (head.startsWith('Pruned at')) {
       out.pruned = pre.textContent;
       out.marks = pre.querySelectorAll('mark').length;
-      out.header = head.split('\\n')[0];
+      out.header = head;
     }
   }
   return out.dense === undefined || out.pruned === undefined ? null : out;
@@ -182,38 +198,80 @@ LOG_LIVE_TEXT = f"""() => {{
   const first = read();
   window.__lastKey = null;
   window.__liveLog = first ? [{{t: performance.now(), pruned: first.pruned}}] : [];
-  document.addEventListener('keydown', () => {{ window.__lastKey = performance.now(); }}, true);
-  new MutationObserver(() => {{
+  if (!window.__keyListener) {{
+    window.__keyListener = () => {{ window.__lastKey = performance.now(); }};
+    document.addEventListener('keydown', window.__keyListener, true);
+  }}
+  const main = document.querySelector('[data-testid="stMain"]');
+  if (window.__liveObserver) window.__liveObserver.disconnect();  // installed once per move: one observer at a time
+  window.__liveObserver = new MutationObserver(() => {{
     const now = read();
     const log = window.__liveLog;
     if (now && (!log.length || log[log.length - 1].pruned !== now.pruned)) {{
       log.push({{t: performance.now(), pruned: now.pruned}});
     }}
-  }}).observe(document, {{subtree: true, childList: true, characterData: true}});
+  }});
+  window.__liveObserver.observe(main, {{subtree: true, childList: true, characterData: true}});
 }}"""
 
 
+POLL_MS = 250  # how often a wait re-reads the live text (playwright's default polls on every animation frame)
+
+
 def _live_text(page, timeout: float = 120_000) -> dict:
-    page.wait_for_function(f"() => ({LIVE_TEXT})() !== null", timeout=timeout)
+    page.wait_for_function(f"() => ({LIVE_TEXT})() !== null", timeout=timeout, polling=POLL_MS)
     return page.evaluate(LIVE_TEXT)
 
 
 def _page_state(page) -> str:
-    """What the page shows of the live text and the script run, for a failure message."""
+    """What the page shows of the live text and the script run, for a failure message: streamlit's own view of
+    the run and of its connection (`data-test-script-state`, `data-test-connection-state` on the app's root),
+    the status widget's text, and how long one round trip into the page takes (a swamped renderer answers late)."""
+    start = time.perf_counter()
+    app = page.evaluate(
+        """() => {
+          const root = document.querySelector('[data-test-script-state]');
+          const conn = document.querySelector('[data-test-connection-state]');
+          const status = document.querySelector('[data-testid="stStatusWidget"]');
+          return {script: root && root.getAttribute('data-test-script-state'),
+                  connection: conn && conn.getAttribute('data-test-connection-state'),
+                  status: status ? status.textContent.trim() : null};
+        }"""
+    )
+    round_trip = time.perf_counter() - start
     shown = page.evaluate(LIVE_TEXT)
     thumbs = page.locator('[data-testid="stSliderThumbValue"]').all_inner_texts()
     stale = page.locator('[data-stale="true"]').count()
-    running = page.locator('[data-testid="stStatusWidget"]').count()
-    return f"{shown}; sliders {thumbs}; {stale} stale elements; status widget {'shown' if running else 'absent'}"
+    return (
+        f"{shown}; sliders {thumbs}; {stale} stale elements; script {app['script']}, connection "
+        f"{app['connection']}, status widget {app['status']!r}; page round trip {round_trip:.2f} s; "
+        f"fatal console errors {FATAL_SEEN.get(id(page), [])}"
+    )
 
 
-def _dump_server_stacks(page) -> None:
+OUR_CODE = ("/nirvana/", "/ui/", "/pages/", "app.py", "script_runner.py")
+
+
+def _dump_server_stacks(page) -> str:
     """Ask the server to write every thread's stack to its log (app.py registers SIGUSR1 with faulthandler), so a
-    stuck run says where it is; the server fixture prints the log's tail after a failure."""
-    pid = SERVER_PIDS.get(page.url.split("/")[2])
-    if pid is not None and hasattr(signal, "SIGUSR1"):
-        os.kill(pid, signal.SIGUSR1)
-        time.sleep(1)
+    stuck run says where it is; returns the threads that run the app's script (their frames in our code and
+    streamlit's script runner), or says that no script run is in progress on the server."""
+    where = page.url.split("/")[2]
+    pid, log = SERVER_PIDS.get(where), SERVER_LOGS.get(where)
+    if pid is None or log is None or not hasattr(signal, "SIGUSR1"):
+        return "server stacks: not available here"
+    size = log.stat().st_size
+    os.kill(pid, signal.SIGUSR1)
+    time.sleep(1)
+    dump = log.read_text(errors="replace")[size:]
+    busy = []
+    for block in dump.split("\n\n"):
+        frames = [line.strip() for line in block.splitlines() if any(mark in line for mark in OUR_CODE)]
+        if frames:
+            busy.append(" <- ".join(frames[:6]))
+    if not busy:
+        return "server stacks: no script run in progress (no thread in the app's code or streamlit's script runner)"
+    return "server stacks: " + " | ".join(busy)
 
 
 def _wait_live_text(page, condition: str, arg, timeout: float, nudge=None) -> str | None:
@@ -229,20 +287,19 @@ def _wait_live_text(page, condition: str, arg, timeout: float, nudge=None) -> st
 
     script = f"(arg) => {{ const now = ({LIVE_TEXT})(); return now !== null && ({condition})(now, arg); }}"
     try:
-        page.wait_for_function(script, arg=arg, timeout=timeout)
+        page.wait_for_function(script, arg=arg, timeout=timeout, polling=POLL_MS)
         return None
     except PlaywrightTimeout:
-        state = _page_state(page)
-        _dump_server_stacks(page)
+        state = f"{_page_state(page)}; {_dump_server_stacks(page)}"
         if nudge is None:
             raise AssertionError(f"live text not as expected: {state}") from None
-    nudge()
     try:
-        page.wait_for_function(script, arg=arg, timeout=timeout)
+        nudge()
+        page.wait_for_function(script, arg=arg, timeout=timeout, polling=POLL_MS)
     except PlaywrightTimeout:
-        _dump_server_stacks(page)
         raise AssertionError(
-            f"live text not as expected, before and after a nudge: {state}; then {_page_state(page)}"
+            f"live text not as expected, before and after a nudge: {state}; then {_page_state(page)}; "
+            f"{_dump_server_stacks(page)}"
         ) from None
     return state
 
@@ -267,6 +324,7 @@ def _nudge(page, key: str) -> None:
 
 
 def _no_traceback(page) -> None:
+    assert not FATAL_SEEN.get(id(page)), f"the page lost its connection for good: {FATAL_SEEN[id(page)]}"
     exceptions = page.locator('[data-testid="stException"]')
     assert exceptions.count() == 0, exceptions.all_inner_texts()
     assert page.get_by_text("Traceback").count() == 0
@@ -478,11 +536,7 @@ def test_demo_path_in_a_real_browser(server):
             "(now, before) => now.pruned === before.pruned && now.header === before.header",
             before,
             timeout=240_000,
-            nudge=lambda: (
-                _move_slider(page, "sparsity", 1),
-                _idle(page, timeout=240_000),
-                _move_slider(page, "sparsity", -1),
-            ),
+            nudge=lambda: _nudge(page, "sparsity"),
         )
         if stuck:
             timings["live_text_back_nudged"] = stuck
