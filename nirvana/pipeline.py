@@ -25,7 +25,6 @@ the batch they hold) except in two places that call `compute_scores` (the layer 
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,20 +35,17 @@ from nirvana.checkpoints.loaded import LoadedModel
 from nirvana.data.calibration import CalibrationBatch, calibration_batch
 from nirvana.errors import InvalidInput, PlanMismatch
 from nirvana.methods import METHODS, get_method, method_config
-from nirvana.methods.run import apply_method_plan, check_method, method_plan, method_scores, rotation_plan
 from nirvana.models.architectures import layer_projections
-from nirvana.models.fingerprint import model_fingerprint
 from nirvana.models.shapes import ModelShape, count_block_parameters, count_parameters, model_shape
 from nirvana.models.t5 import block_weights, is_t5, kept_units
 from nirvana.progress import Progress
-from nirvana.pruning.allocation import Allocation, allocate
+from nirvana.pruning.allocation import Allocation
 from nirvana.pruning.plan import PruningPlan
 from nirvana.pruning.seq2seq import apply_t5_plan, plan_t5
 from nirvana.pruning.seq2seq_plan import SCOPES, Seq2SeqPlan, load_plan
-from nirvana.pruning.slicing import apply_plan
-from nirvana.scoring.criteria import CRITERIA, compute_scores
-from nirvana.scoring.distributed import ShardedScorer, gradient_scorer
-from nirvana.scoring.scores import Scores
+from nirvana.scoring.criteria import CRITERIA
+from nirvana.scoring.distributed import ShardedScorer
+from nirvana.scoring.scores import Scores, check_scores_match
 from nirvana.scoring.seq2seq import T5_CRITERIA, Seq2SeqScores, check_t5_criterion, compute_t5_scores
 from nirvana.search.calibration import AnchorSpec, chosen_batch, select_calibration
 
@@ -83,20 +79,7 @@ class PruneSettings:
     method_settings: dict | None = None  # the method's config as JSON (LLMPrunerConfig, FLAPConfig, SliceGPTConfig)
 
     def __post_init__(self) -> None:
-        method_config(self.method, self.method_settings)  # unknown method or bad settings: InvalidInput
-        if self.method != "nirvana":
-            nirvana_only = {
-                "criterion": self.criterion != "nirvana",
-                "gamma": self.gamma is not None,
-                "allocation": self.allocation != "global",
-                "select_calib": self.select_calib != 0,
-            }
-            wrong = [k for k, given in nirvana_only.items() if given]
-            if wrong:
-                raise InvalidInput(
-                    f"{', '.join(wrong)} {'is a setting' if len(wrong) == 1 else 'are settings'} of method nirvana and "
-                    f"do not apply to {self.method!r}; drop them (its own settings go in method_settings)."
-                )
+        get_method(self.method).check_settings(self)  # unknown method, bad or foreign settings: InvalidInput
         if self.criterion not in CRITERIA:
             raise InvalidInput(f"unknown criterion {self.criterion!r}; accepted: {', '.join(CRITERIA)}.")
         # samples / seq_len / seed are checked where the batch is drawn (calibration_batch), with its messages.
@@ -114,9 +97,7 @@ class PruneSettings:
 
     @property
     def needs_data(self) -> bool:
-        if self.method != "nirvana":
-            return get_method(self.method).needs_data
-        return CRITERIA[self.criterion].needs_data
+        return get_method(self.method).needs_data_for(self)
 
     @property
     def config(self):
@@ -199,54 +180,39 @@ def score(
     same either way: model, criterion, batch content, seed, micro-batch.
     `allocation`: the resolved `settings.allocation_settings`, when the caller has it (see `calibration_for`).
     """
-    if is_t5(lm.model):
-        return _score_seq2seq(lm, settings, progress, batch), None
-    if settings.method != "nirvana":
-        check_method(lm.model, settings.method, settings.config, settings.sparsity)
+    return family_of(lm.model).score(lm, settings, progress, batch=batch, allocation=allocation)
+
+
+def _score_decoder(
+    lm: LoadedModel,
+    settings: PruneSettings,
+    progress: Progress = None,
+    *,
+    batch: CalibrationBatch | None = None,
+    allocation: Allocation | None = None,
+) -> tuple[Scores, dict | None]:
+    """`score` on a decoder-only model: the method's checks, its calibration data, its scores."""
+    method = get_method(settings.method)
+    method.check(lm.model, model_shape(lm.model), settings)
     if batch is None:
         batch, selection = calibration_for(lm, settings, progress, allocation)
     else:
         batch, selection = (batch if settings.needs_data else None), None
-    if settings.method != "nirvana":
-        kwargs = dict(micro_batch=settings.micro_batch, use_cache=settings.use_cache, progress=progress)
-        return method_scores(lm.model, settings.method, settings.config, batch, **kwargs), selection
-    scores = compute_scores(
-        lm.model,
-        settings.criterion,
-        batch,
-        seed=settings.seed,
-        micro_batch=settings.micro_batch,
-        use_cache=settings.use_cache,
-        progress=progress,
-        checkpoint=settings.checkpoint,
-    )
-    return scores, selection
+    return method.score(lm.model, settings, batch, progress), selection
 
 
 def sharded_scoring(settings: PruneSettings) -> tuple[ShardedScorer, Callable | None]:
     """(scorer, memory estimate) of `settings` scored with the model sharded (`--distributed`): NIRVANA's
     gradient criteria, or a method whose row says how (`Method.sharded`: LLM-Pruner); the rest are refused."""
-    if settings.method == "nirvana":
-        return gradient_scorer(settings.criterion), None
-    method = get_method(settings.method)
-    if method.sharded is None:
-        sharded = [name for name, m in METHODS.items() if m.sharded is not None]
+    sharded = get_method(settings.method).sharded_scoring(settings)
+    if sharded is None:
+        baselines = [name for name, m in METHODS.items() if m.sharded is not None]
         raise InvalidInput(
             f"--distributed shards a backward pass; method {settings.method!r} has none to shard (it runs forward "
             f"passes on one process or through --device-map). Sharded: NIRVANA's gradient criteria and "
-            f"{', '.join(sharded)}."
+            f"{', '.join(baselines)}."
         )
-    return method.sharded(settings.config), functools.partial(method.memory, settings=settings.config)
-
-
-def check_scores_match(scores: Scores, model: nn.Module, source: str = "the given Scores") -> None:
-    """Scores from a file belong to the model they were computed on (content fingerprint)."""
-    fingerprint = model_fingerprint(model)
-    if scores.fingerprint != fingerprint:
-        raise PlanMismatch(
-            f"{source} holds scores of model fingerprint {scores.fingerprint}, not of this model ({fingerprint}); "
-            "score this model, or pass the model they came from."
-        )
+    return sharded
 
 
 def prune(
@@ -272,113 +238,55 @@ def prune(
     """
     if settings is None and plan is None:
         raise InvalidInput("prune needs settings (sparsity, criterion, ...) or an existing plan.")
-    if is_t5(lm.model):
-        return _prune_seq2seq(lm, settings, scores=scores, plan=plan, inplace=inplace, progress=progress, batch=batch)
-    method = plan.settings.method if plan is not None else settings.method
-    if get_method(method).rotation is not None:
-        return _prune_with_rotation(
-            lm, settings, plan=plan, inplace=inplace, progress=progress, batch=batch, scores=scores
+    return family_of(lm.model).prune(
+        lm, settings, scores=scores, plan=plan, inplace=inplace, progress=progress, batch=batch
+    )
+
+
+def _prune_decoder(lm, settings, *, scores=None, plan=None, inplace=False, progress=None, batch=None) -> PruneResult:
+    """`prune` on a decoder-only model, the same steps for every method: check, score (unless given), plan, apply."""
+    method = get_method(plan.settings.method if plan is not None else settings.method)
+    if settings is None and batch is not None and method.rotates:  # a plan and the batch to rotate on
+        settings = PruneSettings(
+            plan.settings.sparsity, method=method.name, method_settings=plan.settings.method_settings
         )
-    if method != "nirvana":
-        return _prune_with_method(lm, settings, scores=scores, plan=plan, inplace=inplace, progress=progress)
+    if method.rotates and (settings is None or settings.method != method.name):
+        raise InvalidInput(
+            f"a {method.name} plan is applied by rotating on calibration data: pass --method {method.name} and the "
+            "calibration settings (--calib, --samples, --seq-len, --seed) with the plan."
+        )
     shape = model_shape(lm.model)
     timings: dict[str, float] = {}
     selection = None
     t = time.perf_counter()
     if plan is None:
-        allocation = settings.allocation_settings.resolve(shape)  # bad settings fail here, before scoring
-        if scores is None:
-            scores, selection = score(lm, settings, progress, allocation=allocation)
-        else:
-            check_scores_match(scores, lm.model)
-            if scores.criterion in METHODS and scores.criterion != "nirvana":  # a baseline: its own allocation
-                raise InvalidInput(
-                    f"these scores were computed by method {scores.criterion!r}; prune them with "
-                    f"--method {scores.criterion} (NIRVANA's allocation would read them as saliency)."
-                )
+        method.check(lm.model, shape, settings)  # bad settings fail here, before any data is drawn or scored
+        if scores is not None:
+            method.take_scores(scores, lm.model)
+        elif not method.rotates:
+            scores, selection = _score_decoder(lm, settings, progress)
         timings["score"] = time.perf_counter() - t
         t = time.perf_counter()
-        plan = allocate(scores, shape, allocation)
     else:
         timings["score"] = 0.0
-    timings["plan"] = time.perf_counter() - t
-    t = time.perf_counter()
-    pruned = apply_plan(lm.model, plan, inplace=inplace)
-    timings["slice"] = time.perf_counter() - t
-    report = prune_report(lm.name, shape, plan, pruned, scores=scores, timings=timings, selection=selection)
-    if progress:
-        progress(1.0, f"pruned to {report['params_after'] / 1e6:.1f} M parameters")
-    return PruneResult(pruned, plan, report, scores, selection)
-
-
-def _prune_with_method(lm, settings, *, scores=None, plan=None, inplace=False, progress=None) -> PruneResult:
-    """`prune` for a baseline method (LLM-Pruner, FLAP): its checks, scores, allocation and compensation."""
-    shape = model_shape(lm.model)
-    timings: dict[str, float] = {}
-    t = time.perf_counter()
-    if plan is None:
-        check_method(lm.model, settings.method, settings.config, settings.sparsity)  # before any scoring
-        if scores is None:
-            scores, _ = score(lm, settings, progress)
-        else:
-            check_scores_match(scores, lm.model)
-        timings["score"] = time.perf_counter() - t
-        t = time.perf_counter()
-        plan = method_plan(scores, shape, settings.sparsity, settings.method, settings.config)
-    else:
-        timings["score"] = 0.0
-        plan.check_model(model_fingerprint(lm.model))
-    timings["plan"] = time.perf_counter() - t
-    t = time.perf_counter()
-    pruned = apply_method_plan(lm.model, plan, scores, inplace=inplace)
-    timings["slice"] = time.perf_counter() - t
-    report = prune_report(lm.name, shape, plan, pruned, scores=scores, timings=timings)
-    if progress:
-        progress(1.0, f"pruned to {report['params_after'] / 1e6:.1f} M parameters")
-    return PruneResult(pruned, plan, report, scores, None)
-
-
-def _prune_with_rotation(
-    lm, settings, *, scores=None, plan=None, inplace=False, progress=None, batch=None
-) -> PruneResult:
-    """`prune` for a rotating method (SliceGPT): plan the widths, then rotate and slice on the calibration batch."""
-    name = plan.settings.method if plan is not None else settings.method
-    if scores is not None:
-        raise InvalidInput(f"method {name!r} prunes without unit scores; drop the scores (--scores).")
-    if settings is None and batch is not None:  # a plan and the batch to rotate on: nothing else is needed
-        settings = PruneSettings(plan.settings.sparsity, method=name, method_settings=plan.settings.method_settings)
-    if settings is None or settings.method != name:
-        raise InvalidInput(
-            f"a {name} plan is applied by rotating on calibration data: pass --method {name} and the calibration "
-            "settings (--calib, --samples, --seq-len, --seed) with the plan."
-        )
-    shape = model_shape(lm.model)
-    timings: dict[str, float] = {"score": 0.0}
-    t = time.perf_counter()
-    if plan is None:
-        check_method(lm.model, name, settings.config, settings.sparsity)  # before drawing any data
-    if batch is None:
+    if method.rotates and batch is None:
         batch, _ = calibration_for(lm, settings, progress)
     if plan is None:
-        plan = rotation_plan(lm.model, name, settings.config, settings.sparsity, batch)
-    elif (plan.settings.calibration or {}).get("hash") not in (None, batch.hash):
-        recorded = plan.settings.calibration
-        raise PlanMismatch(
-            f"this {name} plan was rotated on calibration batch {recorded.get('source')} (seed {recorded.get('seed')}, "
-            f"{recorded.get('samples')} x {recorded.get('seq_len')} tokens, hash {recorded.get('hash')}); these "
-            f"settings draw {batch.source} ({batch.hash}). Pass the same --calib, --samples, --seq-len and --seed."
-        )
+        plan = method.plan(lm.model, shape, settings, scores, batch)
+    else:
+        method.take_plan(plan, lm.model, batch)
     timings["plan"] = time.perf_counter() - t
     t = time.perf_counter()
-    pruned = apply_method_plan(
-        lm.model, plan, inplace=inplace, batch=batch, micro_batch=settings.micro_batch, progress=progress
+    micro_batch = settings.micro_batch if settings is not None else 0
+    pruned = method.apply(
+        lm.model, plan, scores=scores, batch=batch, inplace=inplace, micro_batch=micro_batch, progress=progress
     )
     timings["slice"] = time.perf_counter() - t
-    report = prune_report(lm.name, shape, plan, pruned, timings=timings)
-    report["sliced_hidden"] = pruned.config.nirvana_sliced_hidden
+    report = prune_report(lm.name, shape, plan, pruned, scores=scores, timings=timings, selection=selection)
+    report.update(method.report_extra(pruned))
     if progress:
-        progress(1.0, f"rotated and sliced to {report['params_after'] / 1e6:.1f} M parameters")
-    return PruneResult(pruned, plan, report, None, None)
+        progress(1.0, f"{method.verb} to {report['params_after'] / 1e6:.1f} M parameters")
+    return PruneResult(pruned, plan, report, scores, selection)
 
 
 def load_scores(path) -> Scores | Seq2SeqScores:
@@ -426,6 +334,11 @@ def _score_seq2seq(lm: LoadedModel, settings: PruneSettings, progress: Progress,
     )
 
 
+def _score_t5(lm: LoadedModel, settings: PruneSettings, progress: Progress = None, *, batch=None, allocation=None):
+    """`score` on a T5: its five unit kinds (`allocation` is the decoder-only KL selection's; T5 has none)."""
+    return _score_seq2seq(lm, settings, progress, batch), None
+
+
 def _prune_seq2seq(lm, settings, *, scores=None, plan=None, inplace=False, progress=None, batch=None) -> PruneResult:
     """`prune` for a T5: score (cached), allocate over the five unit kinds, slice; the report counts the result."""
     dense_params = count_parameters(lm.model)
@@ -454,6 +367,25 @@ def _prune_seq2seq(lm, settings, *, scores=None, plan=None, inplace=False, progr
     if progress:
         progress(1.0, f"pruned to {report['params_after'] / 1e6:.2f} M parameters")
     return PruneResult(pruned, plan, report, scores, None)
+
+
+@dataclass(frozen=True)
+class FamilySteps:
+    """`score` and `prune` of one family of models (their units, scores and plans differ in kind)."""
+
+    score: Callable
+    prune: Callable
+
+
+FAMILY_STEPS = {
+    "decoder-only": FamilySteps(_score_decoder, _prune_decoder),
+    "t5": FamilySteps(_score_t5, _prune_seq2seq),
+}
+
+
+def family_of(model: nn.Module) -> FamilySteps:
+    """The steps of `model`'s family (the keys of `nirvana.measure.family.MEASURES`)."""
+    return FAMILY_STEPS["t5" if is_t5(model) else "decoder-only"]
 
 
 def seq2seq_report(name, dense_params: int, plan: Seq2SeqPlan, pruned: nn.Module, *, scores=None, timings=None) -> dict:
@@ -509,7 +441,7 @@ def prune_report(
         "total_param_reduction": 1 - params_after / shape.total_params,
         "method": plan.settings.method,
         "method_settings": plan.settings.method_settings,
-        "gamma": plan.settings.gamma if plan.settings.method == "nirvana" else None,
+        "gamma": plan.settings.gamma if get_method(plan.settings.method).has_allocation_settings else None,
         "gamma_default": plan.settings.gamma_default,
         "align": plan.settings.align,
         "allocation": plan.settings.allocation,
@@ -532,7 +464,7 @@ def prune_report(
 def added_bias_params(plan: PruningPlan, pruned: nn.Module) -> int:
     """Bias entries a method's compensation added (FLAP: o_proj / down_proj, which it requires bias-free)."""
     config = method_config(plan.settings.method, plan.settings.method_settings)
-    if get_method(plan.settings.method).compensate is None or not getattr(config, "bias", True):
+    if not get_method(plan.settings.method).adds_biases(config):
         return 0
     return sum(
         lin.bias.numel()

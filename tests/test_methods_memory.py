@@ -60,7 +60,7 @@ def test_an_estimate_over_the_budget_refuses_before_any_scoring(name, settings, 
         calls.append(args)
         raise AssertionError("scored although the estimate did not fit")
 
-    monkeypatch.setitem(METHODS, name, dataclasses.replace(METHODS[name], score=never))
+    monkeypatch.setitem(METHODS, name, dataclasses.replace(METHODS[name], scorer=never))
     monkeypatch.setattr(memory, "available_bytes", lambda device="cpu": int(need.total / 0.9) - 1)
     model = tiny_model("llama", num_hidden_layers=4)
     with pytest.raises(OutOfMemory, match=r"scoring needs about .* GiB"):  # the whole batch at once, as asked

@@ -30,7 +30,7 @@ def test_the_table_lists_nirvana_and_the_three_baselines_with_their_references()
     assert "CASIA-IVA-Lab/FLAP" in METHODS["flap"].reference
     assert "microsoft/TransformerCompression" in METHODS["slicegpt"].reference
     assert METHODS["llm-pruner"].uses_gradients and not METHODS["flap"].uses_gradients
-    assert not METHODS["slicegpt"].uses_gradients and METHODS["slicegpt"].rotation is not None
+    assert not METHODS["slicegpt"].uses_gradients and METHODS["slicegpt"].rotates
     with pytest.raises(InvalidInput, match="unknown method 'sparsegpt'; accepted: nirvana, llm-pruner, flap, slicegpt"):
         get_method("sparsegpt")
 

@@ -59,7 +59,7 @@ def test_a_baseline_keeps_its_cache_key_and_a_second_call_is_a_hit(monkeypatch):
     meta = ["seconds", "cache_hit", "method_settings", "micro_batch"]
     assert _stored_meta(f"flap-{LLAMA}-0117171143803b45b603") == meta
     assert not first.meta["cache_hit"] and set(first.extra) == {"attn_mean_inp", "mlp_mean_inp"}
-    monkeypatch.setitem(METHODS, "flap", dataclasses.replace(METHODS["flap"], score=_fail))
+    monkeypatch.setitem(METHODS, "flap", dataclasses.replace(METHODS["flap"], scorer=_fail))
     again = method_scores(model, "flap", config, batch)
     assert again.meta["cache_hit"] and again.mlp.equal(first.mlp)
     assert again.extra["mlp_mean_inp"].equal(first.extra["mlp_mean_inp"])

@@ -26,9 +26,9 @@ def test_a_baseline_sweeps_sparsity_from_one_scoring(tiny_with_tokenizer_dir, tm
 
     def counted(*args, **kwargs):
         calls.append(1)
-        return real.score(*args, **kwargs)
+        return real.scorer(*args, **kwargs)
 
-    monkeypatch.setitem(METHODS, "flap", dataclasses.replace(real, score=counted))
+    monkeypatch.setitem(METHODS, "flap", dataclasses.replace(real, scorer=counted))
     out = tmp_path / "flap.json"
     code, err = run_cli(
         _args(tiny_with_tokenizer_dir, out, "--method", "flap", "--sparsities", "0.2,0.5", "--no-cache")

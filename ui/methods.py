@@ -44,7 +44,7 @@ def label(name: str) -> str:
 
 def rotates(name: str) -> bool:
     """A method that rotates the model on calibration data when it prunes (no unit scores: SliceGPT)."""
-    return METHODS[name].rotation is not None
+    return METHODS[name].rotates
 
 
 def baselines() -> list[str]:
@@ -191,7 +191,7 @@ def plan_scores(plan):
     """The scores a baseline plan was made from, when its compensation needs them (FLAP's biases) and the
     library's disk cache still holds them (a plan reopened from a past run); else None."""
     name = plan.settings.method
-    if name not in METHODS or METHODS[name].compensate is None:
+    if name not in METHODS or not METHODS[name].applies_from_scores:
         return None
     config = method_config(name, plan.settings.method_settings)
     calibration_hash = (plan.settings.calibration or {}).get("hash")

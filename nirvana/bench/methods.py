@@ -65,7 +65,7 @@ class MethodChoice:
     @property
     def rotates(self) -> bool:
         """A method that transforms the model on calibration data instead of cutting scored units (SliceGPT)."""
-        return get_method(self.method).rotation is not None
+        return get_method(self.method).rotates
 
     @property
     def config(self) -> MethodConfig:

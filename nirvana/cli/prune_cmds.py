@@ -150,7 +150,8 @@ def distributed_scores_from_args(args, settings: PruneSettings) -> Scores | None
     # here, not at the top: torch.distributed and FSDP scoring, for --distributed alone
     import torch.distributed as dist
 
-    from nirvana.methods.run import check_method
+    from nirvana.methods import get_method
+    from nirvana.models.shapes import model_shape
     from nirvana.pipeline import calibration_for, sharded_scoring
     from nirvana.scoring.distributed import check_world, distributed_scores, init_distributed, under_torchrun
 
@@ -166,8 +167,7 @@ def distributed_scores_from_args(args, settings: PruneSettings) -> Scores | None
         # Rank 0 alone reads the weights (one copy per job, not one per process); the others build the
         # architecture on the meta device and receive their shards from it. No device lock: the ranks run together.
         lm = load_from_args(args, weights=rank == 0)
-        if settings.method != "nirvana":
-            check_method(lm.model, settings.method, settings.config, settings.sparsity)  # layer range, target
+        get_method(settings.method).check(lm.model, model_shape(lm.model), settings)  # layer range, target
         batch, _ = calibration_for(lm, settings)
         check_world(lm.model, scorer, batch.input_ids.shape[0], _world)
         scores = distributed_scores(
@@ -233,7 +233,7 @@ def _prune(args, settings: PruneSettings | None, run, recovery=None, *, plan=Non
     try:
         lm = load_from_args(args)
         load_seconds = time.perf_counter() - t
-        if plan is not None and get_method(plan.settings.method).rotation is not None:
+        if plan is not None and get_method(plan.settings.method).rotates:
             # A SliceGPT plan holds widths, not rotations: they are computed again on the same calibration batch.
             settings = dataclasses.replace(
                 settings_from_args(args),

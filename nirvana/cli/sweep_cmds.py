@@ -28,7 +28,8 @@ from nirvana.cluster.ray_tasks import disconnect
 from nirvana.data.text import check_text_name
 from nirvana.errors import InvalidInput
 from nirvana.methods import get_method
-from nirvana.methods.run import check_method, rotation_plan
+from nirvana.methods.run import rotation_plan
+from nirvana.models.shapes import model_shape
 from nirvana.pipeline import calibration_for, score
 from nirvana.pruning.allocation import Allocation
 from nirvana.search.sweep import QUALITY, SweepSettings, run_sweep, sweep_points
@@ -65,7 +66,7 @@ def register(sub) -> None:
 def centre_sparsity(args) -> float:
     """The gamma sweep's sparsity: NIRVANA's --sparsity (0.5); a baseline has no gamma sweep, and its
     scores do not depend on the sparsity, so it scores at 0 (each swept point is checked on its own)."""
-    if args.method == "nirvana":
+    if get_method(args.method).has_allocation_settings:
         return 0.5 if args.sparsity is None else args.sparsity
     if args.sparsity is not None:
         raise InvalidInput(
@@ -77,7 +78,7 @@ def centre_sparsity(args) -> float:
 def sweep_settings(args) -> SweepSettings:
     if args.metric not in QUALITY:
         raise InvalidInput(f"unknown --metric {args.metric!r}; accepted: {', '.join(QUALITY)}.")
-    if args.method != "nirvana" and args.gammas:
+    if args.gammas and not get_method(args.method).has_allocation_settings:
         raise InvalidInput(
             f"gamma is NIRVANA's attention / MLP split; method {args.method!r} allocates its own way, so it "
             "sweeps --sparsities only: drop --gammas."
@@ -136,10 +137,10 @@ def cmd_sweep(args) -> int:
 def _measure(args, settings: SweepSettings, scoring, cluster):
     with hold_device(args, "sweep"):
         lm = load_from_args(args)
-        if scoring.method != "nirvana":  # every point's refusals (e.g. a sparsity its layer range cannot reach) first
-            for sparsity in settings.sparsities:
-                check_method(lm.model, scoring.method, scoring.config, sparsity)
-        if get_method(scoring.method).rotation is not None:  # SliceGPT: no scores, a rotation per point
+        method, shape = get_method(scoring.method), model_shape(lm.model)
+        for sparsity in settings.sparsities:  # each point's refusals first (a sparsity a layer range cannot reach)
+            method.check(lm.model, shape, dataclasses.replace(scoring, sparsity=sparsity))
+        if method.rotates:  # SliceGPT: no scores, a rotation per point
             batch, _ = calibration_for(lm, scoring, stderr_progress)
             for sparsity in settings.sparsities:  # a width it cannot reach, a batch too small: before any point
                 rotation_plan(lm.model, scoring.method, scoring.config, sparsity, batch)

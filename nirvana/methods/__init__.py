@@ -15,7 +15,7 @@ from __future__ import annotations
 from nirvana.errors import InvalidInput
 from nirvana.methods import flap, llm_pruner, slicegpt
 from nirvana.methods import nirvana as nirvana_method
-from nirvana.methods.base import Method, MethodConfig, Rotation
+from nirvana.methods.base import Method, MethodConfig, RotatingMethod, ScoredMethod, method_config_of
 
 METHODS: dict[str, Method] = {
     m.name: m for m in (nirvana_method.METHOD, llm_pruner.METHOD, flap.METHOD, slicegpt.METHOD)
@@ -31,10 +31,7 @@ def get_method(name: str) -> Method:
 
 def method_config(name: str, settings: dict | None = None) -> MethodConfig:
     """The validated config of method `name` from its JSON settings (None: the defaults)."""
-    method = get_method(name)
-    if settings is not None and not isinstance(settings, dict):
-        raise InvalidInput(f"settings of method {name!r} must be a JSON object, got {settings!r}.")
-    return method.config.from_dict(settings, name)
+    return method_config_of(get_method(name), settings)
 
 
 def methods_help() -> str:
@@ -42,4 +39,13 @@ def methods_help() -> str:
     return "; ".join(f"{m.name} ({m.label}): {m.description}" for m in METHODS.values())
 
 
-__all__ = ["METHODS", "Method", "MethodConfig", "Rotation", "get_method", "method_config", "methods_help"]
+__all__ = [
+    "METHODS",
+    "Method",
+    "MethodConfig",
+    "RotatingMethod",
+    "ScoredMethod",
+    "get_method",
+    "method_config",
+    "methods_help",
+]

@@ -11,16 +11,23 @@ peft's tuner configs do; the plan stores them (`PlanSettings.method_settings`).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
+from typing import ClassVar
 
 import torch
 import torch.nn as nn
 
-from nirvana.errors import InvalidInput
-from nirvana.models.shapes import ModelShape
+from nirvana.errors import InvalidInput, PlanMismatch
+from nirvana.guard.memory import check_scoring_memory, choose_micro_batch, oom_guard
+from nirvana.models.fingerprint import model_fingerprint
+from nirvana.models.shapes import ModelShape, model_shape
 from nirvana.pruning.allocation import default_gamma, plan_stats
 from nirvana.pruning.plan import LayerPlan, PlanSettings, PruningPlan
+from nirvana.pruning.slicing import add_output_biases, apply_plan
+from nirvana.scoring.objectives import output_head
+from nirvana.scoring.scores import Scores, cached_scores, check_scores_match
 
 Biases = dict[int, dict[str, torch.Tensor]]  # layer_idx -> {"o_proj": [D], "down_proj": [D]}
 
@@ -56,50 +63,312 @@ class MethodConfig:
         """Model-dependent checks (layer ranges, existing biases, reachable sparsity), before any scoring."""
 
 
-@dataclass(frozen=True)
-class Rotation:
-    """The steps of a method that transforms the model on data instead of cutting scored units (SliceGPT).
-
-    `plan(model, sparsity, config, calibration) -> PruningPlan`: the widths, from shapes alone.
-    `apply(model, plan, batch, *, inplace, micro_batch, progress) -> model`: the transform, forward
-    passes on the calibration batch.
-    """
-
-    plan: Callable
-    apply: Callable
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Method:
-    """One pruning method: scorer, allocation and compensation, plus how people see it.
+    """One pruning method: the steps `nirvana.pipeline.prune` runs, in this order, for every method.
 
-    `score(model, batch, config, micro_batch, progress) -> (attn [L, Hkv], mlp [L, I], extra)`.
-    `allocate(scores, shape, sparsity, config) -> PruningPlan`.
-    `compensate(dense_model, plan, scores, config) -> Biases | None`: run on the dense model before
-    slicing (it reads the weights that slicing removes); the biases are added to the sliced copy.
-    `memory(model_config, config, samples=N, seq_len=T, ...) -> MemoryEstimate`: what `score` adds
-    on top of the weights (nirvana.guard.memory), checked before any scoring.
+    `check_settings(settings)`: refuse settings that are not the method's (`PruneSettings.__post_init__`).
+    `check(model, shape, settings)`: refuse the model or the target before any data is drawn or scored.
+    `score(model, settings, batch, progress) -> Scores`: unit scores on the batch (disk cache, memory guard).
+    `take_scores(scores, model)`: refuse scores given from outside that this method cannot plan from.
+    `plan(model, shape, settings, scores, batch) -> PruningPlan`: the kept units (or widths) at the target.
+    `take_plan(plan, model, batch)`: refuse a given plan this model or batch cannot apply.
+    `apply(model, plan, *, scores, batch, settings, inplace, progress) -> model`: the pruned model.
+
+    A method that transforms weights on data (SliceGPT's rotation, FLAP's compensation) does it in
+    `apply`, from what its plan and scores carry. `memory(model_config, settings, *, samples, seq_len,
+    micro_batch, dtype, device, quantization) -> MemoryEstimate` is the planned peak of `score` above
+    the loaded weights, checked before any scoring. `sharded(config) -> ShardedScorer` (or None) is
+    `score` split for FSDP2 (`--distributed`). The display fields (`color`, `description`,
+    `reference`, `explain`) are what the CLI, the app and docs/BASELINES.md show.
     """
 
     name: str
     label: str
     config: type[MethodConfig]
-    score: Callable | None  # None: the method has its own path (NIRVANA goes through its criteria table)
-    allocate: Callable | None
-    compensate: Callable | None
-    check: Callable | None  # (model, shape, sparsity, config) -> None; raises InvalidInput before any scoring
     needs_data: bool
     uses_gradients: bool  # a backward pass
-    # (model_config, settings, *, samples, seq_len, micro_batch, dtype, device, quantization) -> MemoryEstimate:
-    # the planned peak of `score` above the loaded weights, which the memory guard checks before scoring.
     memory: Callable
     color: str
     description: str  # one line: what it does differently from NIRVANA
     reference: str  # the repository and files it follows (docs/BASELINES.md)
     explain: str  # "how to read it": two sentences on what it does differently from NIRVANA (app, help, docs)
-    rotation: Rotation | None = None  # set instead of score/allocate/compensate (SliceGPT)
-    # (config) -> nirvana.scoring.distributed.ShardedScorer: `score` split for FSDP2 (--distributed); None: one process
     sharded: Callable | None = None
+    rotates: ClassVar[bool] = False  # plans from shapes and transforms the model on calibration data
+    has_allocation_settings: ClassVar[bool] = False  # gamma, align, allocation and criterion are its settings
+    verb: ClassVar[str] = "pruned"  # the progress line's "pruned to 98.1 M parameters"
+
+    def check_settings(self, settings) -> None:
+        """The settings are this method's: the ones of NIRVANA's allocation are refused unless it has them."""
+        method_config_of(self, settings.method_settings)
+        if self.has_allocation_settings:
+            return
+        given = {
+            "criterion": settings.criterion != "nirvana",
+            "gamma": settings.gamma is not None,
+            "allocation": settings.allocation != "global",
+            "select_calib": settings.select_calib != 0,
+        }
+        wrong = [k for k, on in given.items() if on]
+        if wrong:
+            raise InvalidInput(
+                f"{', '.join(wrong)} {'is a setting' if len(wrong) == 1 else 'are settings'} of method nirvana and "
+                f"do not apply to {self.name!r}; drop them (its own settings go in method_settings)."
+            )
+
+    def needs_data_for(self, settings) -> bool:
+        return self.needs_data
+
+    def check(self, model: nn.Module, shape: ModelShape, settings) -> None:
+        raise NotImplementedError
+
+    def score(self, model: nn.Module, settings, batch, progress=None):
+        raise NotImplementedError
+
+    def take_scores(self, scores, model: nn.Module) -> None:
+        raise NotImplementedError
+
+    def plan(self, model: nn.Module, shape: ModelShape, settings, scores, batch) -> PruningPlan:
+        raise NotImplementedError
+
+    def take_plan(self, plan: PruningPlan, model: nn.Module, batch) -> None:
+        raise NotImplementedError
+
+    def apply(self, model: nn.Module, plan: PruningPlan, *, scores, batch, inplace, micro_batch, progress) -> nn.Module:
+        raise NotImplementedError
+
+    # The steps by their own arguments (a method's config rather than `PruneSettings`), for the benchmarks, the
+    # sweeps and the app, which hold one config and many sparsities. A method without the step refuses it.
+    def check_config(self, model: nn.Module, shape: ModelShape, sparsity: float, config: MethodConfig) -> None:
+        raise InvalidInput(f"method {self.name!r} is checked by its pruning settings (`PruneSettings`).")
+
+    def scores(self, model, config: MethodConfig, batch, *, micro_batch=0, use_cache=True, progress=None) -> Scores:
+        raise InvalidInput(f"method {self.name!r} is scored by nirvana.scoring.criteria (the pipeline's default path).")
+
+    def allocate(self, scores: Scores, shape: ModelShape, sparsity: float, config: MethodConfig) -> PruningPlan:
+        raise InvalidInput(
+            f"method {self.name!r} allocates by nirvana.pruning.allocation (the pipeline's default path)."
+        )
+
+    def widths(self, model: nn.Module, sparsity: float, config: MethodConfig, batch) -> PruningPlan:
+        raise InvalidInput(f"method {self.name!r} does not rotate; its plans come from unit scores.")
+
+    def adds_biases(self, config: MethodConfig) -> bool:
+        """Whether `apply` adds o_proj / down_proj biases (FLAP's compensation)."""
+        return False
+
+    @property
+    def applies_from_scores(self) -> bool:
+        """Whether `apply` reads the scores the plan came from (FLAP's compensation), not the plan alone."""
+        return False
+
+    def sharded_scoring(self, settings) -> tuple[Callable, Callable | None] | None:
+        """(scorer, memory estimate) of `score` split for FSDP2 (`--distributed`); None: the method has no backward
+        pass to shard."""
+        if self.sharded is None:
+            return None
+        return self.sharded(settings.config), functools.partial(self.memory, settings=settings.config)
+
+    def report_extra(self, pruned: nn.Module) -> dict:
+        """What a prune's report adds for this method (SliceGPT: the kept hidden widths)."""
+        return {}
+
+
+def method_config_of(method: Method, settings: dict | None) -> MethodConfig:
+    """`method`'s validated config from its JSON settings (None: the defaults)."""
+    if settings is not None and not isinstance(settings, dict):
+        raise InvalidInput(f"settings of method {method.name!r} must be a JSON object, got {settings!r}.")
+    return method.config.from_dict(settings, method.name)
+
+
+def check_units_model(model: nn.Module, shape: ModelShape, sparsity: float) -> None:
+    """The target and the model every baseline needs: a sparsity in [0, 1) and a dense (uniform) model."""
+    check_sparsity_value(sparsity)
+    if not shape.is_uniform:
+        raise InvalidInput("this model is already pruned (layers differ in width); prune the dense model instead.")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScoredMethod(Method):
+    """A method that scores the units and cuts by its own allocation (LLM-Pruner, FLAP).
+
+    `scorer(model, batch, config, micro_batch, progress) -> (attn [L, Hkv], mlp [L, I], extra)`.
+    `allocator(scores, shape, sparsity, config) -> PruningPlan`.
+    `compensator(dense_model, plan, scores, config) -> Biases | None`: run on the dense model before
+    slicing (it reads the weights that slicing removes); the biases are added to the sliced copy.
+    `checker(model, shape, sparsity, config)`: raises InvalidInput before any scoring.
+    """
+
+    scorer: Callable
+    allocator: Callable
+    compensator: Callable | None = None
+    checker: Callable | None = None
+
+    def check(self, model: nn.Module, shape: ModelShape, settings) -> None:
+        self.check_config(model, shape, settings.sparsity, settings.config)
+
+    def check_config(self, model: nn.Module, shape: ModelShape, sparsity: float, config: MethodConfig) -> None:
+        check_units_model(model, shape, sparsity)
+        if self.checker is not None:
+            self.checker(model, shape, sparsity, config)
+
+    def score(self, model: nn.Module, settings, batch, progress=None) -> Scores:
+        return self.scores(
+            model, settings.config, batch, micro_batch=settings.micro_batch, use_cache=settings.use_cache,
+            progress=progress,
+        )  # fmt: skip
+
+    def scores(self, model, config: MethodConfig, batch, *, micro_batch=0, use_cache=True, progress=None) -> Scores:
+        """The unit scores on `batch`, cached under the method's name and the settings that change them."""
+        if batch is None:
+            raise InvalidInput(f"method {self.name!r} needs a calibration batch.")
+        batch.check_vocab(model.get_input_embeddings().num_embeddings)
+        calib = batch.describe()
+        n, t = batch.input_ids.shape
+
+        def plan() -> int:
+            """The micro-batch: as given, or (gradient methods, a sum over sequences) chosen from the memory plan."""
+            estimate = self.memory_estimate(model, config)
+            mb = micro_batch
+            if not mb and self.uses_gradients:  # any micro-batch gives the same scores
+                mb = choose_micro_batch(model, n, t, estimate=estimate)
+            check_scoring_memory(model, n, t, micro_batch=mb, estimate=estimate)
+            return mb
+
+        def compute(fingerprint: str, mb: int) -> Scores:
+            attn, mlp, extra = self.scorer(model, batch, config, mb, progress)
+            meta = {"cache_hit": False, "method_settings": config.score_key(), "micro_batch": mb or n}
+            return Scores(attn.float().cpu(), mlp.float().cpu(), self.name, fingerprint, calib, meta, extra)
+
+        return cached_scores(
+            model, self.name, calib, config.score_key(), compute, memory=plan, use_cache=use_cache, progress=progress
+        )
+
+    def memory_estimate(self, model: nn.Module, config: MethodConfig):
+        """`memory` with these settings; gradient methods take the LM loss a vocabulary chunk at a time where the
+        head allows it."""
+        estimate = functools.partial(self.memory, settings=config)
+        if self.uses_gradients:
+            estimate = functools.partial(estimate, chunked_logits=output_head(model) is not None)
+        return estimate
+
+    def take_scores(self, scores: Scores, model: nn.Module) -> None:
+        check_scores_match(scores, model)
+
+    def plan(self, model: nn.Module, shape: ModelShape, settings, scores: Scores, batch) -> PruningPlan:
+        return self.allocate(scores, shape, settings.sparsity, settings.config)
+
+    def allocate(self, scores: Scores, shape: ModelShape, sparsity: float, config: MethodConfig) -> PruningPlan:
+        """The method's allocation of `scores` at a target block sparsity."""
+        check_sparsity_value(sparsity)
+        if scores.criterion != self.name:
+            raise InvalidInput(
+                f"these scores were computed by {scores.criterion!r}, not by method {self.name!r}; rescore."
+            )
+        L, hkv, inter = shape.num_layers, shape.num_kv_heads[0], shape.intermediate[0]
+        if tuple(scores.attn.shape) != (L, hkv) or tuple(scores.mlp.shape) != (L, inter):
+            raise InvalidInput(
+                f"scores have shapes attn {tuple(scores.attn.shape)}, mlp {tuple(scores.mlp.shape)} "
+                f"but the model needs ({L}, {hkv}) and ({L}, {inter}); were they computed for another model?"
+            )
+        return self.allocator(scores, shape, sparsity, config)
+
+    def take_plan(self, plan: PruningPlan, model: nn.Module, batch) -> None:
+        plan.check_model(model_fingerprint(model))
+
+    def apply(self, model, plan, *, scores=None, batch=None, inplace=False, micro_batch=0, progress=None):
+        """Slice `model` to `plan`, with the compensation (FLAP: o_proj / down_proj biases) computed on the dense
+        weights first; it needs the scores' mean inputs (`Scores.extra`), i.e. the score file the plan came from."""
+        config = method_config_of(self, plan.settings.method_settings)
+        biases = None
+        if self.compensator is not None:
+            needed = ("attn_mean_inp", "mlp_mean_inp")
+            if scores is None or any(k not in scores.extra for k in needed):
+                raise InvalidInput(
+                    f"a {self.label} plan adds biases computed from its calibration statistics; pass the score file "
+                    f"it was made from (`score --method {self.name} --out F`, then `prune --plan P --scores F`), or "
+                    "prune again."
+                )
+            biases = self.compensator(model, plan, scores, config)
+        pruned = apply_plan(model, plan, inplace=inplace)
+        if biases:
+            add_output_biases(pruned, biases)
+        return pruned
+
+    def adds_biases(self, config: MethodConfig) -> bool:
+        return self.compensator is not None and getattr(config, "bias", True)
+
+    @property
+    def applies_from_scores(self) -> bool:
+        return self.compensator is not None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RotatingMethod(Method):
+    """A method that transforms the model on calibration data instead of cutting scored units (SliceGPT).
+
+    `planner(model, sparsity, config, calibration) -> PruningPlan`: the widths, from shapes alone.
+    `rotator(model, plan, batch, *, inplace, micro_batch, progress) -> model`: the transform, forward
+    passes on the calibration batch. `checker(model, shape, sparsity, config)` as `ScoredMethod`'s.
+    """
+
+    planner: Callable
+    rotator: Callable
+    checker: Callable | None = None
+    rotates: ClassVar[bool] = True
+    verb: ClassVar[str] = "rotated and sliced"
+
+    def check(self, model: nn.Module, shape: ModelShape, settings) -> None:
+        self.check_config(model, shape, settings.sparsity, settings.config)
+
+    def check_config(self, model: nn.Module, shape: ModelShape, sparsity: float, config: MethodConfig) -> None:
+        check_units_model(model, shape, sparsity)
+        if self.checker is not None:
+            self.checker(model, shape, sparsity, config)
+
+    def score(self, model, settings, batch, progress=None):
+        return self.scores(model, settings.config, batch)
+
+    def scores(self, model, config: MethodConfig, batch, *, micro_batch=0, use_cache=True, progress=None) -> Scores:
+        raise InvalidInput(
+            f"method {self.name!r} has no unit scores: it rotates the model on calibration data when it prunes, "
+            f"layer by layer. Use `prune --method {self.name}` (its plan holds the kept hidden width)."
+        )
+
+    def take_scores(self, scores, model: nn.Module) -> None:
+        raise InvalidInput(f"method {self.name!r} prunes without unit scores; drop the scores (--scores).")
+
+    def plan(self, model: nn.Module, shape: ModelShape, settings, scores, batch) -> PruningPlan:
+        return self.widths(model, settings.sparsity, settings.config, batch)
+
+    def widths(self, model: nn.Module, sparsity: float, config: MethodConfig, batch) -> PruningPlan:
+        """The plan for the target: every unit kept, the hidden width from shapes alone (checked first)."""
+        self.check_config(model, model_shape(model), sparsity, config)
+        return self.planner(model, sparsity, config, None if batch is None else batch.describe())
+
+    def take_plan(self, plan: PruningPlan, model: nn.Module, batch) -> None:
+        recorded = plan.settings.calibration or {}
+        if recorded.get("hash") not in (None, batch.hash):
+            raise PlanMismatch(
+                f"this {self.name} plan was rotated on calibration batch {recorded.get('source')} (seed "
+                f"{recorded.get('seed')}, {recorded.get('samples')} x {recorded.get('seq_len')} tokens, hash "
+                f"{recorded.get('hash')}); these settings draw {batch.source} ({batch.hash}). Pass the same --calib, "
+                "--samples, --seq-len and --seed."
+            )
+
+    def apply(self, model, plan, *, scores=None, batch=None, inplace=False, micro_batch=0, progress=None):
+        """Rotate and slice on `batch` (after the memory check): the plan's width, the rotations from the batch."""
+        if batch is None:
+            raise InvalidInput(f"method {self.name!r} rotates by the PCA of calibration activations: it needs a batch.")
+        config = method_config_of(self, plan.settings.method_settings)
+        n, t = batch.input_ids.shape
+        estimate = functools.partial(self.memory, settings=config)
+        check_scoring_memory(model, n, t, micro_batch=micro_batch, estimate=estimate)
+        with oom_guard(f"rotating ({self.name})"):
+            return self.rotator(model, plan, batch, inplace=inplace, micro_batch=micro_batch, progress=progress)
+
+    def report_extra(self, pruned: nn.Module) -> dict:
+        return {"sliced_hidden": pruned.config.nirvana_sliced_hidden}
 
 
 def check_sparsity_value(sparsity: float) -> None:

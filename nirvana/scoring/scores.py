@@ -163,3 +163,13 @@ def cached_scores(
     if progress:
         progress(1.0, f"{label} scores in {scores.meta['seconds']:.1f} s")
     return scores
+
+
+def check_scores_match(scores: Scores, model, source: str = "the given Scores") -> None:
+    """Scores from a file belong to the model they were computed on (content fingerprint)."""
+    fingerprint = model_fingerprint(model)
+    if scores.fingerprint != fingerprint:
+        raise PlanMismatch(
+            f"{source} holds scores of model fingerprint {scores.fingerprint}, not of this model ({fingerprint}); "
+            "score this model, or pass the model they came from."
+        )

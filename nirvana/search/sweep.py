@@ -76,7 +76,7 @@ def sweep_points(settings: SweepSettings) -> list[tuple[str, Allocation]]:
     centre = settings.allocation
     points = [("dense", replace(centre, sparsity=0.0))] if settings.dense else []
     points += [("sparsity", replace(centre, sparsity=s)) for s in settings.sparsities if s > 0]
-    if settings.method == "nirvana":  # gamma is NIRVANA's budget split; a baseline allocates its own way
+    if get_method(settings.method).has_allocation_settings:  # gamma: NIRVANA's split; a baseline allocates its own way
         points += [("gamma", replace(centre, gamma=g)) for g in settings.gammas]
     return points
 
@@ -120,7 +120,8 @@ class SweepPoint:
 
     def __init__(self, lm, scores, settings: SweepSettings, batch=None):
         self.lm, self.scores, self.settings, self.batch = lm, scores, settings, batch
-        self.rotates = get_method(settings.method).rotation is not None
+        self.method = get_method(settings.method)
+        self.rotates = self.method.rotates
         if self.rotates and batch is None:
             raise InvalidInput(
                 f"method {settings.method!r} rotates on calibration data: a sweep of it needs the batch."
@@ -161,7 +162,7 @@ class SweepPoint:
             "method": "dense" if axis == "dense" else settings.method,
             "axis": axis,
             "sparsity": allocation.sparsity,
-            "gamma": allocation.gamma if settings.method == "nirvana" else None,
+            "gamma": allocation.gamma if self.method.has_allocation_settings else None,
             "achieved_block_sparsity": 0.0 if plan is None else plan.stats["achieved_block_sparsity"],
             "params": shape.total_params if plan is None else plan.stats["params_after"],
             "quality": quality,

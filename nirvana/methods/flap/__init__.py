@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nirvana.methods.base import Method
+from nirvana.methods.base import ScoredMethod
 from nirvana.methods.flap.allocation import allocate_flap
 from nirvana.methods.flap.compensation import flap_biases
 from nirvana.methods.flap.config import FLAPConfig
@@ -14,14 +14,14 @@ def check(model, shape, sparsity: float, config: FLAPConfig) -> None:
     config.check(model, shape, sparsity)
 
 
-METHOD = Method(
+METHOD = ScoredMethod(
     name="flap",
     label="FLAP",
     config=FLAPConfig,
-    score=flap_scores,
-    allocate=allocate_flap,
-    compensate=flap_biases,
-    check=check,
+    scorer=flap_scores,
+    allocator=allocate_flap,
+    compensator=flap_biases,
+    checker=check,
     needs_data=True,
     uses_gradients=False,
     memory=flap_memory,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nirvana.methods.base import Method
+from nirvana.methods.base import ScoredMethod
 from nirvana.methods.llm_pruner.allocation import allocate_llm_pruner, solve_ratio
 from nirvana.methods.llm_pruner.config import LLMPrunerConfig
 from nirvana.methods.llm_pruner.importance import sharded_scorer, taylor_scores
@@ -14,14 +14,14 @@ def check(model, shape, sparsity: float, config: LLMPrunerConfig) -> None:
     solve_ratio(shape, sparsity, config)  # refuses a target the layer range cannot reach
 
 
-METHOD = Method(
+METHOD = ScoredMethod(
     name="llm-pruner",
     label="LLM-Pruner",
     config=LLMPrunerConfig,
-    score=taylor_scores,
-    allocate=allocate_llm_pruner,
-    compensate=None,
-    check=check,
+    scorer=taylor_scores,
+    allocator=allocate_llm_pruner,
+    compensator=None,
+    checker=check,
     needs_data=True,
     uses_gradients=True,
     memory=llm_pruner_memory,

@@ -3,7 +3,7 @@ microsoft/TransformerCompression: see docs/BASELINES.md."""
 
 from __future__ import annotations
 
-from nirvana.methods.base import Method, Rotation
+from nirvana.methods.base import RotatingMethod
 from nirvana.methods.slicegpt.config import SliceGPTConfig
 from nirvana.methods.slicegpt.memory import slicegpt_memory
 from nirvana.methods.slicegpt.steps import apply_slicegpt, plan_slicegpt
@@ -13,14 +13,13 @@ def check(model, shape, sparsity: float, config: SliceGPTConfig) -> None:
     config.check(model, shape, sparsity)
 
 
-METHOD = Method(
+METHOD = RotatingMethod(
     name="slicegpt",
     label="SliceGPT",
     config=SliceGPTConfig,
-    score=None,
-    allocate=None,
-    compensate=None,
-    check=check,
+    planner=plan_slicegpt,
+    rotator=apply_slicegpt,
+    checker=check,
     needs_data=True,
     uses_gradients=False,
     memory=slicegpt_memory,
@@ -33,7 +32,6 @@ METHOD = Method(
     "the residual stream is rotated into the basis of its principal components, while NIRVANA removes whole KV "
     "groups and neurons. The rotation comes first because the hidden dimensions of a trained model all carry signal "
     "(slicing them unrotated destroys it); after the PCA rotation the trailing dimensions carry the least variance.",
-    rotation=Rotation(plan=plan_slicegpt, apply=apply_slicegpt),
 )
 
 __all__ = ["METHOD", "SliceGPTConfig"]
