@@ -21,6 +21,37 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 PERSISTENT_CACHE = os.environ.get("NIRVANA_CACHE_DIR")
+# Under pytest-xdist (`make test` runs -n 2) the cores are shared among the workers: one share of torch threads each.
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+THREADS = max(1, (os.cpu_count() or 1) // WORKERS)
+torch.set_num_threads(THREADS)
+
+
+# The longest test files (a real browser, a Ray cluster, torchrun ranks, real-model generation and recovery), in
+# the order they are handed out: under pytest-xdist (`--dist loadfile`, a file per worker at a time) they start
+# first, so the two workers end together instead of one finishing a long file alone (CI's --durations list says
+# which files these are).
+LONG_FIRST = (
+    "test_browser.py",
+    "test_batched_generation.py",
+    "test_distributed_scoring.py",
+    "test_ray_grid.py",
+    "test_bench_baselines.py",
+    "test_bench_recovery.py",
+    "test_recovery_smollm2.py",
+    "test_app_sweep_cluster.py",
+    "test_bench_scale.py",
+    "test_app_accuracy.py",
+    "test_gemma3.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist: the files of `LONG_FIRST` first, in its order; every other test as collected."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return
+    rank = {name: i for i, name in enumerate(LONG_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(LONG_FIRST)))  # stable: a file's tests keep their order
 
 
 @pytest.fixture(autouse=True)
@@ -70,7 +101,7 @@ def smollm2():
     """The real SmolLM2-135M (fp32, CPU), loaded once per session. Never mutate it: copy or apply_plan."""
     from nirvana.checkpoints.loading import load_model
 
-    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    torch.set_num_threads(THREADS)
     return _with_persistent_cache(lambda: load_model("smollm2-135m", dtype="float32", device="cpu"))
 
 
@@ -94,7 +125,7 @@ def gemma3():
     entry = REGISTRY["gemma3-270m"]
     if any(importlib.util.find_spec(module) is None for module in entry.modules):
         pytest.skip(f"needs the Gemma-3-270M packages: {entry.pip_install}")
-    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    torch.set_num_threads(THREADS)
     return _with_persistent_cache(lambda: load_model("gemma3-270m", dtype="float32", device="cpu"))
 
 
