@@ -41,12 +41,13 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check --exclude "*.md" .
-	# Two worker processes (pytest-xdist), one per core, a test file each at a time; the slowest 25 are listed,
+	# Two worker processes (pytest-xdist), one per core, a test file each at a time, in the order tests/conftest.py
+	# gives them (the longest first: LONG_FIRST); the slowest 25 are listed,
 	# so a CI log shows where its time went.
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=25
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=25
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow and not browser"
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not slow and not browser"
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -193,7 +193,13 @@ def _score_decoder(
 ) -> tuple[Scores, dict | None]:
     """`score` on a decoder-only model: the method's checks, its calibration data, its scores."""
     method = get_method(settings.method)
-    method.check(lm.model, model_shape(lm.model), settings)
+    resolved = method.check(lm.model, model_shape(lm.model), settings)
+    return _scored(lm, settings, method, progress, batch, allocation or resolved)
+
+
+def _scored(lm: LoadedModel, settings: PruneSettings, method, progress: Progress, batch, allocation):
+    """The method's scores on `batch`, or on the calibration data the settings draw (with the KL-guided selection's
+    summary); `allocation`: the checks' resolved allocation, which the selection plans with."""
     if batch is None:
         batch, selection = calibration_for(lm, settings, progress, allocation)
     else:
@@ -259,12 +265,13 @@ def _prune_decoder(lm, settings, *, scores=None, plan=None, inplace=False, progr
     timings: dict[str, float] = {}
     selection = None
     t = time.perf_counter()
+    resolved = None
     if plan is None:
-        method.check(lm.model, shape, settings)  # bad settings fail here, before any data is drawn or scored
+        resolved = method.check(lm.model, shape, settings)  # bad settings fail here, before data or scores
         if scores is not None:
             method.take_scores(scores, lm.model)
         elif not method.rotates:
-            scores, selection = _score_decoder(lm, settings, progress)
+            scores, selection = _scored(lm, settings, method, progress, None, resolved)
         timings["score"] = time.perf_counter() - t
         t = time.perf_counter()
     else:
@@ -272,7 +279,7 @@ def _prune_decoder(lm, settings, *, scores=None, plan=None, inplace=False, progr
     if method.rotates and batch is None:
         batch, _ = calibration_for(lm, settings, progress)
     if plan is None:
-        plan = method.plan(lm.model, shape, settings, scores, batch)
+        plan = method.plan(lm.model, shape, settings, scores, batch, resolved)
     else:
         method.take_plan(plan, lm.model, batch)
     timings["plan"] = time.perf_counter() - t

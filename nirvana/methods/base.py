@@ -68,10 +68,11 @@ class Method:
     """One pruning method: the steps `nirvana.pipeline.prune` runs, in this order, for every method.
 
     `check_settings(settings)`: refuse settings that are not the method's (`PruneSettings.__post_init__`).
-    `check(model, shape, settings)`: refuse the model or the target before any data is drawn or scored.
+    `check(model, shape, settings)`: refuse the model or the target before any data is drawn or scored; returns
+    what the checks resolved, which `plan` gets back (NIRVANA: the `Allocation` with gamma* filled), or None.
     `score(model, settings, batch, progress) -> Scores`: unit scores on the batch (disk cache, memory guard).
     `take_scores(scores, model)`: refuse scores given from outside that this method cannot plan from.
-    `plan(model, shape, settings, scores, batch) -> PruningPlan`: the kept units (or widths) at the target.
+    `plan(model, shape, settings, scores, batch, resolved) -> PruningPlan`: the kept units (or widths) at the target.
     `take_plan(plan, model, batch)`: refuse a given plan this model or batch cannot apply.
     `apply(model, plan, *, scores, batch, settings, inplace, progress) -> model`: the pruned model.
 
@@ -119,7 +120,7 @@ class Method:
     def needs_data_for(self, settings) -> bool:
         return self.needs_data
 
-    def check(self, model: nn.Module, shape: ModelShape, settings) -> None:
+    def check(self, model: nn.Module, shape: ModelShape, settings):
         raise NotImplementedError
 
     def score(self, model: nn.Module, settings, batch, progress=None):
@@ -128,7 +129,7 @@ class Method:
     def take_scores(self, scores, model: nn.Module) -> None:
         raise NotImplementedError
 
-    def plan(self, model: nn.Module, shape: ModelShape, settings, scores, batch) -> PruningPlan:
+    def plan(self, model: nn.Module, shape: ModelShape, settings, scores, batch, resolved=None) -> PruningPlan:
         raise NotImplementedError
 
     def take_plan(self, plan: PruningPlan, model: nn.Module, batch) -> None:
@@ -255,7 +256,7 @@ class ScoredMethod(Method):
     def take_scores(self, scores: Scores, model: nn.Module) -> None:
         check_scores_match(scores, model)
 
-    def plan(self, model: nn.Module, shape: ModelShape, settings, scores: Scores, batch) -> PruningPlan:
+    def plan(self, model: nn.Module, shape: ModelShape, settings, scores: Scores, batch, resolved=None) -> PruningPlan:
         return self.allocate(scores, shape, settings.sparsity, settings.config)
 
     def allocate(self, scores: Scores, shape: ModelShape, sparsity: float, config: MethodConfig) -> PruningPlan:
@@ -338,7 +339,7 @@ class RotatingMethod(Method):
     def take_scores(self, scores, model: nn.Module) -> None:
         raise InvalidInput(f"method {self.name!r} prunes without unit scores; drop the scores (--scores).")
 
-    def plan(self, model: nn.Module, shape: ModelShape, settings, scores, batch) -> PruningPlan:
+    def plan(self, model: nn.Module, shape: ModelShape, settings, scores, batch, resolved=None) -> PruningPlan:
         return self.widths(model, settings.sparsity, settings.config, batch)
 
     def widths(self, model: nn.Module, sparsity: float, config: MethodConfig, batch) -> PruningPlan:

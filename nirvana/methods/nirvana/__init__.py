@@ -14,7 +14,7 @@ from nirvana.errors import InvalidInput
 from nirvana.guard.memory import MemoryEstimate, estimate_scoring
 from nirvana.methods.base import Method, MethodConfig
 from nirvana.models.shapes import ModelShape
-from nirvana.pruning.allocation import allocate
+from nirvana.pruning.allocation import Allocation, allocate
 from nirvana.pruning.plan import PruningPlan
 from nirvana.pruning.slicing import apply_plan
 from nirvana.scoring.criteria import CRITERIA, compute_scores
@@ -42,8 +42,8 @@ class NirvanaMethod(Method):
     def needs_data_for(self, settings) -> bool:
         return CRITERIA[settings.criterion].needs_data
 
-    def check(self, model: nn.Module, shape: ModelShape, settings) -> None:
-        settings.allocation_settings.resolve(shape)  # bad settings fail here, before scoring
+    def check(self, model: nn.Module, shape: ModelShape, settings) -> Allocation:
+        return settings.allocation_settings.resolve(shape)  # bad settings fail here, before scoring
 
     def score(self, model: nn.Module, settings, batch, progress=None) -> Scores:
         return compute_scores(
@@ -65,8 +65,8 @@ class NirvanaMethod(Method):
                 f"--method {scores.criterion} (NIRVANA's allocation would read them as saliency)."
             )
 
-    def plan(self, model: nn.Module, shape: ModelShape, settings, scores: Scores, batch) -> PruningPlan:
-        return allocate(scores, shape, settings.allocation_settings.resolve(shape))
+    def plan(self, model: nn.Module, shape: ModelShape, settings, scores: Scores, batch, resolved=None) -> PruningPlan:
+        return allocate(scores, shape, resolved or settings.allocation_settings.resolve(shape))
 
     def take_plan(self, plan: PruningPlan, model: nn.Module, batch) -> None:
         pass  # `apply_plan` checks the fingerprint
