@@ -33,11 +33,13 @@ PREFIX = os.path.realpath(sys.base_prefix)
 
 
 def sandboxed_pids() -> list[int]:
+    """Sandboxed processes this test process started (another pytest-xdist worker's runs are its own business)."""
+    mine = f"{MARKER}-{os.getpid()}-".encode()
     pids = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                if MARKER.encode() in (entry / "cmdline").read_bytes():
+                if mine in (entry / "cmdline").read_bytes():
                     pids.append(int(entry.name))
             except OSError:
                 continue
@@ -319,7 +321,7 @@ def test_killing_the_namespace_takes_every_process_in_it_down():
 
     info_r, info_w = os.pipe()
     program = "import os, time\nfor _ in range(3):\n    os.fork()\ntime.sleep(100)\n"
-    cmd = [*sandbox.bwrap_command(QUICK, info_w), "-c", program, f"{MARKER}-forker"]
+    cmd = [*sandbox.bwrap_command(QUICK, info_w), "-c", program, f"{MARKER}-{os.getpid()}-forker"]
     proc = subprocess.Popen(cmd, pass_fds=(info_w,), env={}, start_new_session=True)
     os.close(info_w)
     try:

@@ -87,7 +87,9 @@ OPT_IN = (
     "size-capped /tmp, time, memory, file-size and task limits, no new processes or sockets)."
 )
 INSTALL = "install bubblewrap 0.8 or newer (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap)"
-MARKER = "nirvana-sandbox"  # in every sandboxed process's command line (tests look for leftovers)
+# In every sandboxed process's command line, with the launching process's pid: "nirvana-sandbox-<pid>-<name>" (tests
+# look for leftovers of their own process; a leftover reparented to init still names who started it).
+MARKER = "nirvana-sandbox"
 ISOLATED, UNSAFE = "bubblewrap", "none (unsafe: plain child processes)"
 FILTER_SUMMARY = "no fork/exec/socket/ptrace/pidfd/mount, no memfd/SysV IPC/inotify"
 SANDBOX_UID = 3_800_000  # the host uid and gid sandboxes run as when the evaluator is root (no account needed)
@@ -482,7 +484,7 @@ def run_tests(completion: str, tests: str, limits: Limits | None = None, *, allo
             outs.append(out_r)
             infos.append(info_r)
             prefix = bwrap_command(lim, info_w) if mode == ISOLATED else plain
-            argv = [*prefix, "-I", "-c", script, f"{MARKER}-{name}", *map(str, keep)]
+            argv = [*prefix, "-I", "-c", script, f"{MARKER}-{os.getpid()}-{name}", *map(str, keep)]
             procs.append(_spawn(argv, in_r, out_w, (*keep, info_w) if mode == ISOLATED else keep, env, work))
     except BaseException:
         for p in procs:
