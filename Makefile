@@ -46,8 +46,9 @@ test: $(STAMP)
 	# so a CI log shows where its time went.
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=25
 
+# The unit layer: no real model (slow), no browser, no whole-path run (integration: tests/conftest.py INTEGRATION).
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not slow and not browser"
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not slow and not browser and not integration"
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -46,8 +46,37 @@ LONG_FIRST = (
 )
 
 
+# Files whose tests run a whole path (AppTest pages, the CLI in a subprocess, Ray clusters, torchrun ranks, stock
+# transformers in another Python): marked `integration`. `make test-fast` leaves them out with the `slow` (real
+# SmolLM2) and `browser` tests; the unit layer left takes under 2 minutes on two workers (docs/TESTS.md).
+INTEGRATION = frozenset(
+    {
+        "test_app_accuracy.py",
+        "test_app_methods.py",
+        "test_app_pages.py",
+        "test_app_recover.py",
+        "test_app_rough_edges.py",
+        "test_app_sweep_cluster.py",
+        "test_app_t5.py",
+        "test_bench_baselines.py",
+        "test_bench_recovery.py",
+        "test_bench_scale.py",
+        "test_calib_select.py",
+        "test_distributed_scoring.py",
+        "test_export.py",
+        "test_ray_grid.py",
+        "test_sweep_methods.py",
+        "test_t5_hub.py",
+    }
+)
+
+
 def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist: the files of `LONG_FIRST` first, in its order; every other test as collected."""
+    """`integration` on the files of `INTEGRATION`; under pytest-xdist, the files of `LONG_FIRST` first, in its
+    order, and every other test as collected."""
+    for item in items:
+        if item.path.name in INTEGRATION:
+            item.add_marker(pytest.mark.integration)
     if "PYTEST_XDIST_WORKER" not in os.environ:
         return
     rank = {name: i for i, name in enumerate(LONG_FIRST)}
