@@ -95,6 +95,7 @@ class Method:
     reference: str  # the repository and files it follows (docs/BASELINES.md)
     explain: str  # "how to read it": two sentences on what it does differently from NIRVANA (app, help, docs)
     sharded: Callable | None = None
+    checker: Callable | None = None  # (model, shape, sparsity, config) -> None; raises InvalidInput before any scoring
     rotates: ClassVar[bool] = False  # plans from shapes and transforms the model on calibration data
     has_allocation_settings: ClassVar[bool] = False  # gamma, align, allocation and criterion are its settings
     verb: ClassVar[str] = "pruned"  # the progress line's "pruned to 98.1 M parameters"
@@ -121,7 +122,7 @@ class Method:
         return self.needs_data
 
     def check(self, model: nn.Module, shape: ModelShape, settings):
-        raise NotImplementedError
+        self.check_config(model, shape, settings.sparsity, settings.config)
 
     def score(self, model: nn.Module, settings, batch, progress=None):
         raise NotImplementedError
@@ -141,7 +142,10 @@ class Method:
     # The steps by their own arguments (a method's config rather than `PruneSettings`), for the benchmarks, the
     # sweeps and the app, which hold one config and many sparsities. A method without the step refuses it.
     def check_config(self, model: nn.Module, shape: ModelShape, sparsity: float, config: MethodConfig) -> None:
-        raise InvalidInput(f"method {self.name!r} is checked by its pruning settings (`PruneSettings`).")
+        """The target, a dense model, and the method's own `checker` (the layer range it prunes, existing biases)."""
+        check_units_model(model, shape, sparsity)
+        if self.checker is not None:
+            self.checker(model, shape, sparsity, config)
 
     def scores(self, model, config: MethodConfig, batch, *, micro_batch=0, use_cache=True, progress=None) -> Scores:
         raise InvalidInput(f"method {self.name!r} is scored by nirvana.scoring.criteria (the pipeline's default path).")
@@ -203,15 +207,6 @@ class ScoredMethod(Method):
     scorer: Callable
     allocator: Callable
     compensator: Callable | None = None
-    checker: Callable | None = None
-
-    def check(self, model: nn.Module, shape: ModelShape, settings) -> None:
-        self.check_config(model, shape, settings.sparsity, settings.config)
-
-    def check_config(self, model: nn.Module, shape: ModelShape, sparsity: float, config: MethodConfig) -> None:
-        check_units_model(model, shape, sparsity)
-        if self.checker is not None:
-            self.checker(model, shape, sparsity, config)
 
     def score(self, model: nn.Module, settings, batch, progress=None) -> Scores:
         return self.scores(
@@ -315,17 +310,8 @@ class RotatingMethod(Method):
 
     planner: Callable
     rotator: Callable
-    checker: Callable | None = None
     rotates: ClassVar[bool] = True
     verb: ClassVar[str] = "rotated and sliced"
-
-    def check(self, model: nn.Module, shape: ModelShape, settings) -> None:
-        self.check_config(model, shape, settings.sparsity, settings.config)
-
-    def check_config(self, model: nn.Module, shape: ModelShape, sparsity: float, config: MethodConfig) -> None:
-        check_units_model(model, shape, sparsity)
-        if self.checker is not None:
-            self.checker(model, shape, sparsity, config)
 
     def score(self, model, settings, batch, progress=None):
         return self.scores(model, settings.config, batch)

@@ -45,6 +45,9 @@ class NirvanaMethod(Method):
     def check(self, model: nn.Module, shape: ModelShape, settings) -> Allocation:
         return settings.allocation_settings.resolve(shape)  # bad settings fail here, before scoring
 
+    def check_config(self, model: nn.Module, shape: ModelShape, sparsity: float, config: MethodConfig) -> None:
+        raise InvalidInput(f"method {self.name!r} is checked by its pruning settings (`PruneSettings`): use `check`.")
+
     def score(self, model: nn.Module, settings, batch, progress=None) -> Scores:
         return compute_scores(
             model,
