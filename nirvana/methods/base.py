@@ -74,7 +74,7 @@ class Method:
     `take_scores(scores, model)`: refuse scores given from outside that this method cannot plan from.
     `plan(model, shape, settings, scores, batch, resolved) -> PruningPlan`: the kept units (or widths) at the target.
     `take_plan(plan, model, batch)`: refuse a given plan this model or batch cannot apply.
-    `apply(model, plan, *, scores, batch, settings, inplace, progress) -> model`: the pruned model.
+    `apply(model, plan, *, scores, batch, inplace, micro_batch, progress) -> model`: the pruned model.
 
     A method that transforms weights on data (SliceGPT's rotation, FLAP's compensation) does it in
     `apply`, from what its plan and scores carry. `memory(model_config, settings, *, samples, seq_len,
@@ -201,7 +201,6 @@ class ScoredMethod(Method):
     `allocator(scores, shape, sparsity, config) -> PruningPlan`.
     `compensator(dense_model, plan, scores, config) -> Biases | None`: run on the dense model before
     slicing (it reads the weights that slicing removes); the biases are added to the sliced copy.
-    `checker(model, shape, sparsity, config)`: raises InvalidInput before any scoring.
     """
 
     scorer: Callable
@@ -305,7 +304,7 @@ class RotatingMethod(Method):
 
     `planner(model, sparsity, config, calibration) -> PruningPlan`: the widths, from shapes alone.
     `rotator(model, plan, batch, *, inplace, micro_batch, progress) -> model`: the transform, forward
-    passes on the calibration batch. `checker(model, shape, sparsity, config)` as `ScoredMethod`'s.
+    passes on the calibration batch.
     """
 
     planner: Callable
