@@ -34,22 +34,26 @@ import torch.nn as nn
 from nirvana.checkpoints.loaded import LoadedModel
 from nirvana.data.calibration import CalibrationBatch, calibration_batch
 from nirvana.errors import InvalidInput, PlanMismatch
-from nirvana.methods import METHODS, get_method, method_config
+from nirvana.methods import DEFAULT_METHOD, METHODS, get_method, method_config
+from nirvana.methods.nirvana import NIRVANA_FIELDS, NirvanaConfig
 from nirvana.models.architectures import layer_projections
+from nirvana.models.family import family_name
 from nirvana.models.shapes import ModelShape, count_block_parameters, count_parameters, model_shape
-from nirvana.models.t5 import block_weights, is_t5, kept_units
+from nirvana.models.t5 import block_weights, kept_units
 from nirvana.progress import Progress
 from nirvana.pruning.allocation import Allocation
 from nirvana.pruning.plan import PruningPlan
 from nirvana.pruning.seq2seq import apply_t5_plan, plan_t5
 from nirvana.pruning.seq2seq_plan import SCOPES, Seq2SeqPlan, load_plan
-from nirvana.scoring.criteria import CRITERIA
+from nirvana.scoring.criteria import DEFAULT_CRITERION
 from nirvana.scoring.distributed import ShardedScorer
 from nirvana.scoring.scores import Scores, check_scores_match
 from nirvana.scoring.seq2seq import T5_CRITERIA, Seq2SeqScores, check_t5_criterion, compute_t5_scores
 from nirvana.search.calibration import AnchorSpec, chosen_batch, select_calibration
 
 DEFAULT_CALIBRATION = "wikitext2-valid"
+NIRVANA_DEFAULTS = NirvanaConfig()
+T5_METHODS = (DEFAULT_METHOD,)  # the baselines read decoder layers (coupled groups, o_proj biases, rotations)
 
 
 @dataclass(frozen=True)
@@ -63,7 +67,7 @@ class PruneSettings:
     """
 
     sparsity: float
-    criterion: str = "nirvana"
+    criterion: str = DEFAULT_CRITERION
     gamma: float | None = None
     align: int = 8
     allocation: str = "global"
@@ -80,15 +84,14 @@ class PruneSettings:
 
     def __post_init__(self) -> None:
         get_method(self.method).check_settings(self)  # unknown method, bad or foreign settings: InvalidInput
-        if self.criterion not in CRITERIA:
-            raise InvalidInput(f"unknown criterion {self.criterion!r}; accepted: {', '.join(CRITERIA)}.")
         # samples / seq_len / seed are checked where the batch is drawn (calibration_batch), with its messages.
-        for name in ("micro_batch", "select_calib"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise InvalidInput(f"{name} must be a non-negative integer, got {value!r}.")
-        if self.select_calib == 1:
-            raise InvalidInput("select_calib needs at least 2 candidate batches to choose from (or 0 for off).")
+        value = self.micro_batch
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise InvalidInput(f"micro_batch must be a non-negative integer, got {value!r}.")
+
+    def allocation_fields_given(self) -> list[str]:
+        """The fields of NIRVANA's settings (`NirvanaConfig`) set away from their defaults."""
+        return [name for name in NIRVANA_FIELDS if getattr(self, name) != getattr(NIRVANA_DEFAULTS, name)]
 
     @property
     def allocation_settings(self) -> Allocation:
@@ -101,8 +104,9 @@ class PruneSettings:
 
     @property
     def config(self):
-        """The method's validated config (`nirvana.methods`)."""
-        return method_config(self.method, self.method_settings)
+        """The method's validated config (`nirvana.methods`): NIRVANA's from the fields above (`NirvanaConfig`),
+        a baseline's from `method_settings`."""
+        return get_method(self.method).config_from(self)
 
 
 def scoring(criterion: str, **settings) -> PruneSettings:
@@ -309,7 +313,7 @@ def load_scores(path) -> Scores | Seq2SeqScores:
 def check_seq2seq_settings(settings: PruneSettings) -> None:
     """What a T5 accepts of the settings: NIRVANA's own method, a criterion of `T5_CRITERIA`, one of
     `SCOPES` as the allocation (docs/METHOD-T5.md), no KL-guided calibration search."""
-    if settings.method != "nirvana":
+    if settings.method not in T5_METHODS:
         raise InvalidInput(
             f"method {settings.method!r} is written for decoder-only models (its coupled groups, bias compensation "
             f"or rotation read a decoder layer); on T5 use method nirvana with a criterion of {', '.join(T5_CRITERIA)}."
@@ -392,7 +396,7 @@ FAMILY_STEPS = {
 
 def family_of(model: nn.Module) -> FamilySteps:
     """The steps of `model`'s family (the keys of `nirvana.measure.family.MEASURES`)."""
-    return FAMILY_STEPS["t5" if is_t5(model) else "decoder-only"]
+    return FAMILY_STEPS[family_name(model)]
 
 
 def seq2seq_report(name, dense_params: int, plan: Seq2SeqPlan, pruned: nn.Module, *, scores=None, timings=None) -> dict:

@@ -107,7 +107,7 @@ def _apply(lm, plan) -> None:
 
 def _method_choice() -> str:
     """The method picker (every row of `nirvana.methods.METHODS`) and its "how to read it" box."""
-    st.session_state.setdefault("prune_method", methods.NIRVANA)
+    st.session_state.setdefault("prune_method", methods.DEFAULT)
     c = st.columns([1, 3])
     name = c[0].selectbox(
         "Pruning method",
@@ -461,7 +461,7 @@ def _stem(plan) -> str:
     s = plan.settings
     if isinstance(s.gamma, dict):  # a T5 plan: one gamma per ranking
         return seq2seq.plan_stem(plan)
-    return f"s{s.sparsity:.2f}-g{s.gamma:.2f}" if s.method == methods.NIRVANA else f"{s.method}-s{s.sparsity:.2f}"
+    return f"s{s.sparsity:.2f}-g{s.gamma:.2f}" if methods.has_sliders(s.method) else f"{s.method}-s{s.sparsity:.2f}"
 
 
 def _save(lm, plan, pruned) -> None:
@@ -520,7 +520,7 @@ def main() -> None:
     st.title("5 · Prune & compare")
     frame.explain(EXPLANATION)
     t5 = seq2seq.is_seq2seq(state.model())
-    name = methods.NIRVANA if t5 else _method_choice()  # the baselines read decoder layers: a T5 has NIRVANA only
+    name = methods.DEFAULT if t5 else _method_choice()  # the baselines read decoder layers: a T5 has NIRVANA only
     if t5:
         plan = frame.need_plan()
         if plan is None:
@@ -529,13 +529,13 @@ def main() -> None:
         st.markdown(seq2seq.plan_line(plan))
         with guard("applying the plan"):
             _apply(lm, plan)
-    elif name == methods.NIRVANA:
+    elif methods.has_sliders(name):
         plan = frame.need_plan()
         lm = state.model() if plan is not None else None
         if lm is None:
             return
         s = plan.settings
-        if s.method != methods.NIRVANA:  # reopened from a past run (Runs page)
+        if not methods.has_sliders(s.method):  # reopened from a past run (Runs page)
             st.info(f"The session's plan was made by {methods.label(s.method)} (a past run); it is applied as it is.")
         st.markdown(
             f"Plan: sparsity **{s.sparsity:.2f}**, γ **{s.gamma:.2f}**, align {s.align}, criterion "

@@ -134,7 +134,7 @@ def _charts(rows: list[dict], settings: dict) -> None:
             points = pd.concat([dense, own]).sort_values("sparsity")
             lines[name] = (points["sparsity"].tolist(), _series_of(points, quality, has_speed))
     if lines:
-        at = f" (NIRVANA at γ = {centre.gamma:.2f})" if methods.NIRVANA in lines else ""
+        at = f" (NIRVANA at γ = {centre.gamma:.2f})" if any(map(methods.has_sliders, lines)) else ""
         title = f"Against sparsity{at}"
         figure = charts.methods_sweep_chart(lines, x_title="target sparsity", title=title, log_y=log_y)
         st.plotly_chart(figure, key="sweep_sparsity")
@@ -209,7 +209,7 @@ def _recommended(frame_: pd.DataFrame, x_col: str):
 def _label(row: dict) -> str:
     if row["method"] == "dense":
         return "dense (the reference)"
-    if row["method"] == methods.NIRVANA:
+    if methods.has_sliders(row["method"]):
         return f"{row['axis']}: s={row['sparsity']:.2f}, γ={row['gamma']:.2f}"
     return f"{methods.label(row['method'])}: s={row['sparsity']:.2f}"
 
@@ -217,14 +217,14 @@ def _label(row: dict) -> str:
 def _load(row: dict) -> None:
     """NIRVANA (or dense): set the Allocation sliders to the point, the page rebuilds the same plan. Another
     method: set Prune & compare to it at that sparsity (its settings box keeps the sweep's settings)."""
-    if row["method"] not in (methods.NIRVANA, "dense"):
+    if row["method"] != "dense" and not methods.has_sliders(row["method"]):
         st.session_state.prune_method = row["method"]
         st.session_state.method_sparsity = float(row["sparsity"])
         st.switch_page("pages/prune.py")
     st.session_state.sparsity = float(row["sparsity"])
     if row["gamma"] is not None:  # the dense point of a sweep without NIRVANA has none
         st.session_state.gamma = float(row["gamma"])
-    st.session_state.prune_method = methods.NIRVANA
+    st.session_state.prune_method = methods.DEFAULT
     state.clear("pruned", "evals")
     st.session_state.pop("plan", None)
     st.switch_page("pages/allocation.py")
@@ -232,7 +232,7 @@ def _load(row: dict) -> None:
 
 def _method_picker() -> dict[str, dict]:
     """{name: settings} of the methods to sweep (every row of METHODS can be chosen), with their boxes."""
-    st.session_state.setdefault("sweep_methods", [methods.NIRVANA])
+    st.session_state.setdefault("sweep_methods", [methods.DEFAULT])
     chosen = st.multiselect("Methods (one series each)", list(METHODS), format_func=methods.label, key="sweep_methods")
     return methods.boxes(chosen)
 
@@ -243,7 +243,7 @@ def _series(lm, settings: SweepSettings, chosen: dict[str, dict]) -> list[tuple[
     out = []
     for name, method_settings in chosen.items():
         sparsities = settings.sparsities
-        if name != methods.NIRVANA:
+        if not methods.has_sliders(name):
             reachable, refused = [], []
             for s in settings.sparsities:
                 with guard(f"{methods.label(name)} at sparsity {s:g}") as g:
@@ -274,9 +274,9 @@ def _run(lm, nirvana_scores, settings: SweepSettings, chosen: dict[str, dict], w
     series = _series(lm, settings, chosen)
     if not series:
         return
-    baselines = {name: chosen[name] for name, _ in series if name != methods.NIRVANA}
+    baselines = {name: chosen[name] for name, _ in series if not methods.has_sliders(name)}
     scored = methods.score_methods(lm, baselines, "Sweep") if baselines else {}
-    series = [(name, s) for name, s in series if name == methods.NIRVANA or name in scored or methods.rotates(name)]
+    series = [(name, s) for name, s in series if methods.has_sliders(name) or name in scored or methods.rotates(name)]
     batch = methods.calibration_batch(lm)  # what a rotating method (SliceGPT) rotates on at every point
     live = _live(st.empty(), settings.metric) if where is not None else None
     with (
@@ -289,7 +289,7 @@ def _run(lm, nirvana_scores, settings: SweepSettings, chosen: dict[str, dict], w
         for name, s in series:
             n = len(sweep_points(s))
             step = sub_progress(progress, done / total, (done + n) / total, f"{methods.label(name)}: ")
-            scores = nirvana_scores if name == methods.NIRVANA else scored.get(name, (None, None))[1]
+            scores = nirvana_scores if methods.has_sliders(name) else scored.get(name, (None, None))[1]
             before = list(rows)
             on_row = (lambda so_far, before=before: live(before + so_far)) if live else None
             rows += run_sweep(lm, scores, s, step, cluster=where, on_row=on_row, batch=batch)
@@ -313,7 +313,8 @@ def main() -> None:
         st.info("Choose at least one method (with valid settings) to sweep.")
         return
     nirvana_scores = None
-    if methods.NIRVANA in chosen:
+    sliders = any(map(methods.has_sliders, chosen))  # NIRVANA: the Saliency page's scores, and the γ axis
+    if sliders:
         scored = frame.scored_model()
         if scored is None:
             return
@@ -323,7 +324,7 @@ def main() -> None:
         if lm is None:
             return
         shape = ModelShape.from_dict(resources.shape_dict(lm, state.spec().key))
-    settings = _controls(shape, gamma_axis=methods.NIRVANA in chosen)
+    settings = _controls(shape, gamma_axis=sliders)
     if settings is None:
         return
     count = sum(len(sweep_points(replace(settings, method=name, dense=i == 0))) for i, name in enumerate(chosen))

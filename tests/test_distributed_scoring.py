@@ -40,35 +40,58 @@ def _spawn(*args) -> None:
         mp.spawn(rank_main, args=(2, free_port(), *args), nprocs=2, join=True)
 
 
-@pytest.mark.parametrize("family", ["llama", "qwen2"])
-@pytest.mark.parametrize("criterion", ["nirvana", "taylor"])
-def test_two_sharded_processes_give_the_scores_and_kept_sets_of_one(family, criterion, tmp_path):
-    out = tmp_path / "scores.pt"
-    _spawn(family, criterion, str(out))
-    sharded = torch.load(out)
+# Every sharded case of this module, (family, criterion, activation checkpointing, meta-device ranks): scored in one
+# spawn of two ranks (`sharded`), since each spawn costs two imports of torch and the library (~10 s here).
+SCORE_CASES = [
+    (family, criterion, False, False) for criterion in ("nirvana", "taylor") for family in ("llama", "qwen2")
+]
+CHECKPOINTED = ("llama", "nirvana", True, False)
+META_CASES = [(family, "nirvana", False, True) for family in ("llama", "llama-tied", "qwen2")]
+LLM_PRUNER_CASES = [
+    (family, f"llm-pruner:{taylor}", False, False)
+    for family, taylor in [
+        ("llama", "param_first"),
+        ("llama", "vectorize"),
+        ("llama", "param_mix"),
+        ("qwen2", "param_first"),
+    ]
+]
+JOBS = [*SCORE_CASES, CHECKPOINTED, *META_CASES, *LLM_PRUNER_CASES]
+
+
+@pytest.fixture(scope="module")
+def sharded(tmp_path_factory):
+    """job -> the scores rank 0 wrote for it (every job of `JOBS` scored in one process group)."""
+    out = tmp_path_factory.mktemp("sharded")
+    _spawn(JOBS, str(out))
+    return lambda job: torch.load(out / f"{JOBS.index(job)}.pt")
+
+
+@pytest.mark.parametrize("job", SCORE_CASES, ids=lambda job: f"{job[1]}-{job[0]}")
+def test_two_sharded_processes_give_the_scores_and_kept_sets_of_one(job, sharded):
+    family, criterion = job[:2]
+    scores = sharded(job)
     model = tiny_model(family, num_hidden_layers=4)
     single = compute_scores(model, criterion, random_batch(n=4, t=16), use_cache=False)
-    torch.testing.assert_close(sharded["attn"], single.attn, rtol=1e-6, atol=1e-6)
-    torch.testing.assert_close(sharded["mlp"], single.mlp, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(scores["attn"], single.attn, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(scores["mlp"], single.mlp, rtol=1e-6, atol=1e-6)
     shape = model_shape(model)
-    twin = Scores(sharded["attn"], sharded["mlp"], criterion, single.fingerprint, single.calibration)
+    twin = Scores(scores["attn"], scores["mlp"], criterion, single.fingerprint, single.calibration)
     for sparsity in (0.2, 0.5):
         a = allocate(single, shape, Allocation(sparsity, align=1))
         b = allocate(twin, shape, Allocation(sparsity, align=1))
         assert a.layers == b.layers  # the same kept KV groups and neurons, index for index
 
 
-def test_activation_checkpointing_gives_the_same_sharded_scores(tmp_path, monkeypatch):
+def test_activation_checkpointing_gives_the_same_sharded_scores(sharded):
     import nirvana.scoring.distributed as distributed
 
-    out = tmp_path / "scores.pt"
-    _spawn("llama", "nirvana", str(out), True)
-    sharded = torch.load(out)
+    scores = sharded(CHECKPOINTED)
     single = compute_scores(
         tiny_model("llama", num_hidden_layers=4), "nirvana", random_batch(n=4, t=16), use_cache=False
     )
-    torch.testing.assert_close(sharded["attn"], single.attn, rtol=1e-6, atol=1e-6)
-    torch.testing.assert_close(sharded["mlp"], single.mlp, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(scores["attn"], single.attn, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(scores["mlp"], single.mlp, rtol=1e-6, atol=1e-6)
     # and the layers really recompute: one more forward per layer and micro-batch in the backward
     model = tiny_model("llama", num_hidden_layers=2)
     calls = []
@@ -81,17 +104,16 @@ def test_activation_checkpointing_gives_the_same_sharded_scores(tmp_path, monkey
     assert len(calls) == 2 * 2  # each layer's attention ran twice: the forward and its recompute
 
 
-@pytest.mark.parametrize("family", ["llama", "llama-tied", "qwen2"])
-def test_ranks_built_on_the_meta_device_receive_rank_0s_weights_and_give_the_same_scores(family, tmp_path):
-    out = tmp_path / "scores.pt"
-    _spawn(family, "nirvana", str(out), False, True)
-    sharded = torch.load(out)
+@pytest.mark.parametrize("job", META_CASES, ids=lambda job: job[0])
+def test_ranks_built_on_the_meta_device_receive_rank_0s_weights_and_give_the_same_scores(job, sharded):
+    scores = sharded(job)
+    family = job[0]
     tied = family.endswith("-tied")
     model = tiny_model(family.removesuffix("-tied"), num_hidden_layers=4, tie_word_embeddings=tied)
     assert (model.lm_head.weight is model.model.embed_tokens.weight) == tied
     single = compute_scores(model, "nirvana", random_batch(n=4, t=16), use_cache=False)
-    torch.testing.assert_close(sharded["attn"], single.attn, rtol=1e-6, atol=1e-6)
-    torch.testing.assert_close(sharded["mlp"], single.mlp, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(scores["attn"], single.attn, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(scores["mlp"], single.mlp, rtol=1e-6, atol=1e-6)
 
 
 def _cli(*argv, env=None):
@@ -161,23 +183,19 @@ def test_a_world_larger_than_the_layers_is_refused():
         check_world(model, "magnitude", 4, 2)
 
 
-@pytest.mark.parametrize(
-    "family,taylor",
-    [("llama", "param_first"), ("llama", "vectorize"), ("llama", "param_mix"), ("qwen2", "param_first")],
-)
-def test_llm_pruner_sharded_gives_the_scores_of_one_process(family, taylor, tmp_path):
+@pytest.mark.parametrize("job", LLM_PRUNER_CASES, ids=lambda job: f"{job[0]}-{job[1].split(':')[1]}")
+def test_llm_pruner_sharded_gives_the_scores_of_one_process(job, sharded):
     """LLM-Pruner's Taylor importance under FSDP2: the same salience, channel sums (|sum| for vectorize) and
     groups; the second-order variants' per-example squared gradients included."""
     from nirvana.methods.llm_pruner import LLMPrunerConfig
     from nirvana.methods.llm_pruner.importance import taylor_scores
 
-    out = tmp_path / "scores.pt"
-    _spawn(family, f"llm-pruner:{taylor}", str(out))
-    sharded = torch.load(out)
+    scores = sharded(job)
+    family, taylor = job[0], job[1].split(":")[1]
     model = tiny_model(family, num_hidden_layers=4).eval()
     attn, mlp, _ = taylor_scores(model, random_batch(n=4, t=16), LLMPrunerConfig(taylor=taylor), micro_batch=1)
-    torch.testing.assert_close(sharded["attn"], attn, rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(sharded["mlp"], mlp, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(scores["attn"], attn, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(scores["mlp"], mlp, rtol=1e-5, atol=1e-6)
 
 
 def test_a_method_without_a_backward_pass_is_refused_under_torchrun(tiny_with_tokenizer_dir, tmp_path):

@@ -4,8 +4,11 @@ method added to the table (its object and one line) prunes, plans and reports li
 from __future__ import annotations
 
 import inspect
+import re
 from dataclasses import dataclass
+from types import SimpleNamespace
 
+import pytest
 import torch
 from conftest import random_batch
 
@@ -94,3 +97,98 @@ def test_the_pipeline_asks_the_method_instead_of_branching_on_its_name():
         source = inspect.getsource(fn)
         for branch in ('"nirvana"', "is_t5(", "Seq2Seq", ".rotation", '"slicegpt"', '"flap"', '"llm-pruner"'):
             assert branch not in source, f"{fn.__name__} branches on {branch}"
+
+
+# ---- NIRVANA's own config ----------------------------------------------------------------------------------------
+
+
+def test_nirvanas_settings_are_its_config_and_keep_plan_files_as_they_were():
+    from nirvana.methods import get_method, method_config
+    from nirvana.methods.nirvana import NIRVANA_FIELDS, NirvanaConfig
+
+    settings = PruneSettings(sparsity=0.3, criterion="taylor", gamma=2.0, align=16, allocation="uniform")
+    assert settings.config == NirvanaConfig(criterion="taylor", gamma=2.0, align=16, allocation="uniform")
+    assert NIRVANA_FIELDS == ("criterion", "gamma", "align", "allocation", "select_calib")
+    # PruneSettings' defaults are NirvanaConfig's: a baseline with every default is accepted
+    assert (
+        PruneSettings(sparsity=0.3).config == NirvanaConfig()
+        and PruneSettings(sparsity=0.3).allocation_fields_given() == []
+    )
+    # recorded nowhere as method_settings: a NIRVANA row's and plan's method_settings stay {} / absent
+    assert NirvanaConfig(gamma=2.0).recorded() == {} and method_config("nirvana", {}) == NirvanaConfig()
+    for bad, message in (
+        ({"criterion": "nope"}, "unknown criterion 'nope'"),
+        ({"gamma": -1.0}, "gamma must be a positive number"),
+        ({"align": 3}, "align must be a power of two"),
+        ({"allocation": "layerwise"}, "allocation must be one of global, uniform (a T5: global, per-stack)"),
+        ({"select_calib": 1}, "select_calib needs at least 2"),
+    ):
+        with pytest.raises(InvalidInput, match=re.escape(message)):
+            NirvanaConfig(**bad)
+        with pytest.raises(InvalidInput, match=re.escape(message)):
+            PruneSettings(sparsity=0.3, **bad)
+    with pytest.raises(InvalidInput, match="not as method_settings"):
+        PruneSettings(sparsity=0.3, method_settings={"gamma": 2.0})
+    # align is NIRVANA's too: a baseline refuses it instead of ignoring it
+    with pytest.raises(InvalidInput, match="align is a setting of method nirvana"):
+        PruneSettings(sparsity=0.3, method="flap", align=16)
+    # the target's range is the method's: NIRVANA's allocation stops at 0.95, a baseline's at 1
+    with pytest.raises(InvalidInput, match=r"\[0, 0.95\]"):
+        get_method("nirvana").check_target(0.97, NirvanaConfig())
+    get_method("flap").check_target(0.97, method_config("flap"))
+
+
+def test_nirvana_allocates_by_its_config_like_a_baseline_and_the_plan_is_the_pipelines():
+    """`allocate(scores, shape, sparsity, config)` (what the benchmarks and sweeps call) gives the plan `prune`
+    gives, byte for byte, for NIRVANA's default and a fixed gamma."""
+    from nirvana.methods import get_method
+    from nirvana.methods.nirvana import NirvanaConfig
+
+    lm = _lm()
+    shape = model_shape(lm.model)
+    scores = pipeline.score(lm, PruneSettings(sparsity=0.0, criterion="magnitude", use_cache=False))[0]
+    for gamma in (None, 1.5):
+        via_prune = prune(lm, PruneSettings(sparsity=0.4, criterion="magnitude", gamma=gamma), scores=scores).plan
+        via_config = get_method("nirvana").allocate(scores, shape, 0.4, NirvanaConfig(gamma=gamma))
+        assert via_config.to_json() == via_prune.to_json()
+        assert "method" not in via_config.to_dict()["settings"]  # the file NIRVANA plans always had
+
+
+def test_a_benchmark_slices_every_method_through_its_allocate_and_apply():
+    """`MethodChoice.slice` (every benchmark's pruned rows): NIRVANA's plan at a gamma equals the library's
+    `slice_at`, and the copy's logits are the sliced model's."""
+    from nirvana.bench.methods import MethodChoice
+    from nirvana.pruning.allocation import Allocation
+    from nirvana.pruning.slicing import slice_at
+
+    lm = _lm()
+    shape = model_shape(lm.model)
+    scores = pipeline.score(lm, PruneSettings(sparsity=0.0, criterion="magnitude", use_cache=False))[0]
+    choice = MethodChoice.of("nirvana")
+    plan, pruned = choice.slice(lm.model, scores, 0.5, shape, gamma=2.0, allocation="uniform")
+    expected, sliced = slice_at(lm.model, scores, Allocation(0.5, 2.0, 8, "uniform").resolve(shape), shape)
+    assert plan.to_json() == expected.to_json() and choice.gamma_cell(plan) == 2.0
+    ids = torch.randint(0, 64, (2, 9))
+    torch.testing.assert_close(pruned(ids).logits, sliced(ids).logits)
+    assert choice.prune_settings(0.5, gamma=2.0).gamma == 2.0
+    flap = MethodChoice.of("flap")  # a baseline takes no gamma: the argument is NIRVANA's and is left out
+    assert flap.prune_settings(0.5, gamma=2.0).gamma is None and flap.gamma_cell(plan) == ""
+
+
+# ---- the family table ----------------------------------------------------------------------------------------------
+
+
+def test_every_family_table_has_a_row_per_family():
+    """Each layer's per-family functions are looked up by `family_name`: a family added to FAMILIES without its
+    row in one of them would fail at the first model of it."""
+    from nirvana.checkpoints.facts import DESCRIBE
+    from nirvana.checkpoints.pruned import SAVED
+    from nirvana.guard.memory import LOAD_ESTIMATES
+    from nirvana.measure.family import MEASURES
+    from nirvana.models.family import FAMILIES, family, family_name
+
+    for table in (DESCRIBE, SAVED, LOAD_ESTIMATES, MEASURES, pipeline.FAMILY_STEPS):
+        assert set(table) == set(FAMILIES)
+    assert family_name(_lm().model) == "decoder-only" and family(_lm().model).units == ("attn", "mlp")
+    t5 = SimpleNamespace(model_type="t5")  # a config, or a registry reference: anything with a model_type
+    assert family(t5).name == "t5" and family(t5).harness == "seq2seq" and not family(t5).decoder_shape

@@ -89,7 +89,8 @@ def test_a_method_plan_records_the_method_and_its_settings_and_round_trips(tmp_p
         ({"method": "flap", "criterion": "taylor"}, "criterion is a setting of method nirvana and do not apply"),
         ({"method": "llm-pruner", "gamma": 2.0}, "gamma is a setting of method nirvana"),
         ({"method": "flap", "method_settings": {"metric": "L2"}}, "flap metric must be one of WIFV, IFV, WIFN"),
-        ({"method": "nirvana", "method_settings": {"x": 1}}, "x is not a setting of method 'nirvana'; accepted: none"),
+        ({"method": "nirvana", "method_settings": {"x": 1}}, r"the CLI.s flags\), not as method_settings"),
+        ({"method": "flap", "align": 16}, "align is a setting of method nirvana"),
     ],
 )
 def test_prune_settings_refuse_what_does_not_apply(kwargs, message):

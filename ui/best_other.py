@@ -18,9 +18,8 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from nirvana.methods import METHODS
+from nirvana.methods import METHODS, is_baseline
 from nirvana.scoring.criteria import CRITERIA
-from ui import methods
 from ui.recommend import benchmark_points
 
 # point field -> (what it is, lower is better, shown ×100)
@@ -68,8 +67,8 @@ def versus(points: list[dict]) -> list[dict]:
 def _row(out: list[dict], here: list[dict], key: str, what: str, lower: bool, percent: bool) -> None:
     """Append to `out` the comparison on `key` of the points `here` (one source and sparsity), if both sides have it."""
     here = [p for p in here if p.get(key) is not None]
-    ours = [p for p in here if p["method"] == methods.NIRVANA]
-    others = [p for p in here if p["method"] != methods.NIRVANA]
+    others = [p for p in here if is_baseline(p["method"])]  # the paper's method against every other
+    ours = [p for p in here if p not in others]
     if not ours or not others:
         return
     pick = min if lower else max

@@ -9,8 +9,8 @@ import streamlit as st
 
 from nirvana.data.text import parse_name
 from nirvana.errors import InvalidInput
+from nirvana.models.family import family
 from nirvana.models.shapes import ModelShape
-from nirvana.models.t5 import is_t5
 from nirvana.pipeline import PruneSettings
 from ui import resources, state
 
@@ -64,7 +64,7 @@ def scored_model():
     if lm is None:
         return None
     scores_key, scores = scores_entry
-    if is_t5(lm.model):  # a T5 has no decoder-only shape: its pages draw `ui.seq2seq`'s views
+    if not family(lm.model).decoder_shape:  # a T5: its pages draw `ui.seq2seq`'s views
         return lm, scores_key, scores, None
     return lm, scores_key, scores, ModelShape.from_dict(resources.shape_dict(lm, state.spec().key))
 

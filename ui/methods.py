@@ -23,7 +23,7 @@ from dataclasses import fields
 import streamlit as st
 
 from nirvana.errors import InvalidInput
-from nirvana.methods import METHODS, method_config
+from nirvana.methods import DEFAULT_METHOD, METHODS, method_config
 from nirvana.methods.run import check_method, method_plan, rotation_plan
 from nirvana.methods.slicegpt.spectrum import Spectra, dense_spectra
 from nirvana.models.shapes import ModelShape
@@ -35,7 +35,7 @@ from ui import resources, state
 from ui.errors import guard
 from ui.progress import progress_status
 
-NIRVANA = "nirvana"
+DEFAULT = DEFAULT_METHOD  # the paper's method: the pages' default, planned by the Allocation page's sliders
 
 
 def label(name: str) -> str:
@@ -47,9 +47,15 @@ def rotates(name: str) -> bool:
     return METHODS[name].rotates
 
 
+def has_sliders(name: str) -> bool:
+    """A method planned by the Allocation page's sliders (sparsity, γ, align: `Method.has_allocation_settings`,
+    NIRVANA); the others are planned where they are chosen, with their settings box."""
+    return name in METHODS and METHODS[name].has_allocation_settings
+
+
 def baselines() -> list[str]:
     """The methods other than NIRVANA (the ones drawn beside its plan)."""
-    return [name for name in METHODS if name != NIRVANA]
+    return [name for name in METHODS if not has_sliders(name)]
 
 
 def settings_key(name: str) -> str:

@@ -16,6 +16,7 @@ import streamlit as st
 from nirvana.bench.baselines_report import variants
 from nirvana.bench.quality_report import committed_reports
 from nirvana.bench.rows import read_rows
+from nirvana.scoring.criteria import DEFAULT_CRITERION
 from nirvana.search.recommend import METRICS, Tolerance, evidence, recommend
 from ui import baselines, methods, state
 from ui.errors import guard
@@ -72,10 +73,10 @@ def _quality_points(file: str, mtime: float) -> tuple[list[dict], dict]:
             continue
         if r["criterion"] == "dense":
             dense[source] = {"ppl": float(r["ppl_wikitext2"])}
-        elif r["criterion"] == "nirvana" and r["allocation"] == "global":
+        elif r["criterion"] == DEFAULT_CRITERION and r["allocation"] == "global":
             s, g = float(r["sparsity"]), float(r["gamma"]) if r.get("gamma") else None
             variant = f"nirvana s={s:g} gamma={g:g}" if g is not None else f"nirvana s={s:g}"
-            points.append({"source": source, "method": "nirvana", "variant": variant, "sparsity": s, "gamma": g})
+            points.append({"source": source, "method": methods.DEFAULT, "variant": variant, "sparsity": s, "gamma": g})
             points[-1]["ppl"] = float(r["ppl_wikitext2"])
     return points, dense
 
@@ -154,8 +155,8 @@ def section(model: str) -> None:
 def apply(best) -> None:
     """Put the recommendation on the Allocation page: sparsity (and NIRVANA's gamma), the method drawn beside."""
     st.session_state["sparsity"] = float(best.sparsity)
-    if best.gamma is not None and best.method == methods.NIRVANA:
+    if best.gamma is not None and methods.has_sliders(best.method):
         st.session_state["gamma"] = float(best.gamma)
-    if best.method != methods.NIRVANA and best.method in methods.baselines():
+    if best.method in methods.baselines():
         st.session_state["alloc_methods"] = sorted({*st.session_state.get("alloc_methods", []), best.method})
     st.switch_page("pages/allocation.py")

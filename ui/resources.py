@@ -26,8 +26,8 @@ from nirvana.checkpoints.loading import load_model
 from nirvana.data.calibration import calibration_batch
 from nirvana.guard.locks import heavy_work
 from nirvana.measure import duration
+from nirvana.models.family import family
 from nirvana.models.shapes import ModelShape, model_shape
-from nirvana.models.t5 import is_t5
 from nirvana.models.weights import input_device
 from nirvana.pipeline import PruneSettings, score
 from nirvana.pruning.allocation import Allocation, allocate
@@ -188,7 +188,7 @@ def device_dtype(lm: LoadedModel) -> tuple[str, str]:
 
 def scoring_seconds(lm: LoadedModel, spec_key: str, criteria: list[str], choice: dict) -> float | None:
     """About how long scoring `criteria` on N x T tokens takes here (None: a T5, or nothing to estimate)."""
-    if is_t5(lm.model.config):
+    if not family(lm.model).decoder_shape:  # the cost model reads a decoder-only shape
         return None
     steps = [duration.scoring_step(CRITERIA[c].uses_gradients, CRITERIA[c].needs_data) for c in criteria]
     steps = [s for s in steps if s]

@@ -26,7 +26,8 @@ from nirvana.measure.seq2seq_speed import (
     seq2seq_summary,
 )
 from nirvana.measure.speed_check import check_of
-from nirvana.models.t5 import KINDS, LABELS, is_t5
+from nirvana.models.family import family
+from nirvana.models.t5 import KINDS, LABELS
 from nirvana.pruning.seq2seq import plan_t5
 from nirvana.pruning.seq2seq_plan import SCOPES
 from nirvana.search.seq2seq_sweep import SEQ2SEQ_QUALITY, Seq2SeqSweepSettings, run_seq2seq_sweep
@@ -68,7 +69,8 @@ half is the encoder's input, its second half the decoder's target (docs/METHOD-T
 
 
 def is_seq2seq(lm) -> bool:
-    return lm is not None and is_t5(lm.model)
+    """The pages' one question of the family: a model without a decoder-only shape gets this module's views."""
+    return lm is not None and not family(lm.model).decoder_shape
 
 
 # ---- Model page ---------------------------------------------------------------------------------------------------

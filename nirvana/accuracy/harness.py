@@ -48,8 +48,8 @@ from nirvana.accuracy.tasks import (
 )
 from nirvana.checkpoints.options import hub_reachable
 from nirvana.errors import DatasetNotFound, InvalidInput, Stopped
+from nirvana.models.family import family
 from nirvana.models.fingerprint import model_fingerprint
-from nirvana.models.t5 import is_t5
 from nirvana.progress import Progress
 from nirvana.store.evalcache import eval_cache_path, load_cached, save_cached
 
@@ -132,7 +132,7 @@ def _lm_class():
 def harness_backend(model) -> str:
     """lm-eval's backend for `model`: "seq2seq" for a T5 encoder-decoder (the encoder reads the context, the
     decoder scores the continuation under teacher forcing), "causal" for every decoder-only model."""
-    return "seq2seq" if is_t5(model) else "causal"
+    return family(model).harness
 
 
 def harness_lm(model, tokenizer, *, batch_size: int = 8, **kwargs):

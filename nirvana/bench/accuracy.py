@@ -6,7 +6,7 @@ Models: dense; nirvana, taylor, wanda (global and uniform allocation), magnitude
 sparsity 0.2 and 0.5 with the analytic gamma*; nirvana at its KL-best gamma per sparsity, read
 from `benchmarks/gamma/gamma-<model>.json`. Pruned models are built with the library's steps:
 `candidate_batch` (32 x 128 tokens of wikitext2-valid, seed 0, drawn away from the KL anchor, as
-in the quality and gamma benchmarks) -> `compute_scores` -> `slice_at` (allocate + slice).
+in the quality and gamma benchmarks) -> `compute_scores` -> `MethodChoice.slice` (allocate + slice).
 
 Tasks run through `nirvana.accuracy.harness.run_accuracy` on the local data (`--source local`),
 the first `--limit` examples of each. Rows (one per model x task) are written to
@@ -43,8 +43,6 @@ from nirvana.bench.rows import read_rows, row_key
 from nirvana.checkpoints.loading import load_model
 from nirvana.errors import NirvanaError, OutOfMemory
 from nirvana.models.shapes import count_parameters, model_shape
-from nirvana.pruning.allocation import Allocation
-from nirvana.pruning.slicing import slice_at
 from nirvana.scoring.criteria import CRITERIA
 from nirvana.search.calibration import AnchorSpec, anchor_batch, candidate_batch
 from nirvana.store.paths import benchmarks_dir
@@ -102,7 +100,7 @@ class Variant:
     def name(self) -> str:
         if self.criterion == "dense":
             return "dense"
-        if not self.method.is_nirvana:  # its settings tell rows of two configurations apart
+        if not self.method.has_allocation_settings:  # its settings tell rows of two configurations apart
             defaults = self.method.settings == settings_json(self.method.method)
             return f"{self.method.method} s={self.sparsity:g}" + ("" if defaults else f" {self.method.settings}")
         if self.allocation == "uniform":  # the same share of every layer: gamma plays no part
@@ -177,7 +175,7 @@ def plan_jobs(config: AccuracyConfig) -> list[AccuracyJob]:
     """The rows in priority order (see the module docstring); a baseline method: dense and its models."""
     dense = Variant("dense")
     choice = MethodChoice.of(config.method, config.method_settings)
-    if not choice.is_nirvana:
+    if not choice.has_allocation_settings:
         return _method_jobs(
             config, [dense] + [Variant(choice.method, "method", s, method=choice) for s in config.sparsities]
         )
@@ -316,7 +314,7 @@ class AccuracyWorker:
         key = (criterion, method)
         if key not in self._scores:
             batch = None
-            if not method.is_nirvana or CRITERIA[criterion].needs_data:
+            if not method.has_allocation_settings or CRITERIA[criterion].needs_data:
                 batch = candidate_batch(
                     self.lm.tokenizer, self.anchor, source=AnchorSpec().source, samples=32, seq_len=128, seed=0
                 )
@@ -338,13 +336,9 @@ class AccuracyWorker:
             return self._current[1], self._current[2]
         self._current = None
         scores = self.scores(variant.criterion, variant.method)
-        if variant.method.is_nirvana:
-            allocation = Allocation(variant.sparsity, variant.gamma, 8, variant.allocation).resolve(self.shape)
-            plan, pruned = slice_at(self.lm.model, scores, allocation, self.shape)
-            gamma = round(allocation.gamma, 4)
-        else:
-            plan, pruned = variant.method.slice(self.lm.model, scores, variant.sparsity, self.shape)
-            gamma = ""
+        allocation = {"gamma": variant.gamma, "allocation": variant.allocation}
+        plan, pruned = variant.method.slice(self.lm.model, scores, variant.sparsity, self.shape, **allocation)
+        gamma = variant.method.gamma_cell(plan)
         facts = {
             "gamma": gamma,
             "params_after": count_parameters(pruned),

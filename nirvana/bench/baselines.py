@@ -58,6 +58,7 @@ from nirvana.checkpoints.loading import load_model
 from nirvana.data.text import load_text
 from nirvana.errors import InvalidInput, NirvanaError
 from nirvana.measure.speed import measure_speed
+from nirvana.methods import get_method
 from nirvana.models.shapes import count_block_parameters, count_parameters
 from nirvana.pipeline import PruneSettings, prune
 from nirvana.recovery.config import RecoveryConfig
@@ -140,13 +141,17 @@ class Variant:
     def name(self) -> str:
         if self.method == "dense":
             return "dense"
-        if self.method == "nirvana":
-            name = f"nirvana s={self.sparsity:g} {self.gamma_label or 'gamma*'}"
+        if self.has_allocation_settings:  # NIRVANA: named by its gamma
+            name = f"{self.method} s={self.sparsity:g} {self.gamma_label or 'gamma*'}"
         elif self.gamma_label:  # a labelled setting of a baseline (SliceGPT at the reference's slicing)
             name = f"{self.method} {self.gamma_label}"
         else:
             name = f"{self.method} s={self.sparsity:g}"
         return f"{name} + LoRA" if self.lora else name
+
+    @property
+    def has_allocation_settings(self) -> bool:
+        return self.method != "dense" and get_method(self.method).has_allocation_settings
 
     def prune_settings(self, samples: int, seq_len: int, use_cache: bool, micro_batch: int = 0) -> PruneSettings:
         settings = json.loads(self.settings) if self.settings else None
@@ -322,7 +327,7 @@ def plan_jobs(config: BaselinesConfig) -> list[BaselineJob]:
         jobs += [job(v, task, n) for task, n in config.gold_tasks for v in block]
         if s in config.lora_sparsities:
             # the matched models only: SliceGPT at the reference's slicing is there for the record
-            recovered = [replace(v, lora=True) for v in pruned if v.method == "nirvana" or not v.gamma_label]
+            recovered = [replace(v, lora=True) for v in pruned if v.has_allocation_settings or not v.gamma_label]
             everyone += recovered
             jobs += [job(v, "ppl", config.tokens) for v in recovered]
             jobs += [job(v, t, config.limit) for v in recovered for t in ZEROSHOT7]

@@ -22,7 +22,7 @@ from nirvana.bench.accuracy import read_per_problem
 from nirvana.bench.accuracy_report import BPB_SHORT, BPB_TASKS, SHORT, _diff, _f, _paired, _pm, summarize
 from nirvana.bench.rows import read_rows
 from nirvana.measure.speed_check import DISTURBED, MESSAGES, TOLERANCE, judge
-from nirvana.methods import METHODS
+from nirvana.methods import METHODS, is_baseline
 from nirvana.store.atomic import atomic_write_text
 from nirvana.store.paths import benchmarks_dir
 
@@ -441,7 +441,7 @@ def plot(rows: list[dict], config, path: Path, extra: list[dict] | None = None) 
     return path
 
 
-BASELINES = tuple(name for name in METHODS if name != "nirvana")
+BASELINES = tuple(filter(is_baseline, METHODS))
 
 
 def _versus(a: dict, b: dict, per: dict) -> list[str]:
@@ -474,7 +474,7 @@ def _nirvana_sides(measured: list[dict], sparsity: float, lora: str) -> list[dic
         return [star] if star else []
     fixed = [
         v for v in measured
-        if v.get("method") == "nirvana" and _f(v.get("sparsity")) == sparsity and v.get("matched")
+        if not is_baseline(v.get("method")) and _f(v.get("sparsity")) == sparsity and v.get("matched")
         and (" + LoRA" in v["variant"]) == bool(lora)
         and "KL-best" not in v["variant"] and v is not star
     ]  # fmt: skip

@@ -35,7 +35,7 @@ import torch
 from transformers import AutoModelForCausalLM, LlamaConfig
 
 from nirvana.bench.base import Measured, WholeRun, progress_log
-from nirvana.bench.methods import NIRVANA, MethodChoice
+from nirvana.bench.methods import NIRVANA, MethodChoice, method_stem
 from nirvana.checkpoints.options import resolve_device
 from nirvana.data.calibration import CalibrationBatch
 from nirvana.guard.memory import oom_guard
@@ -46,8 +46,6 @@ from nirvana.methods.run import method_scores
 from nirvana.models.shapes import count_block_parameters, count_parameters
 from nirvana.models.weights import input_device
 from nirvana.progress import sub_progress
-from nirvana.pruning.allocation import Allocation
-from nirvana.pruning.slicing import slice_at
 from nirvana.reference import paper_reference
 from nirvana.scoring.criteria import compute_scores
 from nirvana.store.paths import benchmarks_dir
@@ -194,11 +192,11 @@ def prune(model, sparsity: float, align: int = 8, seed: int = 0, method: MethodC
     A baseline `method` scores `CALIBRATION` random token ids (seeded) and slices with its own
     allocation and compensation (FLAP's biases): the pruned shape is that method's.
     """
-    if method.is_nirvana:
-        scores = compute_scores(model, "random", seed=seed, use_cache=False)
-        plan, pruned = slice_at(model, scores, Allocation(sparsity, align=align))
-        return pruned, plan
     method.check(model, sparsity)
+    if method.has_allocation_settings:  # NIRVANA's data-free ablation: seeded random scores, no calibration text
+        scores = compute_scores(model, "random", seed=seed, use_cache=False)
+        plan, pruned = method.slice(model, scores, sparsity, align=align)
+        return pruned, plan
     vocab = model.get_input_embeddings().num_embeddings
     ids = torch.randint(0, vocab, CALIBRATION, generator=torch.Generator().manual_seed(seed))
     batch = CalibrationBatch(ids, "random-ids", seed)
@@ -290,7 +288,7 @@ def run_gpu_bench(config: GpuBenchConfig = GpuBenchConfig(), progress=None) -> d
         "config": {k: v for k, v in values.items() if k != "rope_parameters"},
         "dtype": str(dtype).replace("torch.", ""),
         "weights": "random (seed 0); scores: seeded random criterion; allocation: global, default gamma, align 8"
-        if choice.is_nirvana
+        if choice.has_allocation_settings
         else f"random (seed 0); scores: {choice.method} on {CALIBRATION[0]} x {CALIBRATION[1]} random token ids "
         "(seed 0); its own allocation",
         **choice.cells(),
@@ -312,7 +310,6 @@ def write_result(result: dict, out: Path | None = None) -> Path:
     device = result["environment"]["device"]
     tiny = result["architecture"].startswith("tiny")
     stem = ("tiny-" + ("cuda" if str(device).startswith("cuda") else "cpu")) if tiny else "llama-3.1-8b"
-    method = result.get("method", "nirvana")
-    path = out / (f"{stem}.json" if method == "nirvana" else f"{stem}-{method}.json")
+    path = out / f"{method_stem(stem, result.get('method', NIRVANA.method))}.json"
     path.write_text(json.dumps(result, indent=2) + "\n")
     return path

@@ -27,13 +27,11 @@ import torch.nn as nn
 
 from nirvana.data.calibration import CalibrationBatch
 from nirvana.errors import InvalidInput
-from nirvana.methods import get_method, method_config
+from nirvana.methods import get_method, is_baseline, method_config
 from nirvana.methods.base import MethodConfig
-from nirvana.methods.run import apply_method_plan, check_method, method_plan, rotation_plan
 from nirvana.models.shapes import ModelShape, model_shape
 from nirvana.pipeline import PruneSettings, calibration_for, score
-from nirvana.pruning.allocation import Allocation
-from nirvana.pruning.slicing import slice_at
+from nirvana.scoring.criteria import DEFAULT_CRITERION
 from nirvana.scoring.scores import Scores
 
 Source = Scores | CalibrationBatch  # what `MethodChoice.slice` prunes from
@@ -43,7 +41,7 @@ METHOD_COLUMNS = ("method", "method_settings")
 
 def settings_json(method: str, settings: dict | None = None) -> str:
     """The method's validated settings as canonical JSON: the CSV cell and the key part."""
-    return json.dumps(method_config(method, settings).to_dict(), sort_keys=True, separators=(",", ":"))
+    return json.dumps(method_config(method, settings).recorded(), sort_keys=True, separators=(",", ":"))
 
 
 @dataclass(frozen=True)
@@ -59,8 +57,9 @@ class MethodChoice:
         return cls(method, settings_json(method, settings))
 
     @property
-    def is_nirvana(self) -> bool:
-        return self.method == "nirvana"
+    def has_allocation_settings(self) -> bool:
+        """Its pruned rows vary criterion, gamma and allocation (NIRVANA's own settings); a baseline's do not."""
+        return get_method(self.method).has_allocation_settings
 
     @property
     def rotates(self) -> bool:
@@ -79,11 +78,27 @@ class MethodChoice:
         """The row's `method` and `method_settings` cells."""
         return {"method": self.method, "method_settings": self.settings}
 
-    def scoring(self, criterion: str = "nirvana", **settings) -> PruneSettings:
+    def prune_settings(
+        self,
+        sparsity: float = 0.0,
+        *,
+        criterion: str = DEFAULT_CRITERION,
+        gamma: float | None = None,
+        align: int = 8,
+        allocation: str = "global",
+        **calibration,
+    ) -> PruneSettings:
+        """`PruneSettings` of this method at `sparsity`: the criterion and allocation of a method that has them
+        (NIRVANA), otherwise the method's own settings; `calibration`: samples, seq_len, seed, micro_batch..."""
+        own = {}
+        if self.has_allocation_settings:
+            own = {"criterion": criterion, "gamma": gamma, "align": align, "allocation": allocation}
+        settings = json.loads(self.settings) or None
+        return PruneSettings(sparsity=sparsity, method=self.method, method_settings=settings, **own, **calibration)
+
+    def scoring(self, criterion: str = DEFAULT_CRITERION, **settings) -> PruneSettings:
         """Settings for `score` alone: NIRVANA with `criterion`, or this baseline (its criterion is its own)."""
-        if self.is_nirvana:
-            return PruneSettings(sparsity=0.0, criterion=criterion, **settings)
-        return PruneSettings(sparsity=0.0, method=self.method, method_settings=json.loads(self.settings), **settings)
+        return self.prune_settings(0.0, criterion=criterion, **settings)
 
     def source(self, lm, settings: PruneSettings, batch: CalibrationBatch | None = None, progress=None) -> Source:
         """What `slice` prunes from: the unit scores of `settings` on `batch` (disk cache), or for a rotating
@@ -93,34 +108,39 @@ class MethodChoice:
         return score(lm, settings, progress, batch=batch)[0]
 
     def check(self, model: nn.Module, sparsity: float) -> None:
-        """A baseline's model-dependent refusals (layer range, existing biases, reachable sparsity) before scoring."""
-        if not self.is_nirvana:
-            check_method(model, self.method, self.config, sparsity)
+        """The method's model-dependent refusals (target, layer range, existing biases) before scoring."""
+        get_method(self.method).check_config(model, model_shape(model), sparsity, self.config)
 
     def slice(
-        self, model: nn.Module, source: Source, sparsity: float, shape: ModelShape | None = None, allocation=None
+        self, model: nn.Module, source: Source, sparsity: float, shape: ModelShape | None = None, **allocation
     ) -> tuple:
-        """(plan, pruned copy) at `sparsity`: NIRVANA's `allocation` (default: gamma*, global, align 8),
-        the baseline's own allocation and compensation (FLAP's biases), or a rotation on the batch (SliceGPT)."""
-        if self.rotates:
-            plan = rotation_plan(model, self.method, self.config, sparsity, source)
-            return plan, apply_method_plan(model, plan, batch=source)
-        scores = source
-        shape = shape or model_shape(model)
-        if self.is_nirvana:
-            return slice_at(model, scores, (allocation or Allocation(sparsity)).resolve(shape), shape)
-        plan = method_plan(scores, shape, sparsity, self.method, self.config)
-        return plan, apply_method_plan(model, plan, scores)
+        """(plan, pruned copy) at `sparsity`: NIRVANA's allocation (`allocation`: gamma, align, allocation; default
+        gamma*, align 8, global), the baseline's own allocation and compensation (FLAP's biases), or a rotation on
+        the batch (SliceGPT)."""
+        method, config = get_method(self.method), self.prune_settings(sparsity, **allocation).config
+        if method.rotates:
+            plan = method.widths(model, sparsity, config, source)
+            return plan, method.apply(model, plan, batch=source)
+        plan = method.allocate(source, shape or model_shape(model), sparsity, config)
+        return plan, method.apply(model, plan, scores=source)
+
+    def gamma_cell(self, plan) -> float | str:
+        """The row's gamma: the plan's (rounded) where the method allocates by gamma, else empty."""
+        return round(plan.settings.gamma, 4) if self.has_allocation_settings else ""
 
 
 def nirvana_only(bench: str, what: str, method: str) -> None:
     """Refuse a baseline for a benchmark whose axis only NIRVANA has (the message says what to run)."""
-    get_method(method)  # an unknown name gets the list of methods first
-    if method != "nirvana":
+    if not get_method(method).has_allocation_settings:  # an unknown name gets the list of methods first
         raise InvalidInput(
             f"the {bench} benchmark measures {what}, which only NIRVANA has; method {method!r} has no such axis. "
             "Drop --method (NIRVANA), or compare methods with `python -m nirvana bench baselines`."
         )
+
+
+def method_stem(stem: str, method: str) -> str:
+    """A benchmark's output name: the default method's committed files keep `stem`; a baseline's add its name."""
+    return f"{stem}-{method}" if is_baseline(method) else stem
 
 
 NIRVANA = MethodChoice()  # the default of every benchmark's jobs

@@ -40,8 +40,6 @@ from nirvana.data.text import load_text
 from nirvana.measure.kl import DenseReference, kl_to_dense
 from nirvana.measure.perplexity import perplexity
 from nirvana.models.shapes import count_parameters, model_shape
-from nirvana.pruning.allocation import Allocation
-from nirvana.pruning.slicing import prune_and_measure
 from nirvana.scoring.criteria import CRITERIA
 from nirvana.search.calibration import anchor_batch, candidate_batch
 
@@ -74,7 +72,7 @@ def plan_jobs(config: QualityConfig) -> list[QualityJob]:
     job = partial(QualityJob, config.model)
     jobs = [job("dense", "-", None, 0.0)]
     choice = MethodChoice.of(config.method, config.method_settings)
-    if not choice.is_nirvana:  # a baseline has no criteria, allocations or KL selection: one row per sparsity
+    if not choice.has_allocation_settings:  # a baseline: no criteria, allocations or KL selection; a row per sparsity
         return jobs + [job(choice.method, "method", 0, s, choice) for s in order]
     for group in (order[:half], order[half:]):
         jobs += [job(c, "global", seed0(c), s) for s in group for c in config.criteria]
@@ -200,17 +198,11 @@ class QualityWorker:
                 quality = {"kl": kl_to_dense(pruned, self.reference), **self.perplexities(pruned)}
                 return quality, count_parameters(pruned)
 
-            if job.method.is_nirvana:
-                allocation = Allocation(job.sparsity, c.gamma, c.align, job.allocation).resolve(self.shape)
-                plan, (measured, params_after) = prune_and_measure(
-                    self.lm.model, scores, measure, allocation, shape=self.shape
-                )
-                gamma = round(allocation.gamma, 4)
-            else:
-                plan, pruned = job.method.slice(self.lm.model, scores, job.sparsity, self.shape)
-                measured, params_after = measure(pruned)
-                del pruned
-                gamma = ""
+            allocation = {"gamma": c.gamma, "align": c.align, "allocation": job.allocation}
+            plan, pruned = job.method.slice(self.lm.model, scores, job.sparsity, self.shape, **allocation)
+            measured, params_after = measure(pruned)
+            del pruned
+            gamma = job.method.gamma_cell(plan)
             row.update(measured)
             row.update(
                 gamma=gamma,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from nirvana.bench.quality_config import DEFAULT_OUT, GRID_CRITERIA, QualityConfig
 from nirvana.charts import CRITERION_COLORS
-from nirvana.scoring.criteria import CRITERIA
+from nirvana.scoring.criteria import CRITERIA, DEFAULT_CRITERION
 
 _DATA_FREE = tuple(name for name, c in CRITERIA.items() if not c.needs_data)  # magnitude, random
 
@@ -89,7 +89,7 @@ def _winner(rows, config: QualityConfig, s: float) -> dict | None:
         return None
     best = ranked[0]
     second = ranked[1] if len(ranked) > 1 else None
-    nirvana = next((r for r in ranked if r["criterion"] == "nirvana"), None)
+    nirvana = next((r for r in ranked if r["criterion"] == DEFAULT_CRITERION), None)
     return {
         "sparsity": s,
         "winner": best["criterion"],
@@ -309,7 +309,7 @@ def markdown_report(rows: list[dict], config: QualityConfig, summary: dict) -> s
         text = f"- **{w['sparsity']:g}**: {w['winner']} ({w['ppl']:.2f})"
         if w["runner_up"]:
             text += f", {w['margin_pct']:.1f}% lower PPL than {w['runner_up']} ({w['runner_up_ppl']:.2f})"
-        if w["nirvana_rank"] and w["winner"] != "nirvana":
+        if w["nirvana_rank"] and w["winner"] != DEFAULT_CRITERION:
             text += f"; nirvana ranks {w['nirvana_rank']} ({w['nirvana_ppl']:.2f})"
         lines.append(text + ". Ranking: " + ", ".join(f"{c} {p:.2f}" for c, p in w["ranking"]))
     lines += _ablation_lines(summary["ablations"])

@@ -40,7 +40,7 @@ from nirvana.bench.rows import row_key
 from nirvana.checkpoints.loading import load_model
 from nirvana.data.text import load_text
 from nirvana.models.shapes import count_parameters
-from nirvana.pipeline import PruneSettings, prune
+from nirvana.pipeline import prune
 from nirvana.recovery.config import RecoveryConfig
 from nirvana.recovery.data import data_for, load_documents
 from nirvana.recovery.train import recover
@@ -174,7 +174,7 @@ class RecoveryBench(Benchmark):
 
     def jobs(self, config: RecoveryBenchConfig) -> list[RecoveryJob]:
         choice = MethodChoice.of(config.method, config.method_settings)
-        if not choice.is_nirvana:  # the baseline at each sparsity of the rows, in their order
+        if not choice.has_allocation_settings:  # the baseline at each sparsity of the rows, in their order
             sparsities = dict.fromkeys(float(s) for _, _, s in config.jobs)
             return [RecoveryJob(config.model, choice.method, "method", s, choice) for s in sparsities]
         return [RecoveryJob(config.model, *job) for job in config.jobs]
@@ -239,11 +239,9 @@ class RecoveryWorker:
         config, log, lm, rc, texts, data = self.config, self.log, self.lm, self.rc, self.texts, self.data
         criterion, allocation, sparsity = job.criterion, job.allocation, job.sparsity
         t0 = time.perf_counter()
-        if job.method.is_nirvana:
-            how = {"criterion": criterion, "allocation": allocation}
-        else:
-            how = {"method": job.method.method, "method_settings": json.loads(job.method.settings)}
-        settings = PruneSettings(sparsity=sparsity, samples=config.samples, seq_len=config.seq_len, **how)
+        settings = job.method.prune_settings(
+            sparsity, criterion=criterion, allocation=allocation, samples=config.samples, seq_len=config.seq_len
+        )
         pruned_result = prune(lm, settings)  # a sliced copy: the dense model serves every row
         plan, pruned = pruned_result.plan, pruned_result.model
         row = {**config.key(criterion, allocation, sparsity, job.method), "machine": self.machine}

@@ -25,13 +25,14 @@ from pathlib import Path
 import torch
 
 from nirvana.bench.base import Measured, WholeRun, progress_log
-from nirvana.bench.methods import MethodChoice
+from nirvana.bench.methods import NIRVANA, MethodChoice, method_stem
 from nirvana.checkpoints.loading import DEFAULT_MODEL, load_model
 from nirvana.errors import InvalidInput
 from nirvana.measure.flops import flops_per_token
 from nirvana.measure.speed import measure_speeds, speedup_rows
 from nirvana.measure.speed_check import OK, RULE, judge
 from nirvana.models.shapes import model_shape
+from nirvana.scoring.criteria import DEFAULT_CRITERION
 from nirvana.store.paths import benchmarks_dir
 
 DEFAULT_OUT = benchmarks_dir("speed")  # the checkout's benchmarks/speed; ./benchmarks/speed when installed
@@ -191,7 +192,7 @@ def run_speed_bench(lm, sparsities, settings: SpeedBenchConfig = SpeedBenchConfi
             "samples": c.samples,
             "seq_len": c.seq_len,
             "seed": c.seed,
-            "criterion": "nirvana" if choice.is_nirvana else choice.method,
+            "criterion": DEFAULT_CRITERION if choice.has_allocation_settings else choice.method,
         },
         **choice.cells(),
         "rows": rows,
@@ -283,8 +284,7 @@ def committed_speed(directory: Path | None = None) -> dict | None:
 def write_outputs(result: dict, out_dir: Path) -> list[Path]:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    method = result.get("method", "nirvana")
-    stem = "speed" if method == "nirvana" else f"speed-{method}"  # NIRVANA's committed speed.* stay as they are
+    stem = method_stem("speed", result.get("method", NIRVANA.method))
     md = out_dir / f"{stem}.md"
     md.write_text(markdown_table(result))
     csv_path = out_dir / f"{stem}.csv"

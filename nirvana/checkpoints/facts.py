@@ -4,16 +4,20 @@ from __future__ import annotations
 
 from nirvana.checkpoints.loaded import LoadedModel
 from nirvana.models.architectures import get_architecture
+from nirvana.models.family import family_name
 from nirvana.models.shapes import count_block_parameters, model_shape
-from nirvana.models.t5 import KINDS, is_t5, kept_units, t5_shape
+from nirvana.models.t5 import KINDS, kept_units, t5_shape
 from nirvana.pruning.allocation import default_gamma
 from nirvana.pruning.seq2seq import scope_default_gammas
 
 
 def describe(lm: LoadedModel) -> dict:
-    """The facts `info` prints and the app's Model page shows (a T5's are `describe_t5`'s)."""
-    if is_t5(lm.model):
-        return describe_t5(lm)
+    """The facts `info` prints and the app's Model page shows, by the model's family (`DESCRIBE`)."""
+    return DESCRIBE[family_name(lm.model)](lm)
+
+
+def describe_decoder(lm: LoadedModel) -> dict:
+    """A decoder-only model's facts: its shape, units, gamma*."""
     shape = model_shape(lm.model)
     return {
         "model": lm.name,
@@ -71,3 +75,6 @@ def describe_t5(lm: LoadedModel) -> dict:
         "model_load_seconds": round(lm.load_seconds, 3),
         "import_seconds": round(lm.import_seconds, 3),
     }
+
+
+DESCRIBE = {"decoder-only": describe_decoder, "t5": describe_t5}

@@ -18,7 +18,8 @@ import time
 from pathlib import Path
 
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer, BitsAndBytesConfig
+import transformers
+from transformers import AutoConfig, AutoTokenizer, BitsAndBytesConfig
 from transformers.models.auto.configuration_auto import model_type_to_module_name
 
 from nirvana.checkpoints.gguf_cache import convert_gguf, gguf_model_dir, is_converted
@@ -28,10 +29,9 @@ from nirvana.checkpoints.pruned import load_pruned
 from nirvana.errors import InvalidInput, ModelNotFound, UnsupportedArchitecture
 from nirvana.guard import memory
 from nirvana.guard.safety import check_model_name
-from nirvana.models.architectures import get_architecture
+from nirvana.models.family import family
 from nirvana.models.modeling_t5_sliced import HEADS_KEY
 from nirvana.models.registry import REGISTRY, embedded_gguf_file
-from nirvana.models.t5 import is_t5
 from nirvana.store.paths import cache_dir
 
 
@@ -144,9 +144,9 @@ def load_model(
         config = AutoConfig.from_pretrained(
             src, trust_remote_code=trust_remote_code, local_files_only=kwargs.get("local_files_only", False)
         )
-        auto = AutoModelForSeq2SeqLM if is_t5(config) else AutoModelForCausalLM  # T5: nirvana.models.t5
-        if not is_t5(config):
-            get_architecture(config)  # encoder-only or unknown layouts fail here, before any weight is read
+        kind = family(config)
+        auto = getattr(transformers, kind.auto_class)
+        kind.check_layout(config)  # encoder-only or unknown layouts fail here, before any weight is read
         if not weights:
             with torch.device("meta"):
                 model = auto.from_config(config, dtype=torch_dtype, trust_remote_code=trust_remote_code)

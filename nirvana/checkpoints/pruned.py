@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -27,9 +29,9 @@ from nirvana.errors import CorruptCheckpoint
 from nirvana.export.card import write_model_card
 from nirvana.export.modeling import add_stock_loading, add_t5_stock_loading, has_per_layer_widths
 from nirvana.guard.safety import check_local_path
+from nirvana.models.family import family_name
 from nirvana.models.modeling_nirvana import layer_widths, resize_to_config
 from nirvana.models.modeling_t5_sliced import is_sliced_t5_config
-from nirvana.models.t5 import is_t5
 from nirvana.pruning.plan import PruningPlan
 from nirvana.pruning.seq2seq_plan import Seq2SeqPlan
 from nirvana.pruning.slicing import update_config
@@ -63,12 +65,9 @@ def save_pruned(
             tokenizer.save_pretrained(tmp)
         if plan is not None:
             plan.save(tmp / PLAN_FILE)
-        if is_t5(model):  # an encoder-decoder: its own per-layer keys and modeling file
-            stock_loading = add_t5_stock_loading if is_sliced_t5_config(model.config) else None
-        else:
-            stock_loading = add_stock_loading if has_per_layer_widths(model.config.to_dict()) else None
-        if stock_loading is not None:  # a pruned folder: the modeling file, auto_map and the card
-            stock_loading(tmp)
+        saved = SAVED[family_name(model)]
+        if saved.is_pruned(model.config):  # a pruned folder: the modeling file, auto_map and the card
+            saved.stock_loading(tmp)
             source = base_model or getattr(model.config, "_name_or_path", None)
             write_model_card(tmp, report, plan, base_model=source, location=directory)
     return directory
@@ -167,10 +166,16 @@ def load_pruned(directory: str | Path, *, dtype: torch.dtype | None = None, devi
         config = AutoConfig.from_pretrained(directory)
     except (OSError, ValueError) as exc:
         raise CorruptCheckpoint(f"config.json in {str(directory)!r} is unreadable ({exc}).") from exc
-    if is_t5(config):
-        if not is_sliced_t5_config(config):
-            raise CorruptCheckpoint(f"{str(directory)!r} is a T5 without per-layer widths: not a pruned checkpoint.")
-        return load_t5_pruned(directory, config, _read_state_dict(directory), dtype=dtype, device=device)
+    return SAVED[family_name(config)].load(directory, config, dtype=dtype, device=device, start=start)
+
+
+def _load_t5(directory: Path, config, *, dtype, device: str, start: float):
+    if not is_sliced_t5_config(config):
+        raise CorruptCheckpoint(f"{str(directory)!r} is a T5 without per-layer widths: not a pruned checkpoint.")
+    return load_t5_pruned(directory, config, _read_state_dict(directory), dtype=dtype, device=device)
+
+
+def _load_decoder(directory: Path, config, *, dtype, device: str, start: float):
     _layer_widths(config)  # not a pruned checkpoint: CorruptCheckpoint before any weight is read
     state = _read_state_dict(directory)
     with init_empty_weights(include_buffers=False):  # parameters on meta, buffers (rotary) real
@@ -209,3 +214,18 @@ def load_pruned(directory: str | Path, *, dtype: torch.dtype | None = None, devi
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return LoadedModel(model, tokenizer, str(directory), "pruned", time.perf_counter() - start, [], plan)
+
+
+@dataclass(frozen=True)
+class Saved:
+    """How a family's pruned folder is written and read back (`nirvana.models.family.FAMILIES` names it)."""
+
+    is_pruned: Callable  # (config) -> its layers differ in width: the folder gets the modeling file and a card
+    stock_loading: Callable  # (folder) -> writes the modeling file and auto_map stock transformers loads it by
+    load: Callable  # (directory, config, *, dtype, device, start) -> LoadedModel
+
+
+SAVED = {
+    "decoder-only": Saved(lambda config: has_per_layer_widths(config.to_dict()), add_stock_loading, _load_decoder),
+    "t5": Saved(is_sliced_t5_config, add_t5_stock_loading, _load_t5),  # its own per-layer keys and modeling file
+}

@@ -22,9 +22,9 @@ from nirvana.checkpoints.options import hub_reachable, resolve_device, resolve_d
 from nirvana.data.calibration import check_calibration_source
 from nirvana.errors import InvalidInput
 from nirvana.guard.safety import check_model_name
-from nirvana.methods.base import check_sparsity_value
+from nirvana.methods import get_method
+from nirvana.models.family import family_name
 from nirvana.models.registry import ModelReference, check_hub_reference, model_reference
-from nirvana.models.t5 import is_t5
 from nirvana.pipeline import PruneSettings, check_seq2seq_settings
 from nirvana.pruning.seq2seq_plan import Seq2SeqSettings
 from nirvana.search.calibration import check_selection
@@ -62,14 +62,11 @@ def family(ref: ModelReference) -> str | None:
     None until the model is loaded."""
     if ref.model_type is None:
         return None
-    return "t5" if is_t5(SimpleNamespace(model_type=ref.model_type)) else "decoder-only"
+    return family_name(SimpleNamespace(model_type=ref.model_type))
 
 
 def _decoder_only(settings: PruneSettings) -> None:
-    if settings.method == "nirvana":
-        _ = settings.allocation_settings  # Allocation: sparsity, gamma, align and allocation kind
-    else:
-        check_sparsity_value(settings.sparsity)  # a baseline's range (`check_method`, before its model checks)
+    get_method(settings.method).check_target(settings.sparsity, settings.config)  # before any model is loaded
 
 
 def _t5(settings: PruneSettings) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from huggingface_hub import ModelCard, ModelCardData
 
 from nirvana.errors import InvalidInput
+from nirvana.methods import DEFAULT_METHOD, is_baseline
 from nirvana.models.registry import REGISTRY
 from nirvana.models.t5 import KINDS as T5_KINDS
 from nirvana.pruning.plan import PruningPlan
@@ -225,15 +226,15 @@ def render_model_card(
     target, achieved = fig.get("target_sparsity"), fig.get("achieved_block_sparsity")
     gamma, gamma_default = fig.get("gamma"), fig.get("gamma_default")
     gamma_text = _num(gamma, 3) + (f" (analytic default {_num(gamma_default, 3)})" if gamma_default is not None else "")
-    method = fig.get("method") or "nirvana"
-    if method != "nirvana":  # a baseline (nirvana.methods): gamma does not apply
+    method = fig.get("method") or DEFAULT_METHOD
+    if is_baseline(method):  # a baseline (nirvana.methods): gamma does not apply
         gamma_text = None
     setting_rows = [
         (
             "method",
-            f"NIRVANA structured pruning ([paper]({PAPER})), NIRVANA Explorer"
-            if method == "nirvana"
-            else f"{method} (a baseline reproduced in NIRVANA Explorer, docs/BASELINES.md)",
+            f"{method} (a baseline reproduced in NIRVANA Explorer, docs/BASELINES.md)"
+            if is_baseline(method)
+            else f"NIRVANA structured pruning ([paper]({PAPER})), NIRVANA Explorer",
         ),
         ("method settings", json.dumps(fig["method_settings"]) if fig.get("method_settings") else None),
         ("pruned from", fig.get("model")),

@@ -36,8 +36,8 @@ import torch
 
 from nirvana.errors import OutOfMemory
 from nirvana.models.architectures import text_config
+from nirvana.models.family import family_name
 from nirvana.models.shapes import head_dim_of
-from nirvana.models.t5 import is_t5
 from nirvana.models.weights import input_device
 
 GIB = 1024**3
@@ -287,13 +287,19 @@ def estimate_t5_scoring(
 
 def estimate_load(config, *, dtype: torch.dtype = torch.float32, quantization: str | None = None) -> MemoryEstimate:
     """Bytes the weights take once loaded (8-bit: 1 byte per block weight, 4-bit: ~0.5 + scales)."""
-    act = dtype_bytes(dtype)
-    est = MemoryEstimate("loading", "")
-    if is_t5(config):
-        block, total = t5_parameters(config)
-        est.components["block weights"] = block * act
-        est.components["embeddings, lm_head, norms"] = (total - block) * act
-        return est
+    return LOAD_ESTIMATES[family_name(config)](config, dtype, quantization)
+
+
+def _t5_load(config, dtype: torch.dtype, quantization: str | None) -> MemoryEstimate:
+    act, est = dtype_bytes(dtype), MemoryEstimate("loading", "")
+    block, total = t5_parameters(config)
+    est.components["block weights"] = block * act
+    est.components["embeddings, lm_head, norms"] = (total - block) * act
+    return est
+
+
+def _decoder_load(config, dtype: torch.dtype, quantization: str | None) -> MemoryEstimate:
+    act, est = dtype_bytes(dtype), MemoryEstimate("loading", "")
     a = ArchSizes.from_config(config)
     rest = a.total_params - a.block_weights
     if quantization == "8bit":
@@ -307,6 +313,9 @@ def estimate_load(config, *, dtype: torch.dtype = torch.float32, quantization: s
         rest_bytes = rest * act
     est.components["embeddings, lm_head, norms"] = rest_bytes
     return est
+
+
+LOAD_ESTIMATES = {"decoder-only": _decoder_load, "t5": _t5_load}  # by family (nirvana.models.family)
 
 
 def estimate_training(

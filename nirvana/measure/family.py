@@ -22,7 +22,7 @@ from nirvana.measure.seq2seq_speed import (
     seq2seq_summary,
 )
 from nirvana.measure.speed import measure_speeds
-from nirvana.models.t5 import is_t5
+from nirvana.models.family import family_name
 
 
 def _decoder_speeds(models: dict, prompt_len: int, new_tokens: int, **kwargs) -> dict:
@@ -86,5 +86,5 @@ def measures(model) -> Measures:
 
 
 def family(model) -> str:
-    """The key of `MEASURES` for a loaded model."""
-    return "t5" if is_t5(model) else "decoder-only"
+    """The key of `MEASURES` for a loaded model (`nirvana.models.family.FAMILIES`)."""
+    return family_name(model)

@@ -17,9 +17,16 @@ from nirvana.methods import flap, llm_pruner, slicegpt
 from nirvana.methods import nirvana as nirvana_method
 from nirvana.methods.base import Method, MethodConfig, RotatingMethod, ScoredMethod, method_config_of
 
+DEFAULT_METHOD = nirvana_method.METHOD.name  # the paper's method: every default, and what reports compare with
+
 METHODS: dict[str, Method] = {
     m.name: m for m in (nirvana_method.METHOD, llm_pruner.METHOD, flap.METHOD, slicegpt.METHOD)
 }
+
+
+def is_baseline(name: str) -> bool:
+    """A method the paper compares with: every row but its own (`DEFAULT_METHOD`)."""
+    return name != DEFAULT_METHOD
 
 
 def get_method(name: str) -> Method:
@@ -40,12 +47,14 @@ def methods_help() -> str:
 
 
 __all__ = [
+    "DEFAULT_METHOD",
     "METHODS",
     "Method",
     "MethodConfig",
     "RotatingMethod",
     "ScoredMethod",
     "get_method",
+    "is_baseline",
     "method_config",
     "methods_help",
 ]

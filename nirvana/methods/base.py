@@ -55,6 +55,10 @@ class MethodConfig:
                 data[f.name] = tuple(data[f.name])
         return cls(**data)
 
+    def recorded(self) -> dict:
+        """What a plan's and a benchmark row's `method_settings` hold: every field, defaults filled in."""
+        return self.to_dict()
+
     def score_key(self) -> dict:
         """The settings that change the scores (part of the score cache key); the rest only change allocation."""
         return {}
@@ -100,18 +104,15 @@ class Method:
     has_allocation_settings: ClassVar[bool] = False  # gamma, align, allocation and criterion are its settings
     verb: ClassVar[str] = "pruned"  # the progress line's "pruned to 98.1 M parameters"
 
+    def config_from(self, settings) -> MethodConfig:
+        """This method's validated config from `PruneSettings` (a baseline's: its `method_settings`)."""
+        return method_config_of(self, settings.method_settings)
+
     def check_settings(self, settings) -> None:
-        """The settings are this method's: the ones of NIRVANA's allocation are refused unless it has them."""
-        method_config_of(self, settings.method_settings)
-        if self.has_allocation_settings:
-            return
-        given = {
-            "criterion": settings.criterion != "nirvana",
-            "gamma": settings.gamma is not None,
-            "allocation": settings.allocation != "global",
-            "select_calib": settings.select_calib != 0,
-        }
-        wrong = [k for k, on in given.items() if on]
+        """The settings are this method's: its config validates, and the allocation's fields (criterion, gamma,
+        align, allocation, select_calib: `PruneSettings.allocation_fields_given`) are refused unless it has them."""
+        self.config_from(settings)
+        wrong = [] if self.has_allocation_settings else settings.allocation_fields_given()
         if wrong:
             raise InvalidInput(
                 f"{', '.join(wrong)} {'is a setting' if len(wrong) == 1 else 'are settings'} of method nirvana and "
@@ -138,6 +139,10 @@ class Method:
 
     def apply(self, model: nn.Module, plan: PruningPlan, *, scores, batch, inplace, micro_batch, progress) -> nn.Module:
         raise NotImplementedError
+
+    def check_target(self, sparsity: float, config: MethodConfig) -> None:
+        """The target's range, checked without the model (the CLI, before it loads one): [0, 1) of block weights."""
+        check_sparsity_value(sparsity)
 
     # The steps by their own arguments (a method's config rather than `PruneSettings`), for the benchmarks, the
     # sweeps and the app, which hold one config and many sparsities. A method without the step refuses it.

@@ -61,10 +61,13 @@ class PlanSettings:
             )
 
     def to_dict(self) -> dict:
-        """As JSON; a NIRVANA plan leaves out the method keys, so its file is what it was before methods."""
+        """As JSON; the method keys at their defaults (NIRVANA, no settings) are left out, so such a plan's file is
+        what it was before methods."""
         data = asdict(self)
-        if self.method == "nirvana" and self.method_settings is None:
-            del data["method"], data["method_settings"]
+        method_keys = [f for f in fields(self) if f.name in ("method", "method_settings")]
+        if all(data[f.name] == f.default for f in method_keys):
+            for f in method_keys:
+                del data[f.name]
         return data
 
     @classmethod

@@ -261,11 +261,13 @@ class Criterion:
     objective: Callable | None = None  # what a gradient criterion differentiates (nirvana.scoring.objectives)
 
 
+DEFAULT_CRITERION = "nirvana"  # the paper's saliency; the other criteria are its ablations
+
 CRITERIA: dict[str, Criterion] = {
     c.name: c
     for c in (
         Criterion(
-            "nirvana",
+            DEFAULT_CRITERION,
             _scores_nirvana,
             needs_data=True,
             uses_gradients=True,
@@ -337,7 +339,7 @@ def criteria_help(names=None) -> str:
 
 def compute_scores(
     model,
-    criterion: str = "nirvana",
+    criterion: str = DEFAULT_CRITERION,
     batch: CalibrationBatch | None = None,
     *,
     seed: int = 0,

@@ -1,17 +1,13 @@
 """A sweep (the app's Sweep page): for each (sparsity, gamma), allocate, slice a copy, measure quality and speed.
 
-Orchestration only: every point is one `prune_and_measure` (allocate, slice, measure: `perplexity`
-or `kl_to_dense`, and `measure_speed`). Scores are not recomputed: one set of cached scores
-serves every point. The dense model is measured once as the reference point (sparsity 0).
-
-`method` (a `nirvana.methods` name) sweeps a baseline the same way from its own scores: its
-allocation and compensation (FLAP's biases) at each sparsity
-(`nirvana.methods.run.method_prune_and_measure`). Gamma does not apply to a baseline, so its sweep
-has no gamma axis. A rotating method (SliceGPT) has no scores: it is rotated afresh on the
+Orchestration only: every point is the method's allocation at the point, a sliced copy and its measurement
+(`nirvana.methods.run.method_prune_and_measure`: `perplexity` or `kl_to_dense`, and `measure_speed`), FLAP's
+biases included. Scores are not recomputed: one set of cached scores serves every point. The dense model is
+measured once as the reference point (sparsity 0). Gamma is NIRVANA's split (`Method.has_allocation_settings`),
+so only its sweep has a gamma axis. A rotating method (SliceGPT) has no scores: it is rotated afresh on the
 calibration `batch` at each sparsity (`rotation_prune_and_measure`, one forward pass a point).
 The ideal speed-up of a point is read from the pruned copy's own module widths
-(`nirvana.measure.flops`), so a sliced residual stream counts.
-"""
+(`nirvana.measure.flops`), so a sliced residual stream counts."""
 
 from __future__ import annotations
 
@@ -31,7 +27,6 @@ from nirvana.methods.run import method_prune_and_measure, rotation_prune_and_mea
 from nirvana.models.shapes import ModelShape, model_shape
 from nirvana.progress import sub_progress
 from nirvana.pruning.allocation import Allocation
-from nirvana.pruning.slicing import prune_and_measure
 from nirvana.search.calibration import AnchorSpec, anchor_batch
 
 QUALITY = {
@@ -145,18 +140,14 @@ class SweepPoint:
 
         if axis == "dense":
             plan, (quality, decode, ideal) = None, measure(lm.model)
-        elif settings.method == "nirvana":
-            plan, (quality, decode, ideal) = prune_and_measure(
-                lm.model, self.scores, measure, allocation, shape=shape, memo=self.memo
-            )
         elif self.rotates:
             plan, (quality, decode, ideal) = rotation_prune_and_measure(
                 lm.model, self.batch, measure, allocation.sparsity, settings.method, self.config, memo=self.memo
             )
         else:
             plan, (quality, decode, ideal) = method_prune_and_measure(
-                lm.model, self.scores, measure, allocation.sparsity, settings.method, self.config, shape=shape,
-                memo=self.memo,
+                lm.model, self.scores, measure, allocation.sparsity, settings.method, self.config_at(allocation),
+                shape=shape, memo=self.memo,
             )  # fmt: skip
         return {
             "method": "dense" if axis == "dense" else settings.method,
@@ -169,6 +160,13 @@ class SweepPoint:
             "decode_tokens_per_s": decode,
             "ideal_speedup": ideal,
         }
+
+    def config_at(self, allocation: Allocation):
+        """The method's config at a point: one with allocation settings (NIRVANA) takes the point's gamma, align and
+        kind; a baseline allocates its own way from the sparsity alone."""
+        if not self.method.has_allocation_settings:
+            return self.config
+        return replace(self.config, gamma=allocation.gamma, align=allocation.align, allocation=allocation.kind)
 
     def run(self, job: PointJob) -> dict:
         return self.measure(job.axis, job.allocation)
