@@ -20,7 +20,6 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from nirvana.methods import METHODS
-from nirvana.scoring.criteria import CRITERIA
 
 KEPT = "#2a9d8f"
 PRUNED = "#e76f51"
@@ -29,9 +28,21 @@ COLORSCALE = "Viridis"
 # Overlay for pruned units: transparent (kept) -> dark (pruned); z is the pruned fraction of a cell.
 PRUNED_OVERLAY = [[0.0, "rgba(0,0,0,0)"], [1.0, "rgba(20,20,20,0.72)"]]
 NEURON_MODES = ("sorted", "index")
-# One colour per pruning criterion (its `Criterion.color` row), shared by the app and the benchmark plots.
-CRITERION_COLORS = {name: c.color for name, c in CRITERIA.items()}
-METHOD_COLORS = {name: m.color for name, m in METHODS.items()}  # and per pruning method (`Method.color`)
+# One colour per pruning criterion and per pruning method, shared by the app and the benchmark plots (a row added to
+# CRITERIA or METHODS gets its line here: tests/test_criteria_table.py checks that every row has one, all different).
+CRITERION_COLORS = {
+    "nirvana": "#1f77b4",
+    "taylor": "#2ca02c",
+    "magnitude": "#d62728",
+    "wanda": "#9467bd",
+    "random": "#7f7f7f",
+}
+METHOD_COLORS = {
+    "nirvana": "#1f77b4",  # NIRVANA's criterion's colour: the same model in both tables
+    "llm-pruner": "#ff7f0e",
+    "flap": "#8c564b",
+    "slicegpt": "#17becf",
+}
 # Every legend: at the right of the plot, its top level with the plot's top. The title sits in the top
 # margin and the axis titles below and left of the plot, so the legend meets neither (plotly widens the
 # right margin to fit it). A horizontal legend above the plot sat on the title; below it, on the x title.

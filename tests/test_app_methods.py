@@ -23,6 +23,7 @@ from test_app_pages import (
 )
 
 from nirvana.methods import METHODS
+from ui.methods import EXPLAIN
 
 
 @pytest.fixture(scope="session")
@@ -70,10 +71,15 @@ def library_plan(lm, at, name: str, sparsity: float, settings: dict | None = Non
     return method_plan(scores, model_shape(lm.model), sparsity, name, method_config(name, settings))
 
 
-def test_every_method_has_a_two_sentence_how_to_read_it():
-    for m in METHODS.values():
-        sentences = [s for s in m.explain.replace("e.g.", "eg").split(". ") if s]
-        assert len(sentences) == 2 and m.explain.endswith("."), (m.name, m.explain)
+def test_every_method_has_a_two_sentence_how_to_read_it_and_a_colour():
+    from nirvana.charts import METHOD_COLORS
+    from ui.methods import EXPLAIN
+
+    assert set(EXPLAIN) == set(METHODS) == set(METHOD_COLORS)  # the app's side of every row of the table
+    assert len(set(METHOD_COLORS.values())) == len(METHODS)
+    for name, text in EXPLAIN.items():
+        sentences = [s for s in text.replace("e.g.", "eg").split(". ") if s]
+        assert len(sentences) == 2 and text.endswith("."), (name, text)
 
 
 def test_allocation_draws_llm_pruner_and_flap_beside_nirvana(at, tiny6):
@@ -85,7 +91,7 @@ def test_allocation_draws_llm_pruner_and_flap_beside_nirvana(at, tiny6):
     picker.set_value(["llm-pruner", "flap"]).run()
     no_errors(at)
     assert any("How to read LLM-Pruner" in i.value for i in at.info)
-    assert any(METHODS["flap"].explain in i.value for i in at.info)
+    assert any(EXPLAIN["flap"] in i.value for i in at.info)
     traces = {t["name"]: t for t in chart(at, "Kept units per layer")["data"] if t["name"] in ("LLM-Pruner", "FLAP")}
     kv = {}
     for name, label in (("llm-pruner", "LLM-Pruner"), ("flap", "FLAP")):
@@ -140,7 +146,7 @@ def test_prune_and_compare_with_flap_gives_a_pruned_model_with_biases_and_a_comp
     assert picker.options == [m.label for m in METHODS.values()]
     picker.set_value("flap").run()
     no_errors(at)
-    assert any(METHODS["flap"].explain in i.value for i in at.info)
+    assert any(EXPLAIN["flap"] in i.value for i in at.info)
     at.slider(key="method_sparsity").set_value(0.3).run()
     at.button(key="prune_with_method").click().run()
     no_errors(at)

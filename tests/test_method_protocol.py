@@ -51,10 +51,8 @@ KEEP_FIRST = ScoredMethod(
     needs_data=True,
     uses_gradients=False,
     memory=lambda model_config, settings, **sizes: MemoryEstimate("score", "cpu"),
-    color="#000000",
     description="a test method",
     reference="tests/test_method_protocol.py",
-    explain="a test method",
     scorer=_scorer,
     allocator=_allocator,
 )

@@ -63,12 +63,42 @@ def settings_key(name: str) -> str:
     return f"method_settings_{name}"
 
 
+# "How to read it": two sentences per method on what it does differently from NIRVANA (a row added to METHODS gets
+# its entry here: tests/test_app_methods.py checks that every row has one).
+EXPLAIN = {
+    "nirvana": (
+        "The reference the other methods are read against: each unit's score is how much the model's output "
+        "(its max logits, no labels) moves when the unit's weights go, |dF/dW * W|. KV groups and neurons are ranked "
+        "across all layers at once and split by gamma, so how much each layer loses follows from the scores."
+    ),
+    "llm-pruner": (
+        "It scores each KV group and neuron by the first-order Taylor change of the language-model loss (it uses "
+        "the labels), where NIRVANA uses the model's output without labels. It removes the same fraction from every "
+        "layer of its range and never touches the first and last layers, where NIRVANA ranks all layers together and "
+        "lets each layer's width follow from the scores."
+    ),
+    "flap": (
+        "It needs no backward pass: a channel's score is how much its input varies over the calibration tokens "
+        "times its weights' squared norm, standardized per layer and module so heads and neurons of every layer share "
+        "one ranking (NIRVANA ranks gradient saliencies, split by gamma). After slicing it adds the removed channels' "
+        "mean output as a bias of o_proj and down_proj, so each layer's average output is kept; NIRVANA compensates "
+        "nothing."
+    ),
+    "slicegpt": (
+        "It prunes the other axis: every weight matrix loses columns or rows along the hidden dimension, after "
+        "the residual stream is rotated into the basis of its principal components, while NIRVANA removes whole KV "
+        "groups and neurons. The rotation comes first because the hidden dimensions of a trained model all carry "
+        "signal (slicing them unrotated destroys it); after the PCA rotation the trailing dimensions carry the least "
+        "variance."
+    ),
+}
+
+
 def how_to_read(names, where=None) -> None:
-    """The "how to read it" box of each method: what it does differently from NIRVANA (`Method.explain`)."""
+    """The "how to read it" box of each method: what it does differently from NIRVANA (`EXPLAIN`)."""
     where = where or st
     for name in names:
-        m = METHODS[name]
-        where.info(f"**How to read {m.label}.** {m.explain}", icon=":material/menu_book:")
+        where.info(f"**How to read {METHODS[name].label}.** {EXPLAIN[name]}", icon=":material/menu_book:")
 
 
 def boxes(chosen) -> dict[str, dict]:

@@ -15,8 +15,7 @@ from pathlib import Path
 
 from nirvana.accuracy.gold import paired_difference
 from nirvana.accuracy.tasks import BPB_TASKS, PAPER_METRIC, ZEROSHOT7
-from nirvana.methods import METHODS
-from nirvana.scoring.criteria import CRITERIA
+from nirvana.charts import CRITERION_COLORS, METHOD_COLORS
 
 SHORT = {
     "arc_easy": "ARC-e",
@@ -322,10 +321,10 @@ def plot(rows: list[dict], config, path: Path) -> Path | None:
 
 
 def _style(v: dict) -> dict:
-    """Bar colour by criterion (the criteria table's; dense black), hatched for uniform allocation
-    or a gamma other than gamma*."""
-    row = CRITERIA.get(v["criterion"]) or METHODS.get(v["criterion"])  # a baseline's rows: its method's colour
-    style = {"color": row.color if row else "black", "edgecolor": "white", "linewidth": 0.3}
+    """Bar colour by criterion (`nirvana.charts`' table; a baseline's rows: its method's; dense black), hatched for
+    uniform allocation or a gamma other than gamma*."""
+    color = CRITERION_COLORS.get(v["criterion"]) or METHOD_COLORS.get(v["criterion"], "black")
+    style = {"color": color, "edgecolor": "white", "linewidth": 0.3}
     if v["allocation"] == "uniform":
         style["hatch"] = "//"
     elif "gamma=" in v["variant"]:

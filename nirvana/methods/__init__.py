@@ -1,9 +1,11 @@
 """Pruning methods as a table, `METHODS[name]`: NIRVANA and the baselines the paper compares with.
 
 A method is how units are scored, how the budget is allocated and what is done after slicing
-(`nirvana.methods.base.Method`). One folder per method holds its typed config and its steps;
-adding a method is its folder and one line below. The CLI (`--method`), the app, the benchmarks
-and docs/BASELINES.md read this table.
+(`nirvana.methods.base.Method`). One folder per method holds its typed config and its steps.
+Adding a method touches: its folder (config, steps, the `METHOD` row), one line in `METHODS` below,
+its colour (`nirvana.charts.METHOD_COLORS`) and its "how to read it" text (`ui.methods.EXPLAIN`); tests
+fail until the last two exist. The CLI (`--method`), the app, the benchmarks and docs/BASELINES.md
+read this table.
 
     >>> from nirvana.methods import METHODS, get_method
     >>> sorted(METHODS)

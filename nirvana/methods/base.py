@@ -84,8 +84,9 @@ class Method:
     `apply`, from what its plan and scores carry. `memory(model_config, settings, *, samples, seq_len,
     micro_batch, dtype, device, quantization) -> MemoryEstimate` is the planned peak of `score` above
     the loaded weights, checked before any scoring. `sharded(config) -> ShardedScorer` (or None) is
-    `score` split for FSDP2 (`--distributed`). The display fields (`color`, `description`,
-    `reference`, `explain`) are what the CLI, the app and docs/BASELINES.md show.
+    `score` split for FSDP2 (`--distributed`). `description` and `reference` are what the CLI's help and
+    docs/BASELINES.md say of it; its colour (`nirvana.charts.METHOD_COLORS`) and "how to read it" text
+    (`ui.methods.EXPLAIN`) live with the charts and the app.
     """
 
     name: str
@@ -94,10 +95,8 @@ class Method:
     needs_data: bool
     uses_gradients: bool  # a backward pass
     memory: Callable
-    color: str
-    description: str  # one line: what it does differently from NIRVANA
+    description: str  # one line: what it does differently from NIRVANA (help texts, docs/BASELINES.md)
     reference: str  # the repository and files it follows (docs/BASELINES.md)
-    explain: str  # "how to read it": two sentences on what it does differently from NIRVANA (app, help, docs)
     sharded: Callable | None = None
     checker: Callable | None = None  # (model, shape, sparsity, config) -> None; raises InvalidInput before any scoring
     rotates: ClassVar[bool] = False  # plans from shapes and transforms the model on calibration data

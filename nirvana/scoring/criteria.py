@@ -245,7 +245,7 @@ def _scores_random(model, batch, seed, micro_batch, progress):
 
 @dataclass(frozen=True)
 class Criterion:
-    """One importance criterion: how it scores, what it needs, and how the app and reports show it.
+    """One importance criterion: how it scores, what it needs, and how the app and reports name it.
 
     `score(model, batch, seed, micro_batch, progress[, method]) -> (attn [L, Hkv], mlp [L, I])`.
     """
@@ -255,8 +255,7 @@ class Criterion:
     needs_data: bool  # reads the calibration batch (its scores depend on which text)
     uses_gradients: bool  # a backward pass; takes `method=` (autograd | hooks)
     seeded: bool  # depends on `seed` (part of its cache key)
-    label: str  # for people: legends, tables, help
-    color: str  # one colour per criterion, shared by the app and the benchmark plots
+    label: str  # for people: legends, tables, help (its colour: nirvana.charts.CRITERION_COLORS)
     description: str  # one line: what it computes
     objective: Callable | None = None  # what a gradient criterion differentiates (nirvana.scoring.objectives)
 
@@ -273,7 +272,6 @@ CRITERIA: dict[str, Criterion] = {
             uses_gradients=True,
             seeded=False,
             label="NIRVANA",
-            color="#1f77b4",
             description="|dF/dW * W|, F = mean over batch and vocab of max over positions of logits",
             objective=nirvana_objective,
         ),
@@ -284,7 +282,6 @@ CRITERIA: dict[str, Criterion] = {
             uses_gradients=True,
             seeded=False,
             label="loss-Taylor",
-            color="#2ca02c",
             description="|dLoss/dW * W| with the LM loss (LLM-Pruner first-order)",
             objective=lm_loss_objective,
         ),
@@ -295,7 +292,6 @@ CRITERIA: dict[str, Criterion] = {
             uses_gradients=False,
             seeded=False,
             label="magnitude",
-            color="#d62728",
             description="|W|",
         ),
         Criterion(
@@ -305,7 +301,6 @@ CRITERIA: dict[str, Criterion] = {
             uses_gradients=False,
             seeded=False,
             label="Wanda-style",
-            color="#9467bd",
             description="|W| * ||X||_2 of the layer input",
         ),
         Criterion(
@@ -315,7 +310,6 @@ CRITERIA: dict[str, Criterion] = {
             uses_gradients=False,
             seeded=True,
             label="random",
-            color="#7f7f7f",
             description="uniform random, seeded",
         ),
     )

@@ -25,14 +25,9 @@ METHOD = ScoredMethod(
     needs_data=True,
     uses_gradients=False,
     memory=flap_memory,
-    color="#8c564b",
     description="forward only: variance of each o_proj / down_proj input channel x its squared column norm, "
     "standardized per layer, one ranking of heads and neurons; removed channels' mean output becomes a bias",
     reference="CASIA-IVA-Lab/FLAP: lib/prune.py (prune_flap, compress), lib/layerwrapper.py (BiasGPT), main.py",
-    explain="It needs no backward pass: a channel's score is how much its input varies over the calibration tokens "
-    "times its weights' squared norm, standardized per layer and module so heads and neurons of every layer share "
-    "one ranking (NIRVANA ranks gradient saliencies, split by gamma). After slicing it adds the removed channels' mean "
-    "output as a bias of o_proj and down_proj, so each layer's average output is kept; NIRVANA compensates nothing.",
 )
 
 __all__ = ["METHOD", "FLAPConfig"]

@@ -26,15 +26,10 @@ METHOD = ScoredMethod(
     uses_gradients=True,
     memory=llm_pruner_memory,
     sharded=sharded_scorer,
-    color="#ff7f0e",
     description="Taylor importance of the LM loss per coupled group; the same ratio in every layer of a range "
     "(first and last layers untouched), where NIRVANA ranks all layers together",
     reference="horseee/LLM-Pruner: llama3.py, hf_prune.py, LLMPruner/pruner/hf_llama_pruner.py, "
     "LLMPruner/torch_pruning/pruner/algorithms/metapruner.py",
-    explain="It scores each KV group and neuron by the first-order Taylor change of the language-model loss (it uses "
-    "the labels), where NIRVANA uses the model's output without labels. It removes the same fraction from every "
-    "layer of its range and never touches the first and last layers, where NIRVANA ranks all layers together and "
-    "lets each layer's width follow from the scores.",
 )
 
 __all__ = ["METHOD", "LLMPrunerConfig"]

@@ -145,12 +145,8 @@ METHOD = NirvanaMethod(
     needs_data=True,
     uses_gradients=True,
     memory=nirvana_memory,
-    color="#1f77b4",
     description="function-space saliency |dF/dW * W|; KV groups and neurons ranked across all layers, split by gamma",
     reference="the paper's own method (docs: docs/METHOD.md)",
-    explain="The reference the other methods are read against: each unit's score is how much the model's output "
-    "(its max logits, no labels) moves when the unit's weights go, |dF/dW * W|. KV groups and neurons are ranked "
-    "across all layers at once and split by gamma, so how much each layer loses follows from the scores.",
 )
 
 NIRVANA_FIELDS = tuple(f.name for f in fields(NirvanaConfig))  # PruneSettings' fields that are NIRVANA's settings
