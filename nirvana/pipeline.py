@@ -43,6 +43,7 @@ from nirvana.models.t5 import block_weights, kept_units
 from nirvana.progress import Progress
 from nirvana.pruning.allocation import Allocation
 from nirvana.pruning.plan import PruningPlan
+from nirvana.pruning.reconstruct import reconstruct
 from nirvana.pruning.seq2seq import apply_t5_plan, plan_t5
 from nirvana.pruning.seq2seq_plan import SCOPES, Seq2SeqPlan, load_plan
 from nirvana.scoring.criteria import DEFAULT_CRITERION
@@ -81,6 +82,7 @@ class PruneSettings:
     use_cache: bool = True
     method: str = "nirvana"  # nirvana.methods.METHODS: nirvana, llm-pruner, flap, slicegpt
     method_settings: dict | None = None  # the method's config as JSON (LLMPrunerConfig, FLAPConfig, SliceGPTConfig)
+    reconstruct: bool = False  # re-solve kept o_proj / down_proj columns by least squares (nirvana.pruning.reconstruct)
 
     def __post_init__(self) -> None:
         get_method(self.method).check_settings(self)  # unknown method, bad or foreign settings: InvalidInput
@@ -88,6 +90,8 @@ class PruneSettings:
         value = self.micro_batch
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise InvalidInput(f"micro_batch must be a non-negative integer, got {value!r}.")
+        if not isinstance(self.reconstruct, bool):
+            raise InvalidInput(f"reconstruct must be true or false, got {self.reconstruct!r}.")
 
     def allocation_fields_given(self) -> list[str]:
         """The fields of NIRVANA's settings (`NirvanaConfig`) set away from their defaults."""
@@ -100,7 +104,8 @@ class PruneSettings:
 
     @property
     def needs_data(self) -> bool:
-        return get_method(self.method).needs_data_for(self)
+        """Calibration text is drawn: the method's scores read it, or the reconstruction fits on it."""
+        return get_method(self.method).needs_data_for(self) or self.reconstruct
 
     @property
     def config(self):
@@ -198,17 +203,18 @@ def _score_decoder(
     """`score` on a decoder-only model: the method's checks, its calibration data, its scores."""
     method = get_method(settings.method)
     resolved = method.check(lm.model, model_shape(lm.model), settings)
-    return _scored(lm, settings, method, progress, batch, allocation or resolved)
+    return _scored(lm, settings, method, progress, batch, allocation or resolved)[:2]
 
 
 def _scored(lm: LoadedModel, settings: PruneSettings, method, progress: Progress, batch, allocation):
-    """The method's scores on `batch`, or on the calibration data the settings draw (with the KL-guided selection's
-    summary); `allocation`: the checks' resolved allocation, which the selection plans with."""
+    """(scores, selection, batch): the method's scores on `batch`, or on the calibration data the settings draw
+    (with the KL-guided selection's summary); `allocation`: the checks' resolved allocation, which the selection
+    plans with."""
     if batch is None:
         batch, selection = calibration_for(lm, settings, progress, allocation)
     else:
         batch, selection = (batch if settings.needs_data else None), None
-    return method.score(lm.model, settings, batch, progress), selection
+    return method.score(lm.model, settings, batch, progress), selection, batch
 
 
 def sharded_scoring(settings: PruneSettings) -> tuple[ShardedScorer, Callable | None]:
@@ -269,13 +275,13 @@ def _prune_decoder(lm, settings, *, scores=None, plan=None, inplace=False, progr
     timings: dict[str, float] = {}
     selection = None
     t = time.perf_counter()
-    resolved = None
+    resolved = calibration = None
     if plan is None:
         resolved = method.check(lm.model, shape, settings)  # bad settings fail here, before data or scores
         if scores is not None:
             method.take_scores(scores, lm.model)
         elif not method.rotates:
-            scores, selection = _scored(lm, settings, method, progress, None, resolved)
+            scores, selection, calibration = _scored(lm, settings, method, progress, None, resolved)
         timings["score"] = time.perf_counter() - t
         t = time.perf_counter()
     else:
@@ -293,8 +299,15 @@ def _prune_decoder(lm, settings, *, scores=None, plan=None, inplace=False, progr
         lm.model, plan, scores=scores, batch=batch, inplace=inplace, micro_batch=micro_batch, progress=progress
     )
     timings["slice"] = time.perf_counter() - t
+    if settings is not None and settings.reconstruct:
+        t = time.perf_counter()
+        if calibration is None:
+            calibration, _ = calibration_for(lm, settings, progress)
+        reconstruct(lm.model, pruned, plan, calibration, progress=progress)
+        timings["reconstruct"] = time.perf_counter() - t
     report = prune_report(lm.name, shape, plan, pruned, scores=scores, timings=timings, selection=selection)
     report.update(method.report_extra(pruned))
+    report["reconstructed"] = bool(settings is not None and settings.reconstruct)
     if progress:
         progress(1.0, f"{method.verb} to {report['params_after'] / 1e6:.1f} M parameters")
     return PruneResult(pruned, plan, report, scores, selection)
@@ -326,6 +339,10 @@ def check_seq2seq_settings(settings: PruneSettings) -> None:
         )
     if settings.select_calib:
         raise InvalidInput("KL-guided calibration (select_calib) is for decoder-only models; drop it on T5.")
+    if settings.reconstruct:
+        raise InvalidInput(
+            "reconstruction (--reconstruct) re-solves a decoder layer's o_proj / down_proj; drop it on T5."
+        )
 
 
 def _score_seq2seq(lm: LoadedModel, settings: PruneSettings, progress: Progress, batch=None) -> Seq2SeqScores:

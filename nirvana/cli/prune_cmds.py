@@ -80,6 +80,12 @@ def register(sub) -> None:
         default="global",
         help="global ranking, the same ratio per layer (uniform), or one ranking per stack (per-stack: T5 only)",
     )
+    p.add_argument(
+        "--reconstruct",
+        action="store_true",
+        help="after slicing, re-solve the kept o_proj / down_proj columns by least squares on the calibration "
+        "activations, block by block (Tyr-the-Pruner's reconstruction; any decoder-only method but slicegpt)",
+    )
     p.add_argument("--scores", default=None, help="use a score file from `score --out` instead of computing")
     p.add_argument("--plan", default=None, help="apply an existing plan.json instead of allocating")
     p.add_argument(
@@ -119,6 +125,7 @@ def settings_from_args(args, sparsity: float = 0.0) -> PruneSettings:
         use_cache=not args.no_cache,
         method=args.method,
         method_settings=args.method_settings,
+        reconstruct=getattr(args, "reconstruct", False),
     )
 
 

@@ -111,6 +111,11 @@ class Method:
         """The settings are this method's: its config validates, and the allocation's fields (criterion, gamma,
         align, allocation, select_calib: `PruneSettings.allocation_fields_given`) are refused unless it has them."""
         self.config_from(settings)
+        if settings.reconstruct and self.rotates:
+            raise InvalidInput(
+                f"method {self.name!r} rotates and slices the residual stream, so its modules no longer output the "
+                "dense model's: there is nothing for --reconstruct to fit. Drop --reconstruct."
+            )
         wrong = [] if self.has_allocation_settings else settings.allocation_fields_given()
         if wrong:
             raise InvalidInput(
