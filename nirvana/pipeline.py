@@ -25,19 +25,21 @@ the batch they hold) except in two places that call `compute_scores` (the layer 
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch.nn as nn
 
 from nirvana.checkpoints.loaded import LoadedModel
 from nirvana.data.calibration import CalibrationBatch, calibration_batch
-from nirvana.errors import InvalidInput, PlanMismatch
+from nirvana.errors import InvalidInput
 from nirvana.methods import DEFAULT_METHOD, METHODS, get_method, method_config
 from nirvana.methods.nirvana import NIRVANA_FIELDS, NirvanaConfig
 from nirvana.models.architectures import layer_projections
-from nirvana.models.family import family_name
+from nirvana.models.family import expect_family, family_name
 from nirvana.models.shapes import ModelShape, count_block_parameters, count_parameters, model_shape
 from nirvana.models.t5 import block_weights, kept_units
 from nirvana.progress import Progress
@@ -313,14 +315,17 @@ def _prune_decoder(lm, settings, *, scores=None, plan=None, inplace=False, progr
     return PruneResult(pruned, plan, report, scores, selection)
 
 
+SCORE_FILES = {"nirvana-t5-scores": Seq2SeqScores}  # a score file's JSON `format` -> its type (else decoder-only)
+
+
 def load_scores(path) -> Scores | Seq2SeqScores:
-    """A score file of either kind (`score --out`): a T5's or a decoder-only model's."""
+    """A score file of either kind (`score --out`): its JSON's `format` says which (a T5's, or a decoder-only
+    model's); a file that cannot be read is the decoder-only loader's to refuse, with its message."""
     try:
-        return Seq2SeqScores.load(path)
-    except PlanMismatch as exc:
-        if "decoder-only" not in str(exc):
-            raise
-    return Scores.load(path)
+        fmt = json.loads(Path(path).with_suffix(".json").read_text()).get("format")
+    except (OSError, ValueError, AttributeError):
+        fmt = None
+    return SCORE_FILES.get(fmt, Scores).load(path)
 
 
 def check_seq2seq_settings(settings: PruneSettings) -> None:
@@ -376,16 +381,17 @@ def _prune_seq2seq(lm, settings, *, scores=None, plan=None, inplace=False, progr
         check_seq2seq_settings(settings)  # bad settings fail before scoring
         if scores is None:
             scores = _score_seq2seq(lm, settings, progress, batch)
-        elif not isinstance(scores, Seq2SeqScores):
-            raise InvalidInput("these are decoder-only scores; score the T5 itself (`nirvana score`).")
+        else:
+            expect_family(scores, "t5", "these are decoder-only scores; score the T5 itself (`nirvana score`).")
         timings["score"] = time.perf_counter() - t
         t = time.perf_counter()
         plan = plan_t5(
             scores, lm.model, settings.sparsity, gamma=settings.gamma, scope=settings.allocation, align=settings.align
         )
-    elif not isinstance(plan, Seq2SeqPlan):
-        raise InvalidInput("this is a decoder-only plan; a T5 is pruned by a T5 plan (`prune` on the T5 writes one).")
     else:
+        expect_family(
+            plan, "t5", "this is a decoder-only plan; a T5 is pruned by a T5 plan (`prune` on the T5 writes one)."
+        )
         timings["score"] = 0.0
     timings["plan"] = time.perf_counter() - t
     t = time.perf_counter()

@@ -342,3 +342,52 @@ def test_method_settings_are_per_model():
     at = lambda jobs: {j.variant.settings for j in jobs if j.variant.method == "llm-pruner"}
     assert at(smol) == {"", json.dumps({"attn_layers": [4, 19]})}
     assert at(qwen) == {""}  # the default layer range reaches 0.2 and 0.5 on Qwen2.5-Coder-0.5B
+
+
+def test_reconstructed_variants_follow_each_sparsitys_block_and_leave_the_grid_as_it_was(tmp_path):
+    """`reconstruct_sparsities`: each matched method but SliceGPT again with `--reconstruct`, after the LoRA rows of
+    that sparsity; the rows of a grid without it are the same rows in the same order (resumed grids keep their keys)."""
+    plain = plan_jobs(BaselinesConfig(out_dir=tmp_path, best_gamma=BEST))
+    jobs = plan_jobs(BaselinesConfig(out_dir=tmp_path, best_gamma=BEST, reconstruct_sparsities=(0.2, 0.5)))
+    assert [j for j in jobs if not j.variant.reconstruct] == plain
+    fitted = [j for j in jobs if j.variant.reconstruct]
+    names = list(dict.fromkeys(j.variant.name for j in fitted))
+    assert names == [f"{m} s={s:g}{tail} + recon" for s in (0.2, 0.5) for m, tail in
+                     (("nirvana", " gamma*"), ("llm-pruner", ""), ("flap", ""))]  # fmt: skip
+    per_model = [j.measure for j in fitted if j.variant.name == "flap s=0.2 + recon"]
+    assert per_model == ["ppl", *ZEROSHOT7, "mbpp_bpb"]
+    first = jobs.index(fitted[0])  # after 20%'s LoRA rows, before 50%'s perplexity rows
+    assert jobs[first - 1].variant.lora and jobs[first + len(per_model) * 3].variant.sparsity == 0.5
+    settings = Variant("nirvana", 0.5, reconstruct=True).prune_settings(32, 128, False)
+    assert settings.reconstruct and not Variant("nirvana", 0.5).prune_settings(32, 128, False).reconstruct
+
+
+def test_a_reconstructed_row_is_the_plain_model_re_solved(tiny_with_tokenizer_dir, tmp_path):
+    from nirvana.bench.baselines import BaselineJob, BaselinesWorker
+
+    config = BaselinesConfig(
+        model=str(tiny_with_tokenizer_dir), out_dir=tmp_path, tokens=256, window=64, samples=2, seq_len=16,
+        speed_repeats=1, speed_prompt_len=8, speed_new_tokens=2, threads=1,
+    )  # fmt: skip
+    worker = BaselinesWorker(config, lambda m: None)
+    plain = worker.run(BaselineJob(config.model, Variant("nirvana", 0.5), "ppl", config.tokens)).row
+    row = worker.run(BaselineJob(config.model, Variant("nirvana", 0.5, reconstruct=True), "ppl", config.tokens)).row
+    assert row["variant"] == "nirvana s=0.5 gamma* + recon"
+    assert row["params_after"] == plain["params_after"] and row["ppl_wikitext2"] != plain["ppl_wikitext2"]
+
+
+def test_verdicts_compare_reconstructed_models_with_each_other(tmp_path):
+    config = BaselinesConfig(model="m", out_dir=tmp_path, sparsities=(0.2,), lambada_limit=0, bpb_limit=0)
+    rows = (
+        _rows("dense", 0.0, 0.0, "dense", 20.0, 0.5)
+        + _rows("nirvana", 0.2, 0.2, "nirvana s=0.2 gamma*", 60.0, 0.50)
+        + _rows("flap", 0.2, 0.2, "flap s=0.2", 80.0, 0.49)
+        + _rows("nirvana", 0.2, 0.2, "nirvana s=0.2 gamma* + recon", 50.0, 0.50)
+        + _rows("flap", 0.2, 0.2, "flap s=0.2 + recon", 45.0, 0.49)
+    )
+    from nirvana.bench.baselines_report import readme_summary
+
+    verdicts = [line for line in readme_summary(rows, config, 0, []).splitlines() if line.startswith("- 20%")]
+    assert any("nirvana s=0.2 gamma* + recon − flap s=0.2 + recon" in v for v in verdicts)
+    assert any("nirvana s=0.2 gamma* − flap s=0.2:" in v for v in verdicts)
+    assert not any("gamma* − flap s=0.2 + recon" in v or "recon − flap s=0.2:" in v for v in verdicts)

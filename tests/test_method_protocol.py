@@ -190,3 +190,28 @@ def test_every_family_table_has_a_row_per_family():
     assert family_name(_lm().model) == "decoder-only" and family(_lm().model).units == ("attn", "mlp")
     t5 = SimpleNamespace(model_type="t5")  # a config, or a registry reference: anything with a model_type
     assert family(t5).name == "t5" and family(t5).harness == "seq2seq" and not family(t5).decoder_shape
+
+
+def test_score_files_and_plans_say_their_family(tmp_path):
+    """`load_scores` reads a score file's kind from its JSON (no exception matching); T5 code refuses decoder-only
+    scores and plans by their `family`, with its own message."""
+    from nirvana.errors import CorruptCheckpoint, PlanMismatch
+    from nirvana.models.family import expect_family
+    from nirvana.pipeline import load_scores
+    from nirvana.scoring.criteria import compute_scores
+    from nirvana.scoring.seq2seq import compute_t5_scores
+    from tests.tiny_t5 import tiny_t5
+
+    decoder = compute_scores(_lm().model, "magnitude", use_cache=False)
+    t5 = compute_t5_scores(tiny_t5("relu"), "magnitude", use_cache=False)
+    assert (decoder.family, t5.family) == ("decoder-only", "t5")
+    for scores, name in ((decoder, "decoder"), (t5, "t5")):
+        path = scores.save(tmp_path / name)
+        again = load_scores(path)
+        assert type(again) is type(scores) and again.fingerprint == scores.fingerprint
+        assert type(load_scores(tmp_path / name)) is type(scores)  # FILE or FILE.safetensors alike
+    with pytest.raises((PlanMismatch, CorruptCheckpoint, InvalidInput, OSError)):
+        load_scores(tmp_path / "missing.safetensors")
+    with pytest.raises(InvalidInput, match="score the T5 itself"):
+        expect_family(decoder, "t5", "these are decoder-only scores; score the T5 itself.")
+    expect_family(t5, "t5", "never raised")

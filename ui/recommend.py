@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from nirvana.bench.baselines_report import variants
+from nirvana.bench.baselines_report import LORA, RECONSTRUCT, variants
 from nirvana.bench.quality_report import committed_reports
 from nirvana.bench.rows import read_rows
 from nirvana.scoring.criteria import DEFAULT_CRITERION
@@ -43,8 +43,8 @@ def _baselines_points(file: str, mtime: float) -> tuple[list[dict], dict]:
         if v.get("method") == "dense":
             dense[source] = record
             continue
-        if "LoRA" in v["variant"] or v.get("matched") is False:
-            continue  # recovered models and unmatched settings answer other questions
+        if v["variant"].endswith((LORA, RECONSTRUCT)) or v.get("matched") is False:
+            continue  # recovered or reconstructed models and unmatched settings answer other questions
         gamma = v.get("gamma")
         points.append(
             {"source": source, "method": v["method"], "variant": v["variant"], "sparsity": float(v["sparsity"])}

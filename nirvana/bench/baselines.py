@@ -24,7 +24,9 @@ One CSV row per model x measure (`benchmarks/baselines/baselines-<model>.csv`, r
 Then, at 20% (`lora_sparsities`), each method once more after the recovery module's default LoRA
 budget (`RecoveryConfig()`: 16 steps of 16 x 128 tokens, r 8, seed 0) on the same offline
 training windows (`--lora-data`, the calibration pool by default, as `bench recovery` uses):
-variant "<name> + LoRA", perplexity, the seven tasks and gold BPB, nothing else changed.
+variant "<name> + LoRA", perplexity, the seven tasks and gold BPB, nothing else changed. With
+`--reconstruct-sparsities`, each matched method but SliceGPT once more with its kept weights re-solved
+(`prune --reconstruct`, docs/BASELINES.md): variant "<name> + recon", the same rows, after the LoRA rows.
 Every row carries the parameter counts and pruning facts of its model.
 Order (so a run cut short is still useful): the `ppl` rows at the first sparsity (dense first),
 then the zero-shot tasks there method by method (each method's 7-task average as early as
@@ -51,7 +53,7 @@ from nirvana.accuracy.harness import run_accuracy
 from nirvana.accuracy.tasks import TASKS, ZEROSHOT7
 from nirvana.bench.accuracy import kl_best_gammas, per_problem_text
 from nirvana.bench.base import Benchmark, Measured
-from nirvana.bench.baselines_report import MATCH_TOLERANCE, matched, write_report
+from nirvana.bench.baselines_report import LORA, MATCH_TOLERANCE, RECONSTRUCT, matched, write_report
 from nirvana.bench.environment import machine_label
 from nirvana.bench.quality import evaluate_ppl, text_prefix
 from nirvana.checkpoints.loading import load_model
@@ -136,6 +138,7 @@ class Variant:
     gamma_label: str = ""  # NIRVANA: which gamma; a baseline: a label that replaces its sparsity in the name
     settings: str = ""  # the method's settings as JSON ("" = its defaults): a string keeps the job hashable
     lora: bool = False  # recovered with the default LoRA budget after pruning
+    reconstruct: bool = False  # kept o_proj / down_proj columns re-solved by least squares (`--reconstruct`)
 
     @property
     def name(self) -> str:
@@ -147,11 +150,15 @@ class Variant:
             name = f"{self.method} {self.gamma_label}"
         else:
             name = f"{self.method} s={self.sparsity:g}"
-        return f"{name} + LoRA" if self.lora else name
+        return name + RECONSTRUCT * self.reconstruct + LORA * self.lora
 
     @property
     def has_allocation_settings(self) -> bool:
         return self.method != "dense" and get_method(self.method).has_allocation_settings
+
+    @property
+    def rotates(self) -> bool:
+        return self.method != "dense" and get_method(self.method).rotates
 
     def prune_settings(self, samples: int, seq_len: int, use_cache: bool, micro_batch: int = 0) -> PruneSettings:
         settings = json.loads(self.settings) if self.settings else None
@@ -164,6 +171,7 @@ class Variant:
             use_cache=use_cache,
             method=self.method,
             method_settings=settings,
+            reconstruct=self.reconstruct,
         )
 
 
@@ -202,6 +210,9 @@ class BaselinesConfig:
     code_first: bool = False
     lora_sparsities: tuple[float, ...] = (0.2,)  # each method again after the default LoRA budget (empty: none)
     lora_data: str = "calibration"  # recovery training documents (`recover --data`)
+    # each method again with its kept weights re-solved (`prune --reconstruct`; not SliceGPT, whose rotated modules
+    # have no dense output to fit): perplexity, the seven tasks, gold BPB and the code rows, as the LoRA rows
+    reconstruct_sparsities: tuple[float, ...] = ()
     speed_prompt_len: int = 128
     speed_new_tokens: int = 32
     speed_repeats: int = 3
@@ -251,6 +262,7 @@ GRID_FIELDS = (
     "bpb_limit",
     "gsm8k_bpb_limit",
     "lora_sparsities",
+    "reconstruct_sparsities",
     "nirvana_gamma",
     "allow_code_execution",
 )
@@ -280,7 +292,11 @@ def recorded_config(csv_path: Path, model: str) -> BaselinesConfig:
     """The grid the CSV at `csv_path` was planned as (its grid record), else the defaults for `model`."""
     path = Path(csv_path).with_suffix(".grid.json")
     record = json.loads(path.read_text()) if path.exists() else {}
-    tuples = {k: tuple(v) for k, v in record.items() if k in ("sparsities", "methods", "lora_sparsities")}
+    tuples = {
+        k: tuple(v)
+        for k, v in record.items()
+        if k in ("sparsities", "methods", "lora_sparsities", "reconstruct_sparsities")
+    }
     fields_ = {k: v for k, v in record.items() if k in GRID_FIELDS} | tuples
     sparsities = fields_.get("sparsities", SPARSITIES)
     return BaselinesConfig(
@@ -332,11 +348,17 @@ def plan_jobs(config: BaselinesConfig) -> list[BaselineJob]:
             jobs += [job(v, "ppl", config.tokens) for v in recovered]
             jobs += [job(v, t, config.limit) for v in recovered for t in ZEROSHOT7]
             jobs += [job(v, task, n) for task, n in config.gold_tasks for v in recovered]
+        if s in config.reconstruct_sparsities:
+            fitted = [replace(v, reconstruct=True) for v in pruned if not v.gamma_label and not v.rotates]
+            everyone += fitted
+            jobs += [job(v, "ppl", config.tokens) for v in fitted]
+            jobs += [job(v, t, config.limit) for v in fitted for t in ZEROSHOT7]
+            jobs += [job(v, task, n) for task, n in config.gold_tasks for v in fitted]
     if not config.code_first:
         jobs += [job(v, task, n) for task, n in config.code_tasks for v in everyone]
-    elif config.lora_sparsities:  # the recovered models' code rows, after everything else
-        recovered = [v for v in everyone if v.lora]
-        jobs += [job(v, task, n) for task, n in config.code_tasks for v in recovered]
+    else:  # the recovered and reconstructed models' code rows, after everything else
+        later = [v for v in everyone if v.lora or v.reconstruct]
+        jobs += [job(v, task, n) for task, n in config.code_tasks for v in later]
     return jobs
 
 

@@ -442,6 +442,8 @@ def plot(rows: list[dict], config, path: Path, extra: list[dict] | None = None) 
 
 
 BASELINES = tuple(filter(is_baseline, METHODS))
+LORA, RECONSTRUCT = " + LoRA", " + recon"  # a variant's name: what was done after pruning
+AFTER = ("", RECONSTRUCT, LORA)  # a verdict compares variants with the same treatment after pruning
 
 
 def _versus(a: dict, b: dict, per: dict) -> list[str]:
@@ -466,16 +468,22 @@ def _side(v: dict) -> str:
     return v["variant"] + (" (not matched: a different budget)" if v.get("matched") is False else "")
 
 
-def _nirvana_sides(measured: list[dict], sparsity: float, lora: str) -> list[dict]:
+def _after(name: str) -> str:
+    """What was done after pruning, by the variant's name: " + LoRA", " + recon" or nothing."""
+    return next((s for s in AFTER if s and name.endswith(s)), "")
+
+
+def _nirvana_sides(measured: list[dict], sparsity: float, after: str) -> list[dict]:
     """NIRVANA's entries a verdict compares: gamma*, and when gamma* misses the budget (Gemma-3: one KV
-    group per layer) every matched NIRVANA run at another fixed gamma (`--nirvana-gamma`) as well."""
-    star = next((v for v in measured if v["variant"] == f"nirvana s={sparsity:g} gamma*{lora}"), None)
+    group per layer) every matched NIRVANA run at another fixed gamma (`--nirvana-gamma`) as well; `after`:
+    the variants with that suffix (" + LoRA", " + recon", or none)."""
+    star = next((v for v in measured if v["variant"] == f"nirvana s={sparsity:g} gamma*{after}"), None)
     if star is None or star.get("matched") is not False:
         return [star] if star else []
     fixed = [
         v for v in measured
         if not is_baseline(v.get("method")) and _f(v.get("sparsity")) == sparsity and v.get("matched")
-        and (" + LoRA" in v["variant"]) == bool(lora)
+        and _after(v["variant"]) == after
         and "KL-best" not in v["variant"] and v is not star
     ]  # fmt: skip
     return [star, *fixed]
@@ -506,10 +514,10 @@ def readme_summary(rows: list[dict], config, pending_rows: int | None = None, ex
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
     for sparsity in config.sparsities:
-        for lora in ("", " + LoRA"):
-            for ours in _nirvana_sides(measured, sparsity, lora):
+        for after in AFTER:
+            for ours in _nirvana_sides(measured, sparsity, after):
                 for b in measured:
-                    same = _f(b.get("sparsity")) == sparsity and b["variant"].endswith(" + LoRA") == bool(lora)
+                    same = _f(b.get("sparsity")) == sparsity and _after(b["variant"]) == after
                     if b.get("method") in BASELINES and same:
                         facts = _versus(ours, b, per)
                         if facts:

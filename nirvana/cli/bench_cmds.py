@@ -143,6 +143,7 @@ BASELINES_FLAGS = {
     "micro_batch": "calibration sequences per scoring forward/backward (0: chosen from the memory plan)",
     "lora_sparsities": "sparsities whose methods are measured again after the default LoRA budget",
     "lora_data": "LoRA training documents (see `recover --data`)",
+    "reconstruct_sparsities": "sparsities whose methods (not SliceGPT) are measured again with `prune --reconstruct`",
     "speed_repeats": "timed speed repeats per model (median reported)",
     "threads": "torch CPU threads (default: torch's choice)",
     "out_dir": "",

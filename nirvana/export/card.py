@@ -101,35 +101,44 @@ def _cached_hub_license(repo_id: str) -> str | None:
 
 
 def _figures(report: dict | None, plan: PruningPlan | Seq2SeqPlan | None) -> dict:
-    """The card's figures: the report's where it has them, else the plan's own statistics."""
+    """The card's figures: the report's where it has them, else the plan's own statistics (`PLAN_FIGURES`)."""
     report = dict(report or {})
-    if isinstance(plan, Seq2SeqPlan):  # a T5's: one gamma per ranking, kept units per kind
-        s = plan.settings
-        defaults = {"target_sparsity": s.sparsity, "achieved_block_sparsity": plan.stats.get("achieved_block_sparsity"),
-                    "gamma": s.gamma, "gamma_default": s.gamma_default, "align": s.align, "allocation": s.scope,
-                    "criterion": s.criterion, "method": s.method, "calibration": s.calibration,
-                    "kept_units": plan.kept_counts, "architecture": "t5"}  # fmt: skip
-        return {**{k: v for k, v in defaults.items() if v is not None}, **report}
-    if plan is not None:
-        stats, settings = plan.stats, plan.settings
-        defaults = {
-            "target_sparsity": settings.sparsity,
-            "achieved_block_sparsity": stats.get("achieved_block_sparsity"),
-            "params_before": stats.get("params_before"),
-            "params_after": stats.get("params_after"),
-            "total_param_reduction": stats.get("total_param_reduction"),
-            "gamma": settings.gamma,
-            "gamma_default": settings.gamma_default,
-            "align": settings.align,
-            "allocation": settings.allocation,
-            "criterion": settings.criterion,
-            "method": settings.method,
-            "calibration": settings.calibration,
-            "kept_kv_groups": plan.kept_kv_groups,
-            "kept_neurons": plan.kept_neurons,
-        }
-        report = {**{k: v for k, v in defaults.items() if v is not None}, **report}
-    return report
+    if plan is None:
+        return report
+    defaults = PLAN_FIGURES[plan.family](plan)
+    return {**{k: v for k, v in defaults.items() if v is not None}, **report}
+
+
+def _t5_plan_figures(plan: Seq2SeqPlan) -> dict:
+    """A T5's: one gamma per ranking, kept units per kind."""
+    s = plan.settings
+    return {"target_sparsity": s.sparsity, "achieved_block_sparsity": plan.stats.get("achieved_block_sparsity"),
+            "gamma": s.gamma, "gamma_default": s.gamma_default, "align": s.align, "allocation": s.scope,
+            "criterion": s.criterion, "method": s.method, "calibration": s.calibration,
+            "kept_units": plan.kept_counts, "architecture": "t5"}  # fmt: skip
+
+
+def _decoder_plan_figures(plan: PruningPlan) -> dict:
+    stats, settings = plan.stats, plan.settings
+    return {
+        "target_sparsity": settings.sparsity,
+        "achieved_block_sparsity": stats.get("achieved_block_sparsity"),
+        "params_before": stats.get("params_before"),
+        "params_after": stats.get("params_after"),
+        "total_param_reduction": stats.get("total_param_reduction"),
+        "gamma": settings.gamma,
+        "gamma_default": settings.gamma_default,
+        "align": settings.align,
+        "allocation": settings.allocation,
+        "criterion": settings.criterion,
+        "method": settings.method,
+        "calibration": settings.calibration,
+        "kept_kv_groups": plan.kept_kv_groups,
+        "kept_neurons": plan.kept_neurons,
+    }
+
+
+PLAN_FIGURES = {"decoder-only": _decoder_plan_figures, "t5": _t5_plan_figures}  # by the plan's family
 
 
 def _num(value, digits: int = 4) -> str:
@@ -355,7 +364,7 @@ def _t5_layer_table(fig: dict, plan) -> list[str]:
     kept = fig.get("kept_units") or {**(fig.get("kept_kv_groups") or {}), **(fig.get("kept_neurons") or {})}
     if set(kept) != set(T5_KINDS):
         return []
-    width = plan.dense_widths if isinstance(plan, Seq2SeqPlan) else dict.fromkeys(T5_KINDS)
+    width = getattr(plan, "dense_widths", None) or dict.fromkeys(T5_KINDS)  # a T5 plan's, else unknown
     rows = ["## Kept units per layer", "", "| layer | " + " | ".join(v.label for v in T5_KINDS.values()) + " |"]
     rows.append("|---:|" + "---:|" * len(T5_KINDS))
     for i in range(max(len(v) for v in kept.values())):

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from nirvana.errors import InvalidInput
 from nirvana.models.architectures import get_architecture
 from nirvana.models.t5 import LABELS as T5_UNITS
 from nirvana.models.t5 import is_t5
@@ -47,6 +48,12 @@ FAMILIES: dict[str, Family] = {
 }  # fmt: skip
 
 
+def expect_family(value, name: str, message: str) -> None:
+    """Refuse scores or a plan (their `family`) of another family than `name`, with `message`."""
+    if getattr(value, "family", None) != name:
+        raise InvalidInput(message)
+
+
 def family_name(model_or_config) -> str:
     """The family of a model, its config, or anything with a `model_type` (a registry reference)."""
     return "t5" if is_t5(model_or_config) else "decoder-only"
@@ -57,4 +64,4 @@ def family(model_or_config) -> Family:
     return FAMILIES[family_name(model_or_config)]
 
 
-__all__ = ["FAMILIES", "Family", "family", "family_name"]
+__all__ = ["FAMILIES", "Family", "expect_family", "family", "family_name"]

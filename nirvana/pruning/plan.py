@@ -11,6 +11,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from typing import ClassVar
 
 from nirvana.errors import InvalidInput, PlanMismatch
 from nirvana.guard.safety import check_file_size
@@ -100,6 +101,7 @@ class LayerPlan:
 
 @dataclass
 class PruningPlan:
+    family: ClassVar[str] = "decoder-only"  # nirvana.models.family.FAMILIES
     fingerprint: str
     model: dict  # ModelShape.to_dict() of the dense model
     settings: PlanSettings

@@ -163,8 +163,7 @@ def allocate_t5(
     floor(pa A), n_mlp = floor(gamma pa N). Then each attention module keeps its best head if the
     ranking took them all, and each FFN's kept neurons are rounded up to a multiple of `align`.
     """
-    if isinstance(scores, Seq2SeqScores):
-        scores = scores.tensors
+    scores = getattr(scores, "tensors", scores)  # a Seq2SeqScores, or its {kind: tensor}
     from_module = {kind: kind_modules(model, kind) for kind in KINDS}
     if not 0 <= sparsity < 1:
         raise InvalidInput(f"sparsity must be in [0, 1), got {sparsity}.")

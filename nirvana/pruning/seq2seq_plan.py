@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from nirvana.errors import InvalidInput, PlanMismatch
 from nirvana.guard.safety import check_file_size
@@ -57,6 +58,7 @@ class Seq2SeqSettings:
 
 @dataclass
 class Seq2SeqPlan:
+    family: ClassVar[str] = "t5"  # nirvana.models.family.FAMILIES
     fingerprint: str
     model: dict  # t5_shape() of the dense model
     settings: Seq2SeqSettings

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 from filelock import FileLock
@@ -31,6 +32,7 @@ from nirvana.store.paths import cache_dir
 
 @dataclass
 class Scores:
+    family: ClassVar[str] = "decoder-only"  # nirvana.models.family.FAMILIES
     attn: torch.Tensor  # [L, Hkv] float32, CPU
     mlp: torch.Tensor  # [L, I] float32, CPU
     criterion: str

@@ -24,6 +24,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 import torch.nn as nn
@@ -184,6 +185,7 @@ def t5_scores(
 class Seq2SeqScores:
     """T5 unit scores: `{kind: [layers, units]}`, higher = more important; where they came from."""
 
+    family: ClassVar[str] = "t5"  # nirvana.models.family.FAMILIES
     tensors: dict[str, torch.Tensor]
     criterion: str
     fingerprint: str

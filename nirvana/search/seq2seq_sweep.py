@@ -23,6 +23,7 @@ from nirvana.measure.seq2seq_speed import (
     measure_seq2seq_speed,
     seq2seq_summary,
 )
+from nirvana.models.family import expect_family
 from nirvana.models.fingerprint import model_fingerprint
 from nirvana.progress import Progress, sub_progress
 from nirvana.pruning.seq2seq import apply_t5_plan, plan_t5
@@ -83,8 +84,7 @@ def run_seq2seq_sweep(lm, scores: Seq2SeqScores, settings: Seq2SeqSweepSettings,
     Identical plans (two settings that keep the same units) are measured once. `on_row(rows)` is called
     with the rows so far after each point.
     """
-    if not isinstance(scores, Seq2SeqScores):
-        raise InvalidInput("a T5 sweep needs the T5's own scores (score the T5 first).")
+    expect_family(scores, "t5", "a T5 sweep needs the T5's own scores (score the T5 first).")
     dense = lm.model
     fingerprint = model_fingerprint(dense)  # once: every point plans and slices this model
     reference = None
