@@ -7,6 +7,7 @@ from ui import routing
 routing.require()  # first, before the heavy imports: see ui/routing.py
 
 import re
+import time
 
 import pandas as pd
 import streamlit as st
@@ -20,6 +21,8 @@ from nirvana.methods import METHODS
 from nirvana.models.shapes import count_parameters
 from nirvana.pipeline import PruneSettings, prune
 from nirvana.progress import sub_progress
+from nirvana.pruning.reconstruct import reconstruct
+from nirvana.store.keys import content_key
 from nirvana.store.paths import cache_dir
 from ui import accuracy, evals, frame, methods, recovery, resources, runs, seq2seq, speed, state
 from ui.errors import guard
@@ -56,11 +59,15 @@ def _store(lm, result, request: dict | None = None) -> None:
     """The session's pruned copy (a `PruneResult`), recorded as a run; `request`: a baseline's settings."""
     plan, model = result.plan, result.model
     params, seconds = result.report["params_after"], result.report["timings"]["slice"]
+    reconstructed = bool(result.report.get("reconstructed"))
+    model_key = evals.pruned_model_key(state.spec().key, plan)
     state.put(
         "pruned",
         {
             "plan_key": evals.plan_key(plan),
-            "model_key": evals.pruned_model_key(state.spec().key, plan),
+            # a reconstructed copy has other weights than the plan alone gives: its evaluations are its own
+            "model_key": content_key(model_key, "reconstructed") if reconstructed else model_key,
+            "reconstructed": reconstructed,
             "plan": plan,
             "request": request,
             "model": model,
@@ -86,21 +93,36 @@ def _pruned_summary(lm, pruned: dict, where) -> None:
     )
 
 
-def _apply(lm, plan) -> None:
+def _apply(lm, plan, fits: bool = False) -> None:
+    """The Apply button; `fits`: the plan's model can be reconstructed (a decoder-only, non-rotating plan)."""
     key = evals.plan_key(plan)
+    fit = fits and st.toggle(
+        "Reconstruct the kept weights (least squares)",
+        key="reconstruct",
+        help="After slicing, re-solve each layer's kept o_proj and down_proj columns so that they reproduce the "
+        "dense layer's output on the calibration batch, layer by layer (Tyr-the-Pruner's reconstruction, beyond the "
+        "paper; `prune --reconstruct`). The same units are kept; only their weights move. About 20 s for SmolLM2.",
+    )
     pruned = state.get("pruned")
-    current = pruned is not None and pruned["plan_key"] == key
+    current = pruned is not None and pruned["plan_key"] == key and pruned.get("reconstructed", False) == fit
     row = st.columns([2, 3])
     label = "Apply the plan again" if current else "Apply the plan (slice a copy)"
     if row[0].button(label, type="primary" if not current else "secondary", key="apply_plan"):
         with guard("applying the plan") as g, st.spinner("Slicing a copy of the model…"):
             # slices a copy: the cached dense model stays as it is; a FLAP plan (a past run's) needs its scores
             result = prune(lm, plan=plan, scores=methods.plan_scores(plan), batch=methods.plan_batch(lm, plan))
+            if fit:
+                t = time.perf_counter()
+                reconstruct(lm.model, result.model, plan, methods.calibration_batch(lm))
+                result.report["reconstructed"] = True
+                result.report["timings"]["reconstruct"] = time.perf_counter() - t
         if not g.failed:
             _store(lm, result)
     pruned = state.get("pruned")
     if pruned is not None and pruned["plan_key"] != key:
         row[1].warning("The plan changed since the model was pruned: apply it again to compare the new plan.")
+    elif pruned is not None and pruned.get("reconstructed", False) != fit:
+        row[1].warning("The reconstruction setting changed since the model was pruned: apply the plan again.")
     elif pruned is not None:
         _pruned_summary(lm, pruned, row[1])
 
@@ -544,7 +566,7 @@ def main() -> None:
         )
         frame.show_calibration_note(s)  # the CLI's default calibration plans differently
         with guard("applying the plan"):
-            _apply(lm, plan)
+            _apply(lm, plan, fits=not methods.rotates(s.method))
     else:
         lm = state.model()
         if lm is None:
