@@ -189,6 +189,11 @@ BAD_VALUES = {
         [BASELINE_SPARSITY, "got 1.0"],
     ),
     "nirvana-setting-on-a-baseline": (_prune("--method", "flap", "--gamma", "2"), ["gamma is a setting of method"]),
+    "align-on-a-baseline": (_prune("--method", "flap", "--align", "16"), ["align is a setting of method nirvana"]),
+    "reconstruct-a-rotation": (
+        _prune("--method", "slicegpt", "--reconstruct"),
+        ["rotates and slices the residual stream", "Drop --reconstruct"],
+    ),
     "criterion-unknown": (_prune("--criterion", "bogus"), ["unknown criterion 'bogus'", "nirvana, taylor"]),
     "samples-zero": (_prune("--samples", "0"), ["samples N must be an integer in [1, 4096], got 0"]),
     "calibration-dataset-unknown": (_prune("--calib", "wikitext2-vaild"), ["unknown dataset 'wikitext2-vaild'"]),
