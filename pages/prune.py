@@ -61,35 +61,25 @@ def _store(lm, result, request: dict | None = None) -> None:
     params, seconds = result.report["params_after"], result.report["timings"]["slice"]
     reconstructed = bool(result.report.get("reconstructed"))
     model_key = evals.pruned_model_key(state.spec().key, plan)
-    state.put(
-        "pruned",
-        {
-            "plan_key": evals.plan_key(plan),
-            # a reconstructed copy has other weights than the plan alone gives: its evaluations are its own
-            "model_key": content_key(model_key, "reconstructed") if reconstructed else model_key,
-            "reconstructed": reconstructed,
-            "plan": plan,
-            "request": request,
-            "model": model,
-            "params": params,
-            "seconds": seconds,
-            "report": result.report,
-            "run_id": runs.record_session_run(
-                "prune", lm, plan, {"params_after": params, "slice_seconds": seconds}, result.report
-            ),
-        },
+    run_id = runs.record_session_run(
+        "prune", lm, plan, {"params_after": params, "slice_seconds": seconds}, result.report
     )
+    # a reconstructed copy has other weights than the plan alone gives: its evaluations are its own
+    model_key = content_key(model_key, "reconstructed") if reconstructed else model_key
+    copy = state.PrunedCopy(model, plan, evals.plan_key(plan), model_key, params, seconds, result.report, request,
+                            run_id, reconstructed)  # fmt: skip
+    state.put("pruned", copy)
     state.clear("evals")
 
 
-def _pruned_summary(lm, pruned: dict, where) -> None:
+def _pruned_summary(lm, pruned: state.PrunedCopy, where) -> None:
     dense_params = count_parameters(lm.model)
-    added = pruned["report"].get("added_bias_params") or 0
+    added = pruned.report.get("added_bias_params") or 0
     where.success(
-        f"Pruned copy: {pruned['params'] / 1e6:.2f} M parameters (dense {dense_params / 1e6:.2f} M, "
-        f"−{1 - pruned['params'] / dense_params:.1%}), sliced in {pruned['seconds']:.2f} s."
+        f"Pruned copy: {pruned.params / 1e6:.2f} M parameters (dense {dense_params / 1e6:.2f} M, "
+        f"−{1 - pruned.params / dense_params:.1%}), sliced in {pruned.seconds:.2f} s."
         + (f" It carries {added:,} added bias parameters (o_proj / down_proj compensation)." if added else "")
-        + (f" Recorded as run `{pruned['run_id']}` (Runs page)." if pruned.get("run_id") else "")
+        + (f" Recorded as run `{pruned.run_id}` (Runs page)." if pruned.run_id else "")
     )
 
 
@@ -103,8 +93,8 @@ def _apply(lm, plan, fits: bool = False) -> None:
         "dense layer's output on the calibration batch, layer by layer (Tyr-the-Pruner's reconstruction, beyond the "
         "paper; `prune --reconstruct`). The same units are kept; only their weights move. About 20 s for SmolLM2.",
     )
-    pruned = state.get("pruned")
-    current = pruned is not None and pruned["plan_key"] == key and pruned.get("reconstructed", False) == fit
+    pruned = state.pruned()
+    current = pruned is not None and pruned.plan_key == key and pruned.reconstructed == fit
     row = st.columns([2, 3])
     label = "Apply the plan again" if current else "Apply the plan (slice a copy)"
     if row[0].button(label, type="primary" if not current else "secondary", key="apply_plan"):
@@ -118,10 +108,10 @@ def _apply(lm, plan, fits: bool = False) -> None:
                 result.report["timings"]["reconstruct"] = time.perf_counter() - t
         if not g.failed:
             _store(lm, result)
-    pruned = state.get("pruned")
-    if pruned is not None and pruned["plan_key"] != key:
+    pruned = state.pruned()
+    if pruned is not None and pruned.plan_key != key:
         row[1].warning("The plan changed since the model was pruned: apply it again to compare the new plan.")
-    elif pruned is not None and pruned.get("reconstructed", False) != fit:
+    elif pruned is not None and pruned.reconstructed != fit:
         row[1].warning("The reconstruction setting changed since the model was pruned: apply the plan again.")
     elif pruned is not None:
         _pruned_summary(lm, pruned, row[1])
@@ -156,8 +146,8 @@ def _baseline(lm, name: str):
     if settings is None:
         return None
     request = {"method": name, "sparsity": float(sparsity), "settings": settings}
-    pruned = state.get("pruned")
-    current = pruned is not None and pruned.get("request") == request
+    pruned = state.pruned()
+    current = pruned is not None and pruned.request == request
     if c[2].button(f"Prune with {label}", type="secondary" if current else "primary", key="prune_with_method"):
         with guard(f"pruning with {label}") as g, progress_status(f"Pruning with {label}") as progress:
             methods.check(lm, name, settings, float(sparsity))  # before scoring: a layer range, a bias, a target
@@ -173,9 +163,9 @@ def _baseline(lm, name: str):
         if not g.failed:
             _store(lm, result, request)
             current = True
-    pruned = state.get("pruned")
+    pruned = state.pruned()
     if pruned is not None and current:
-        plan = pruned["plan"]
+        plan = pruned.plan
         st.markdown(
             f"Plan: **{label}** at target sparsity **{sparsity:.2f}** → **{plan.stats['achieved_block_sparsity']:.1%}**"
             f" of block weights removed ({plan.stats['total_param_reduction']:.1%} of all parameters)."
@@ -189,9 +179,9 @@ def _baseline(lm, name: str):
     return None
 
 
-def _rotation_summary(lm, name: str, settings: dict, pruned: dict) -> None:
+def _rotation_summary(lm, name: str, settings: dict, pruned: state.PrunedCopy) -> None:
     """A rotated model's kept width and the variance each slice kept, beside the dense model's spectra."""
-    sliced = pruned["model"].config.nirvana_sliced_hidden
+    sliced = pruned.model.config.nirvana_sliced_hidden
     width, hidden = sliced["embedding"], sliced["hidden_size"]
     measured = sliced.get("variance_kept")
     spectra = methods.spectra_for(lm, name, settings, "Prune & compare")
@@ -237,9 +227,9 @@ def _perplexity(lm, pruned) -> None:
                 sub_progress(progress, 0.0, 0.5, "dense: "),
             )
             after = evals.perplexity(
-                pruned["model"],
+                pruned.model,
                 lm.tokenizer,
-                pruned["model_key"],
+                pruned.model_key,
                 dataset,
                 int(tokens),
                 int(window),
@@ -250,7 +240,7 @@ def _perplexity(lm, pruned) -> None:
             runs.record_session_run(
                 "eval",
                 lm,
-                pruned["plan"],
+                pruned.plan,
                 {"ppl_dense": dense["ppl"], "ppl_pruned": after["ppl"], "dataset": dataset, "tokens": after["tokens"]},
                 metrics={"dense": dense, "pruned": after},
             )
@@ -316,9 +306,9 @@ def _generations(lm, pruned) -> None:
                 sub_progress(progress, 0.0, 0.5, "dense: "),
             )
             after = evals.generate(
-                pruned["model"],
+                pruned.model,
                 lm.tokenizer,
-                pruned["model_key"],
+                pruned.model_key,
                 prompts,
                 int(max_new),
                 chat,
@@ -341,11 +331,11 @@ def _generations(lm, pruned) -> None:
 
 
 def _speed(lm, pruned) -> None:
-    dense_shape, pruned_shape = lm.model, pruned["model"]  # FLOPs from the modules' widths (a sliced stream too)
+    dense_shape, pruned_shape = lm.model, pruned.model  # FLOPs from the modules' widths (a sliced stream too)
     settings = speed.controls("Measure speed and memory")
     if settings is not None:
         with guard("measuring speed") as g, progress_status("Speed and memory, dense and pruned in turn") as progress:
-            measured = evals.speed_pair(lm.model, pruned["model"], progress, **settings)
+            measured = evals.speed_pair(lm.model, pruned.model, progress, **settings)
         if not g.failed:
             _evals()["speed"] = measured
     result = _evals().get("speed")
@@ -443,9 +433,9 @@ def _accuracy(lm, pruned) -> None:
                 unsafe,
             )
             after = accuracy.run(
-                pruned["model"],
+                pruned.model,
                 lm.tokenizer,
-                pruned["model_key"],
+                pruned.model_key,
                 tasks,
                 int(limit),
                 allow,
@@ -504,7 +494,7 @@ def _save(lm, plan, pruned) -> None:
         from nirvana.checkpoints.pruned import save_pruned
 
         with guard("saving the pruned model") as g, st.spinner("Writing safetensors…"):
-            path = save_pruned(pruned["model"], lm.tokenizer, plan, folder)
+            path = save_pruned(pruned.model, lm.tokenizer, plan, folder)
         if not g.failed:
             st.success(
                 f"Saved to `{path}` (safetensors, config with per-layer shapes, tokenizer, plan.json). "
@@ -576,8 +566,8 @@ def main() -> None:
             plan = _baseline(lm, name)
         if plan is not None:
             frame.show_calibration_note(plan.settings)
-    pruned = state.get("pruned")
-    if plan is None or (pruned is not None and pruned["plan_key"] != evals.plan_key(plan)):
+    pruned = state.pruned()
+    if plan is None or (pruned is not None and pruned.plan_key != evals.plan_key(plan)):
         pruned = None
     if pruned is not None:
         _views(lm, plan, pruned, t5)

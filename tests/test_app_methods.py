@@ -152,9 +152,9 @@ def test_prune_and_compare_with_flap_gives_a_pruned_model_with_biases_and_a_comp
     no_errors(at)
     pruned = at.session_state["pruned"]
     want = library_plan(tiny6, at, "flap", 0.3)
-    assert pruned["plan"].layers == want.layers and pruned["plan"].settings.method == "flap"
-    assert all(p.o_proj.bias is not None and p.down_proj.bias is not None for p in layer_projections(pruned["model"]))
-    assert pruned["report"]["added_bias_params"] > 0
+    assert pruned.plan.layers == want.layers and pruned.plan.settings.method == "flap"
+    assert all(p.o_proj.bias is not None and p.down_proj.bias is not None for p in layer_projections(pruned.model))
+    assert pruned.report["added_bias_params"] > 0
     assert any("added bias parameters" in s.value for s in at.success)
     at.number_input(key="ppl_tokens").set_value(256).run()
     at.selectbox(key="ppl_window").set_value(128).run()
@@ -189,7 +189,7 @@ def test_prune_with_llm_pruner_refuses_an_unreachable_sparsity_with_a_message(at
     at.slider(key="method_sparsity").set_value(0.15).run()
     at.button(key="prune_with_method").click().run()
     no_errors(at)
-    assert at.session_state["pruned"]["plan"].settings.method == "llm-pruner"
+    assert at.session_state["pruned"].plan.settings.method == "llm-pruner"
 
 
 def test_the_sweep_draws_one_series_per_chosen_method(at, tiny6):
@@ -307,7 +307,7 @@ def test_flap_on_a_model_whose_o_proj_has_a_bias_says_so(monkeypatch, tmp_path, 
     at.text_input(key="method_settings_flap").set_value('{"bias": false}').run()  # the way out the message names
     at.button(key="prune_with_method").click().run()
     no_errors(at)
-    assert at.session_state["pruned"]["report"]["added_bias_params"] == 0
+    assert at.session_state["pruned"].report["added_bias_params"] == 0
     st.cache_data.clear()
     st.cache_resource.clear()
 
@@ -321,7 +321,7 @@ def test_a_flap_run_reopened_in_a_new_session_applies_with_its_biases(at):
     at.selectbox(key="prune_method").set_value("flap").run()
     at.button(key="prune_with_method").click().run()
     no_errors(at)
-    made = at.session_state["pruned"]["plan"]
+    made = at.session_state["pruned"].plan
     fresh = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)  # as after a restart
     fresh.run()
     fresh.switch_page("pages/runs.py").run()
@@ -332,8 +332,8 @@ def test_a_flap_run_reopened_in_a_new_session_applies_with_its_biases(at):
     fresh.button(key="apply_plan").click().run()
     no_errors(fresh)
     pruned = fresh.session_state["pruned"]
-    assert pruned["plan"].layers == made.layers
-    assert all(p.o_proj.bias is not None for p in layer_projections(pruned["model"]))  # the scores came from disk
+    assert pruned.plan.layers == made.layers
+    assert all(p.o_proj.bias is not None for p in layer_projections(pruned.model))  # the scores came from disk
 
 
 def test_allocation_shows_slicegpt_as_a_kept_width_and_its_pca_spectrum(at, tiny6):
@@ -377,9 +377,9 @@ def test_prune_and_compare_with_slicegpt_rotates_on_the_session_batch(at, tmp_pa
     at.button(key="prune_with_method").click().run()
     no_errors(at)
     pruned = at.session_state["pruned"]
-    sliced = pruned["model"].config.nirvana_sliced_hidden
-    assert sliced["embedding"] < 32 and pruned["plan"].settings.method == "slicegpt"
-    assert pruned["plan"].settings.calibration["hash"] == at.session_state["calib_batch"].hash
+    sliced = pruned.model.config.nirvana_sliced_hidden
+    assert sliced["embedding"] < 32 and pruned.plan.settings.method == "slicegpt"
+    assert pruned.plan.settings.calibration["hash"] == at.session_state["calib_batch"].hash
     fig = chart(at, f"Variance kept by {sliced['embedding']} of 32 hidden dimensions")
     crosses = [decode(t["y"]).tolist() for t in fig["data"] if t["name"].endswith("this prune")]
     assert crosses == [sliced["variance_kept"]["attention"], sliced["variance_kept"]["mlp"]]

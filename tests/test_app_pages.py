@@ -552,16 +552,16 @@ def test_the_prune_page_reconstructs_the_kept_weights_when_asked(at, tiny):
 
     plan = apply_a_plan(at, 0.5)
     plain = at.session_state["pruned"]
-    assert not plain["reconstructed"]
+    assert not plain.reconstructed
     at.toggle(key="reconstruct").set_value(True).run()
     assert any("reconstruction setting changed" in w.value for w in at.warning)  # the copy is stale until applied
     at.button(key="apply_plan").click().run()
     no_errors(at)
     fitted = at.session_state["pruned"]
-    assert fitted["reconstructed"] and fitted["report"]["reconstructed"] and fitted["plan_key"] == plain["plan_key"]
-    assert fitted["params"] == plain["params"] and fitted["model_key"] != plain["model_key"]
+    assert fitted.reconstructed and fitted.report["reconstructed"] and fitted.plan_key == plain.plan_key
+    assert fitted.params == plain.params and fitted.model_key != plain.model_key
     expected = reconstruct(tiny.model, apply_plan(tiny.model, plan), plan, at.session_state["calib_batch"])
     ids = torch.randint(0, 64, (1, 8))
     with torch.no_grad():
-        torch.testing.assert_close(fitted["model"](ids).logits, expected(ids).logits)
-        assert not torch.allclose(fitted["model"](ids).logits, plain["model"](ids).logits)
+        torch.testing.assert_close(fitted.model(ids).logits, expected(ids).logits)
+        assert not torch.allclose(fitted.model(ids).logits, plain.model(ids).logits)

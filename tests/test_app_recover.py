@@ -46,7 +46,7 @@ def _curve(app):
 
 def test_recover_tab_trains_the_pruned_copy_and_saves(app, tmp_path):
     page_tests.apply_a_plan(app, 0.3)
-    pruned_copy = app.session_state["pruned"]["model"]
+    pruned_copy = app.session_state["pruned"].model
     pruned_before = {k: v.clone() for k, v in pruned_copy.state_dict().items()}
     defaults = (app.number_input(key="rec_r").value, app.number_input(key="rec_lr").value)
     assert defaults == (8, 1e-4)
@@ -63,7 +63,7 @@ def test_recover_tab_trains_the_pruned_copy_and_saves(app, tmp_path):
     curve = _curve(app)[0]
     assert [t["name"] for t in curve["data"]] == ["training loss", "held-out loss"]
     # A copy of the session's pruned copy is trained: the pruned copy stays as it was, for "before".
-    assert all(v.equal(pruned_before[k]) for k, v in app.session_state["pruned"]["model"].state_dict().items())
+    assert all(v.equal(pruned_before[k]) for k, v in app.session_state["pruned"].model.state_dict().items())
     assert app.session_state["recovered"]["model"] is job.result.model
     # Recorded for the Runs page, like a prune or an evaluation.
     run_id = app.session_state["recovered"]["run_id"]

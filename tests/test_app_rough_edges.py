@@ -60,7 +60,7 @@ def test_generations_keep_newlines_and_indentation(at, monkeypatch):  # noqa: F8
 
     code = {"dense": "def f(n):\n    if n < 2:\n        return n", "pruned": "def f(n):\n    return n"}
     apply_a_plan(at, 0.5)
-    pruned_key = at.session_state["pruned"]["model_key"]
+    pruned_key = at.session_state["pruned"].model_key
 
     def generated(model, tokenizer, model_key, prompts, *args, **kwargs):  # code, as a code model writes it
         output = code["pruned" if model_key == pruned_key else "dense"]

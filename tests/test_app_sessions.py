@@ -52,7 +52,7 @@ def test_one_sessions_pruning_is_invisible_to_another_and_the_cached_model_is_un
     a.switch_page("pages/prune.py").run()
     a.button(key="apply_plan").click().run()
     assert not a.exception and not a.error
-    pruned = a.session_state["pruned"]["model"]
+    pruned = a.session_state["pruned"].model
     assert pruned is not cached.model and count_parameters(pruned) < params
     assert sum(model_shape(pruned).intermediate) < sum(model_shape(cached.model).intermediate)
 

@@ -151,9 +151,7 @@ def test_prune_and_compare_measures_a_pruned_t5_and_saves_it(at, t5, tmp_path):
     pruned = at.session_state["pruned"]
     expected = apply_t5_plan(t5.model, plan)
     assert (
-        pruned["params"]
-        == sum(p.numel() for p in expected.parameters())
-        < sum(p.numel() for p in t5.model.parameters())
+        pruned.params == sum(p.numel() for p in expected.parameters()) < sum(p.numel() for p in t5.model.parameters())
     )
     at.number_input(key="ppl_tokens").set_value(256).run()
     at.selectbox(key="ppl_window").set_value(128).run()

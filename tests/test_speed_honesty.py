@@ -206,7 +206,7 @@ def test_the_baselines_table_shows_disturbed_instead_of_a_speed_up():
 
 def test_the_prune_page_warns_on_a_disturbed_speed_and_re_measures(at, monkeypatch):  # noqa: F811 (the fixture)
     apply_a_plan(at, 0.5)
-    pruned_params = at.session_state["pruned"]["params"]
+    pruned_params = at.session_state["pruned"].params
     slow = {"dense": 5.0}  # the dense runs' slowdown: 5x, then 1x after the re-measure
 
     def run_once(model, ids, new_tokens, pad):

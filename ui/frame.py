@@ -35,9 +35,9 @@ def sidebar() -> None:
             st.caption(f"**Scores:** {s.criterion}{size}")
         else:
             st.caption("**Scores:** none yet (Saliency page)")
-        pruned = state.get("pruned")
+        pruned = state.pruned()
         if pruned:
-            st.caption(f"**Pruned copy:** {pruned['params'] / 1e6:.1f} M parameters")
+            st.caption(f"**Pruned copy:** {pruned.params / 1e6:.1f} M parameters")
         st.divider()
         st.caption(
             "NIRVANA (Ai, Wei, Chen, He; arXiv 2509.14230, COLM 2026). "

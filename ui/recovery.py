@@ -201,10 +201,10 @@ def settings_form(on_cpu: bool) -> tuple[RecoveryConfig, str]:
     return config, data
 
 
-def render(lm, pruned: dict) -> None:
+def render(lm, pruned: state.PrunedCopy) -> None:
     """The tab: settings, estimate, start/stop, live curve, perplexity before/after, save."""
     job: RecoveryJob | None = state.get(STATE_KEY)
-    if job is not None and job.plan_key != pruned["plan_key"]:
+    if job is not None and job.plan_key != pruned.plan_key:
         job.stop.set()
         state.clear(STATE_KEY, "recovered")
         job = None
@@ -212,7 +212,7 @@ def render(lm, pruned: dict) -> None:
         config, data = settings_form(state.on_cpu())
     if g.failed:
         return
-    seconds = estimate_training_seconds(pruned["params"], config, state.get("recovery_rate"))
+    seconds = estimate_training_seconds(pruned.params, config, state.get("recovery_rate"))
     st.caption(
         f"Budget: {config.total_steps} steps x {config.batch_size} x {config.seq_len} = "
         f"**{config.total_tokens:,} tokens**; estimated {seconds / 60:.1f} min of training here "
@@ -241,7 +241,7 @@ def render(lm, pruned: dict) -> None:
             with guard("starting the recovery") as g:
                 teacher = lm.model if config.loss != "lm" else None
                 cache = TeacherCache(default_directory(), teacher) if keep_logits and teacher is not None else None
-                job = start(pruned["model"], lm.tokenizer, pruned["plan_key"], config, data, teacher, lm.name, cache)
+                job = start(pruned.model, lm.tokenizer, pruned.plan_key, config, data, teacher, lm.name, cache)
             if not g.failed:
                 state.put(STATE_KEY, job)
                 state.clear("recovered")
@@ -268,17 +268,17 @@ def _live(job: RecoveryJob) -> None:
         st.rerun()  # the whole page: the before/after and save parts appear
 
 
-def _collect(lm, pruned: dict, job: RecoveryJob) -> None:
+def _collect(lm, pruned: state.PrunedCopy, job: RecoveryJob) -> None:
     """Once the job is done: its merged model into the session, its measured speed for the next
     estimate, and the run recorded (Runs page)."""
     result = job.result
     if job.status != "done" or result is None or state.get("recovered") is not None:
         return
     if result.tokens_trained:
-        state.put("recovery_rate", 4 * pruned["params"] * result.tokens_per_second)
-    key = content_key("recovered", pruned["model_key"], job.config.to_dict(), job.data_source, result.steps_done)
+        state.put("recovery_rate", 4 * pruned.params * result.tokens_per_second)
+    key = content_key("recovered", pruned.model_key, job.config.to_dict(), job.data_source, result.steps_done)
     settings = {"recovery": job.config.to_dict(), "data": job.data_source}
-    plan = pruned.get("plan") or state.get("plan")  # the pruned copy's plan (another method's too)
+    plan = pruned.plan or state.get("plan")  # the pruned copy's plan (another method's too)
     run_id = runs.record_session_run(
         "recover", lm, plan, brief_summary(result), metrics=result.summary(), settings=settings
     )
@@ -286,7 +286,7 @@ def _collect(lm, pruned: dict, job: RecoveryJob) -> None:
     state.clear("rec_ppl_result")
 
 
-def _finish(lm, pruned: dict, job: RecoveryJob) -> None:
+def _finish(lm, pruned: state.PrunedCopy, job: RecoveryJob) -> None:
     result = job.result
     if job.status != "done" or result is None:
         return
@@ -307,12 +307,12 @@ def _finish(lm, pruned: dict, job: RecoveryJob) -> None:
     _save(lm, pruned, result)
 
 
-def _perplexity(lm, pruned: dict, recovered: dict) -> None:
+def _perplexity(lm, pruned: state.PrunedCopy, recovered: dict) -> None:
     c = st.columns([2, 2, 3])
     tokens = c[0].number_input("Perplexity tokens", 128, 1_000_000, 2048, step=512, key="rec_ppl_tokens")
     if c[1].button("Perplexity before / after", key="rec_ppl"):
         with guard("measuring perplexity"):
-            before = evals.perplexity(pruned["model"], lm.tokenizer, pruned["model_key"], "wikitext2", int(tokens), 512)
+            before = evals.perplexity(pruned.model, lm.tokenizer, pruned.model_key, "wikitext2", int(tokens), 512)
             after = evals.perplexity(recovered["model"], lm.tokenizer, recovered["key"], "wikitext2", int(tokens), 512)
             state.put("rec_ppl_result", (before, after))
     result = state.get("rec_ppl_result")
@@ -326,13 +326,13 @@ def _perplexity(lm, pruned: dict, recovered: dict) -> None:
         st.caption(f"{pair['dataset']} {pair['split']} ({pair['origin']}), {pair['seq_len']}-token windows.")
 
 
-def _save(lm, pruned: dict, result: RecoveryResult) -> None:
+def _save(lm, pruned: state.PrunedCopy, result: RecoveryResult) -> None:
 
-    default = cache_dir() / "recovered" / f"{pruned['plan_key']}-s{result.steps_done}"
+    default = cache_dir() / "recovered" / f"{pruned.plan_key}-s{result.steps_done}"
     folder = st.text_input("Save the recovered model to", value=str(default), key="rec_save_dir")
     if st.button("Save recovered model", key="rec_save"):
         with guard("saving the recovered model") as g, st.spinner("Writing safetensors…"):
-            plan = pruned.get("plan") or state.get("plan")
+            plan = pruned.plan or state.get("plan")
             path = save_recovered(result, lm.tokenizer, plan, folder, base_model=lm.name, allow_partial=True)
         if not g.failed:
             st.success(f"Saved to `{path}` (model/, plan.json, recovery.json). Load it on the Model page.")

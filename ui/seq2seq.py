@@ -276,7 +276,7 @@ def plan_stem(plan) -> str:
 # ---- Prune & compare: speed -----------------------------------------------------------------------------------------
 
 
-def speed(lm, pruned: dict, results: dict) -> None:
+def speed(lm, pruned: state.PrunedCopy, results: dict) -> None:
     """Encoder pass and decode steps of dense and pruned, repeats interleaved, beside the FLOPs ideal."""
     settings = controls("Measure speed")
     if settings is not None:
@@ -287,7 +287,7 @@ def speed(lm, pruned: dict, results: dict) -> None:
             resources.hold_device(lm.model, progress),
         ):
             measured = measure_seq2seq_speeds(
-                {"dense": lm.model, "pruned": pruned["model"]}, prompt_len=64, progress=progress, **settings
+                {"dense": lm.model, "pruned": pruned.model}, prompt_len=64, progress=progress, **settings
             )
         if not g.failed:
             results["speed"] = measured
@@ -300,7 +300,7 @@ def speed(lm, pruned: dict, results: dict) -> None:
     row = st.columns(3)
     for col, phase in zip(row, PHASES):
         speedup_metric(col, f"{phase.capitalize()} speed-up, batch {last['batch_size']}", check_of(last, phase))
-    ideal = seq2seq_summary(lm.model)["flops_per_token"] / seq2seq_summary(pruned["model"])["flops_per_token"]
+    ideal = seq2seq_summary(lm.model)["flops_per_token"] / seq2seq_summary(pruned.model)["flops_per_token"]
     row[2].metric("Ideal speed-up (FLOPs, 512-token windows)", f"{ideal:.2f}×")
     verdicts(rows, PHASES)
     st.dataframe(pd.DataFrame(without_unresolved(rows, PHASES)).round(3), hide_index=True, width="stretch")

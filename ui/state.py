@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 
 import streamlit as st
 import torch
+import torch.nn as nn
 
 from nirvana.checkpoints.options import DEFAULT_MODEL
 from nirvana.methods import METHODS
@@ -40,6 +42,30 @@ RESULT_KEYS = (
     *("scores", "scores2", "calib_info", "calib_batch", "plan", "pruned", "evals", "kl_selection", "sweep"),
     "t5_sweep",
 )
+
+
+@dataclass
+class PrunedCopy:
+    """The session's pruned copy (Prune & compare), under the session key "pruned": the model and what identifies it.
+
+    `plan_key` names the plan; `model_key` the weights (a reconstructed copy's differ from the plan's alone), which
+    the memoised evaluations are keyed by. `request`: a baseline's settings as the page asked for them.
+    """
+
+    model: nn.Module
+    plan: object  # PruningPlan or Seq2SeqPlan
+    plan_key: str
+    model_key: str
+    params: int
+    seconds: float  # slicing (and reconstruction) time
+    report: dict
+    request: dict | None = None
+    run_id: str | None = None
+    reconstructed: bool = False
+
+
+def pruned() -> PrunedCopy | None:
+    return st.session_state.get("pruned")
 
 
 def default_spec() -> ModelSpec:
