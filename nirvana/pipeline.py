@@ -264,15 +264,8 @@ def prune(
 def _prune_decoder(lm, settings, *, scores=None, plan=None, inplace=False, progress=None, batch=None) -> PruneResult:
     """`prune` on a decoder-only model, the same steps for every method: check, score (unless given), plan, apply."""
     method = get_method(plan.settings.method if plan is not None else settings.method)
-    if settings is None and batch is not None and method.rotates:  # a plan and the batch to rotate on
-        settings = PruneSettings(
-            plan.settings.sparsity, method=method.name, method_settings=plan.settings.method_settings
-        )
-    if method.rotates and (settings is None or settings.method != method.name):
-        raise InvalidInput(
-            f"a {method.name} plan is applied by rotating on calibration data: pass --method {method.name} and the "
-            "calibration settings (--calib, --samples, --seq-len, --seed) with the plan."
-        )
+    if plan is not None:
+        settings = method.settings_for_plan(plan, settings, batch, PruneSettings)
     shape = model_shape(lm.model)
     timings: dict[str, float] = {}
     selection = None
@@ -282,13 +275,13 @@ def _prune_decoder(lm, settings, *, scores=None, plan=None, inplace=False, progr
         resolved = method.check(lm.model, shape, settings)  # bad settings fail here, before data or scores
         if scores is not None:
             method.take_scores(scores, lm.model)
-        elif not method.rotates:
+        elif method.has_unit_scores:
             scores, selection, calibration = _scored(lm, settings, method, progress, None, resolved)
         timings["score"] = time.perf_counter() - t
         t = time.perf_counter()
     else:
         timings["score"] = 0.0
-    if method.rotates and batch is None:
+    if method.applies_on_data and batch is None:
         batch, _ = calibration_for(lm, settings, progress)
     if plan is None:
         plan = method.plan(lm.model, shape, settings, scores, batch, resolved)

@@ -93,7 +93,16 @@ def test_the_pipeline_asks_the_method_instead_of_branching_on_its_name():
     check in their bodies."""
     for fn in (pipeline.prune, pipeline.score, pipeline._prune_decoder, pipeline._score_decoder):
         source = inspect.getsource(fn)
-        for branch in ('"nirvana"', "is_t5(", "Seq2Seq", ".rotation", '"slicegpt"', '"flap"', '"llm-pruner"'):
+        for branch in (
+            '"nirvana"',
+            "is_t5(",
+            "Seq2Seq",
+            ".rotation",
+            ".rotates",
+            '"slicegpt"',
+            '"flap"',
+            '"llm-pruner"',
+        ):
             assert branch not in source, f"{fn.__name__} branches on {branch}"
 
 

@@ -81,7 +81,10 @@ class Method:
     `apply(model, plan, *, scores, batch, inplace, micro_batch, progress) -> model`: the pruned model.
 
     A method that transforms weights on data (SliceGPT's rotation, FLAP's compensation) does it in
-    `apply`, from what its plan and scores carry. `memory(model_config, settings, *, samples, seq_len,
+    `apply`, from what its plan and scores carry. Two class facts say which steps read what: `has_unit_scores`
+    (`plan` reads the scores `score` computes; a rotation plans from shapes) and `applies_on_data` (`apply` needs
+    the calibration batch); `settings_for_plan(plan, settings, batch, make)` gives the settings a given plan is
+    applied with (a rotation's must name its calibration batch). `memory(model_config, settings, *, samples, seq_len,
     micro_batch, dtype, device, quantization) -> MemoryEstimate` is the planned peak of `score` above
     the loaded weights, checked before any scoring. `sharded(config) -> ShardedScorer` (or None) is
     `score` split for FSDP2 (`--distributed`). `description` and `reference` are what the CLI's help and
@@ -100,6 +103,8 @@ class Method:
     sharded: Callable | None = None
     checker: Callable | None = None  # (model, shape, sparsity, config) -> None; raises InvalidInput before any scoring
     rotates: ClassVar[bool] = False  # plans from shapes and transforms the model on calibration data
+    has_unit_scores: ClassVar[bool] = True  # `plan` reads the scores `score` computes (a rotation plans from shapes)
+    applies_on_data: ClassVar[bool] = False  # `apply` needs the calibration batch (a rotation is computed from it)
     has_allocation_settings: ClassVar[bool] = False  # gamma, align, allocation and criterion are its settings
     verb: ClassVar[str] = "pruned"  # the progress line's "pruned to 98.1 M parameters"
 
@@ -125,6 +130,11 @@ class Method:
 
     def needs_data_for(self, settings) -> bool:
         return self.needs_data
+
+    def settings_for_plan(self, plan: PruningPlan, settings, batch, make):
+        """The settings `prune` applies a given `plan` with (`settings` may be None: the plan alone). `make` builds
+        `PruneSettings` (a method whose `apply` needs data builds them from the plan when given only a batch)."""
+        return settings
 
     def check(self, model: nn.Module, shape: ModelShape, settings):
         self.check_config(model, shape, settings.sparsity, settings.config)
@@ -319,6 +329,8 @@ class RotatingMethod(Method):
     planner: Callable
     rotator: Callable
     rotates: ClassVar[bool] = True
+    has_unit_scores: ClassVar[bool] = False
+    applies_on_data: ClassVar[bool] = True
     verb: ClassVar[str] = "rotated and sliced"
 
     def score(self, model, settings, batch, progress=None):
@@ -332,6 +344,18 @@ class RotatingMethod(Method):
 
     def take_scores(self, scores, model: nn.Module) -> None:
         raise InvalidInput(f"method {self.name!r} prunes without unit scores; drop the scores (--scores).")
+
+    def settings_for_plan(self, plan: PruningPlan, settings, batch, make):
+        """A plan and the batch to rotate on: the plan's own settings; otherwise the settings must be this method's
+        (they say which calibration batch to draw and rotate on)."""
+        if settings is None and batch is not None:
+            settings = make(plan.settings.sparsity, method=self.name, method_settings=plan.settings.method_settings)
+        if settings is None or settings.method != self.name:
+            raise InvalidInput(
+                f"a {self.name} plan is applied by rotating on calibration data: pass --method {self.name} and the "
+                "calibration settings (--calib, --samples, --seq-len, --seed) with the plan."
+            )
+        return settings
 
     def plan(self, model: nn.Module, shape: ModelShape, settings, scores, batch, resolved=None) -> PruningPlan:
         return self.widths(model, settings.sparsity, settings.config, batch)
