@@ -240,8 +240,15 @@ COMMITTED = {  # bench -> (its CLI-default config in a folder, the committed CSV
         AccuracyConfig(out_dir=out, best_gamma=kl_best_gammas("smollm2-135m"), allow_code_execution=True),
         BENCH_DIR / "accuracy" / "accuracy-smollm2-135m.csv",
     ),
-    BASELINES.name: lambda out: (  # the committed grid has its MBPP pass@1 rows (run with --allow-code-execution)
-        BaselinesConfig(out_dir=out, best_gamma=best_gammas("smollm2-135m", (0.2, 0.5)), allow_code_execution=True),
+    # the committed grid has its MBPP pass@1 rows (run with --allow-code-execution) and is being extended by the
+    # reconstructed models (--reconstruct-sparsities 0.2,0.5)
+    BASELINES.name: lambda out: (
+        BaselinesConfig(
+            out_dir=out,
+            best_gamma=best_gammas("smollm2-135m", (0.2, 0.5)),
+            allow_code_execution=True,
+            reconstruct_sparsities=(0.2, 0.5),
+        ),
         BENCH_DIR / "baselines" / "baselines-smollm2-135m.csv",
     ),
     RECOVERY.name: lambda out: (RecoveryBenchConfig(out_dir=out), BENCH_DIR / "recovery" / "recovery.csv"),
