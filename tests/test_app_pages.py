@@ -560,6 +560,9 @@ def test_the_prune_page_reconstructs_the_kept_weights_when_asked(at, tiny):
     fitted = at.session_state["pruned"]
     assert fitted.reconstructed and fitted.report["reconstructed"] and fitted.plan_key == plain.plan_key
     assert fitted.params == plain.params and fitted.model_key != plain.model_key
+    at.switch_page("pages/allocation.py").run()  # the toggle survives a visit elsewhere: the copy stays current
+    at.switch_page("pages/prune.py").run()
+    assert at.toggle(key="reconstruct").value and not [w for w in at.warning if "setting changed" in w.value]
     expected = reconstruct(tiny.model, apply_plan(tiny.model, plan), plan, at.session_state["calib_batch"])
     ids = torch.randint(0, 64, (1, 8))
     with torch.no_grad():

@@ -34,7 +34,7 @@ PERSISTENT_WIDGETS = (
     *("speed_batches", "speed_new_tokens", "speed_repeats"),
     *("sweep_metric", "sweep_sparsities", "sweep_gammas", "sweep_tokens", "sweep_speed"),
     *("evidence_measure", "evidence_criteria", "evidence_alloc", "evidence_model"),
-    *("alloc_methods", "prune_method", "method_sparsity", "sweep_methods"),
+    *("alloc_methods", "prune_method", "method_sparsity", "sweep_methods", "reconstruct"),
     *("t5_gamma", "t5_gamma_star", "t5_scope", "t5_sweep_metric", "t5_sweep_sparsities", "t5_sweep_gammas"),
     *(f"method_settings_{name}" for name in METHODS),  # ui.methods.settings_key: one box per method
 )
