@@ -31,6 +31,7 @@ from nirvana.data.calibration import CalibrationBatch
 from nirvana.errors import InvalidInput
 from nirvana.models.architectures import decoder_layers, layer_projections
 from nirvana.models.shapes import model_shape
+from nirvana.models.weights import input_device
 from nirvana.progress import Progress
 from nirvana.pruning.plan import PruningPlan
 from nirvana.pruning.slicing import _group_rows
@@ -106,15 +107,11 @@ def _layer_inputs(model: nn.Module, ids: torch.Tensor, micro_batch: int) -> tupl
     try:
         for chunk in ids.split(micro_batch):
             with contextlib.suppress(_Stop):
-                model(input_ids=chunk.to(_device(model)), use_cache=False)
+                model(input_ids=chunk.to(input_device(model)), use_cache=False)
     finally:
         for h in handles:
             h.remove()
     return hidden, kwargs
-
-
-def _device(model: nn.Module) -> torch.device:
-    return next(p.device for p in model.parameters() if p.device.type != "meta")
 
 
 def _first(out):
