@@ -25,11 +25,9 @@ the batch they hold) except in two places that call `compute_scores` (the layer 
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch.nn as nn
 
@@ -41,17 +39,16 @@ from nirvana.methods.nirvana import NIRVANA_FIELDS, NirvanaConfig
 from nirvana.models.architectures import layer_projections
 from nirvana.models.family import expect_family, family_name
 from nirvana.models.shapes import ModelShape, count_block_parameters, count_parameters, model_shape
-from nirvana.models.t5 import block_weights, kept_units
+from nirvana.models.t5 import block_weights, kept_units, t5_shape
 from nirvana.progress import Progress
-from nirvana.pruning.allocation import Allocation
-from nirvana.pruning.plan import PruningPlan
+from nirvana.pruning.allocation import Allocation, allocate, check_allocation_kind
+from nirvana.pruning.plan import PruningPlan, load_plan
 from nirvana.pruning.reconstruct import reconstruct
-from nirvana.pruning.seq2seq import apply_t5_plan, plan_t5
-from nirvana.pruning.seq2seq_plan import SCOPES, Seq2SeqPlan, load_plan
+from nirvana.pruning.seq2seq import apply_t5_plan
 from nirvana.scoring.criteria import DEFAULT_CRITERION
 from nirvana.scoring.distributed import ShardedScorer
 from nirvana.scoring.scores import Scores, check_scores_match
-from nirvana.scoring.seq2seq import T5_CRITERIA, Seq2SeqScores, check_t5_criterion, compute_t5_scores
+from nirvana.scoring.seq2seq import T5_CRITERIA, check_t5_criterion, compute_t5_scores
 from nirvana.search.calibration import AnchorSpec, chosen_batch, select_calibration
 
 DEFAULT_CALIBRATION = "wikitext2-valid"
@@ -127,9 +124,9 @@ class PruneResult:
     """A pruned model (physically smaller), the plan that made it, and the measured report."""
 
     model: nn.Module
-    plan: PruningPlan | Seq2SeqPlan
+    plan: PruningPlan
     report: dict
-    scores: Scores | Seq2SeqScores | None = None
+    scores: Scores | None = None
     selection: dict | None = None  # KL-guided calibration: chosen seed, KL per candidate
 
 
@@ -284,7 +281,7 @@ def _prune_decoder(lm, settings, *, scores=None, plan=None, inplace=False, progr
     if method.applies_on_data and batch is None:
         batch, _ = calibration_for(lm, settings, progress)
     if plan is None:
-        plan = method.plan(lm.model, shape, settings, scores, batch, resolved)
+        plan = method.plan(lm.model, shape, settings, scores, batch, resolved, progress=progress)
     else:
         method.take_plan(plan, lm.model, batch)
     timings["plan"] = time.perf_counter() - t
@@ -308,33 +305,21 @@ def _prune_decoder(lm, settings, *, scores=None, plan=None, inplace=False, progr
     return PruneResult(pruned, plan, report, scores, selection)
 
 
-SCORE_FILES = {"nirvana-t5-scores": Seq2SeqScores}  # a score file's JSON `format` -> its type (else decoder-only)
-
-
-def load_scores(path) -> Scores | Seq2SeqScores:
-    """A score file of either kind (`score --out`): its JSON's `format` says which (a T5's, or a decoder-only
-    model's); a file that cannot be read is the decoder-only loader's to refuse, with its message."""
-    try:
-        fmt = json.loads(Path(path).with_suffix(".json").read_text()).get("format")
-    except (OSError, ValueError, AttributeError):
-        fmt = None
-    return SCORE_FILES.get(fmt, Scores).load(path)
+def load_scores(path) -> Scores:
+    """A score file of any family (`score --out`): its JSON's `format` says which (`Scores.load`)."""
+    return Scores.load(path)
 
 
 def check_seq2seq_settings(settings: PruneSettings) -> None:
     """What a T5 accepts of the settings: NIRVANA's own method, a criterion of `T5_CRITERIA`, one of
-    `SCOPES` as the allocation (docs/METHOD-T5.md), no KL-guided calibration search."""
+    its allocations (global, per-stack) (docs/METHOD-T5.md), no KL-guided calibration search."""
     if settings.method not in T5_METHODS:
         raise InvalidInput(
             f"method {settings.method!r} is written for decoder-only models (its coupled groups, bias compensation "
             f"or rotation read a decoder layer); on T5 use method nirvana with a criterion of {', '.join(T5_CRITERIA)}."
         )
     check_t5_criterion(settings.criterion)
-    if settings.allocation not in SCOPES:
-        raise InvalidInput(
-            f"allocation {settings.allocation!r} is not a T5 allocation; accepted: {', '.join(SCOPES)} (one "
-            "ranking over both stacks, or one budget per stack)."
-        )
+    check_allocation_kind("t5", settings.allocation)
     if settings.select_calib:
         raise InvalidInput("KL-guided calibration (select_calib) is for decoder-only models; drop it on T5.")
     if settings.reconstruct:
@@ -343,7 +328,7 @@ def check_seq2seq_settings(settings: PruneSettings) -> None:
         )
 
 
-def _score_seq2seq(lm: LoadedModel, settings: PruneSettings, progress: Progress, batch=None) -> Seq2SeqScores:
+def _score_seq2seq(lm: LoadedModel, settings: PruneSettings, progress: Progress, batch=None) -> Scores:
     """T5 scores of `settings.criterion` on the settings' calibration windows (split in halves), disk-cached."""
     check_seq2seq_settings(settings)
     needs_data = T5_CRITERIA[settings.criterion].objective is not None
@@ -376,11 +361,10 @@ def _prune_seq2seq(lm, settings, *, scores=None, plan=None, inplace=False, progr
             scores = _score_seq2seq(lm, settings, progress, batch)
         else:
             expect_family(scores, "t5", "these are decoder-only scores; score the T5 itself (`nirvana score`).")
+            check_scores_match(scores, lm.model)
         timings["score"] = time.perf_counter() - t
         t = time.perf_counter()
-        plan = plan_t5(
-            scores, lm.model, settings.sparsity, gamma=settings.gamma, scope=settings.allocation, align=settings.align
-        )
+        plan = allocate(scores, t5_shape(lm.model), settings.allocation_settings)
     else:
         expect_family(
             plan, "t5", "this is a decoder-only plan; a T5 is pruned by a T5 plan (`prune` on the T5 writes one)."
@@ -415,7 +399,7 @@ def family_of(model: nn.Module) -> FamilySteps:
     return FAMILY_STEPS[family_name(model)]
 
 
-def seq2seq_report(name, dense_params: int, plan: Seq2SeqPlan, pruned: nn.Module, *, scores=None, timings=None) -> dict:
+def seq2seq_report(name, dense_params: int, plan: PruningPlan, pruned: nn.Module, *, scores=None, timings=None) -> dict:
     """What a T5 prune did, counted on the sliced model; `kept_kv_groups` / `kept_neurons` per kind (g = 1: a head
     is its own KV group)."""
     kept = kept_units(pruned)
@@ -433,8 +417,8 @@ def seq2seq_report(name, dense_params: int, plan: Seq2SeqPlan, pruned: nn.Module
         "criterion": plan.settings.criterion,
         "gamma": plan.settings.gamma,
         "gamma_default": plan.settings.gamma_default,
-        "scope": plan.settings.scope,
-        "allocation": plan.settings.scope,
+        "scope": plan.settings.allocation,
+        "allocation": plan.settings.allocation,
         "align": plan.settings.align,
         "calibration": plan.settings.calibration,
         "kept_kv_groups": {k: v for k, v in kept.items() if k in ("enc_self", "dec_self", "cross")},

@@ -37,8 +37,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from nirvana.errors import CorruptCheckpoint, InvalidInput, NirvanaError
-from nirvana.pruning.plan import PruningPlan
-from nirvana.pruning.seq2seq_plan import Seq2SeqPlan, load_plan
+from nirvana.pruning.plan import PruningPlan, load_plan
 from nirvana.store.atomic import atomic_write_text
 from nirvana.store.paths import cache_dir
 
@@ -201,7 +200,7 @@ class RunInfo:
 class Run(RunInfo):
     """A reopened run: its plan, report, metrics and scores reference (None when not written)."""
 
-    plan: PruningPlan | Seq2SeqPlan | None = None
+    plan: PruningPlan | None = None
     report: dict | None = None
     metrics: dict | None = None
     scores: dict | None = None

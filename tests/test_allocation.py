@@ -22,8 +22,10 @@ def make_scores(shape: ModelShape, seed=0) -> Scores:
     gen = torch.Generator().manual_seed(seed)
     L = shape.num_layers
     return Scores(
-        torch.rand(L, shape.num_kv_heads[0], generator=gen),
-        torch.rand(L, shape.intermediate[0], generator=gen),
+        {
+            "attn": torch.rand(L, shape.num_kv_heads[0], generator=gen),
+            "mlp": torch.rand(L, shape.intermediate[0], generator=gen),
+        },
         "random",
         "fp",
         None,
@@ -59,7 +61,7 @@ def test_global_ranking_prunes_the_lowest_scores_across_layers():
     shape = make_shape(L=2, hkv=4, inter=8, d=4, D=16)
     attn = torch.tensor([[0.1, 0.2, 5.0, 6.0], [0.05, 7.0, 8.0, 9.0]])
     mlp = torch.arange(16, dtype=torch.float32).reshape(2, 8)  # layer 0 holds the 8 lowest neurons
-    scores = Scores(attn, mlp, "x", "fp", None)
+    scores = Scores({"attn": attn, "mlp": mlp}, "x", "fp", None)
     plan = allocate(scores, shape, Allocation(0.4, gamma=1.0, align=1))
     n_attn, n_mlp = plan.stats["ranked_attn_pruned"], plan.stats["ranked_mlp_pruned"]
     assert n_attn == 3 and n_mlp == 6  # gamma = 1: pa = pm = s; floor(0.4 * 8), floor(0.4 * 16)
@@ -69,7 +71,7 @@ def test_global_ranking_prunes_the_lowest_scores_across_layers():
 
 def test_ties_prune_exactly_n_in_index_order():
     shape = make_shape(L=2, hkv=4, inter=8, d=4, D=16)
-    scores = Scores(torch.ones(2, 4), torch.ones(2, 8), "x", "fp", None)
+    scores = Scores({"attn": torch.ones(2, 4), "mlp": torch.ones(2, 8)}, "x", "fp", None)
     plan = allocate(scores, shape, Allocation(0.4, gamma=1.0, align=1))
     assert plan.stats["kv_groups_pruned"] == plan.stats["ranked_attn_pruned"]
     assert plan.layers[0].kept_kv_groups == [3]  # the first n in (layer, index) order go
@@ -78,7 +80,9 @@ def test_ties_prune_exactly_n_in_index_order():
 def test_every_layer_keeps_its_best_kv_group_and_aligned_neurons():
     shape = make_shape(L=3, hkv=4, inter=64)
     attn = torch.tensor([[0.0, 0.01, 0.02, 0.03], [5.0, 6.0, 7.0, 8.0], [4.0, 4.5, 4.7, 4.9]])
-    scores = Scores(attn, torch.rand(3, 64, generator=torch.Generator().manual_seed(0)), "x", "fp", None)
+    scores = Scores(
+        {"attn": attn, "mlp": torch.rand(3, 64, generator=torch.Generator().manual_seed(0))}, "x", "fp", None
+    )
     plan = allocate(scores, shape, Allocation(0.5, gamma=0.3, align=8))
     assert plan.layers[0].kept_kv_groups == [3]  # all four ranked out; the best-scoring one stays
     for layer in plan.layers:
@@ -88,7 +92,7 @@ def test_every_layer_keeps_its_best_kv_group_and_aligned_neurons():
 def test_alignment_spares_the_best_pruned_neurons():
     shape = make_shape(L=1, hkv=4, inter=16, d=4, D=16)
     mlp = torch.arange(16, dtype=torch.float32)[None]
-    scores = Scores(torch.ones(1, 4), mlp, "x", "fp", None)
+    scores = Scores({"attn": torch.ones(1, 4), "mlp": mlp}, "x", "fp", None)
     plan1 = allocate(scores, shape, Allocation(0.3, gamma=1.0, align=1))
     plan8 = allocate(scores, shape, Allocation(0.3, gamma=1.0, align=8))
     kept1, kept8 = plan1.layers[0].kept_neurons, plan8.layers[0].kept_neurons

@@ -46,7 +46,7 @@ def make(L, hkv, g, d, inter, ties, seed):
     attn, mlp = torch.rand((L, hkv), generator=gen), torch.rand((L, inter), generator=gen)  # (L, Hkv), (L, I)
     if ties:
         attn, mlp = (attn * 3).floor(), (mlp * 3).floor()
-    return shape, Scores(attn, mlp, "random", "fp-test")
+    return shape, Scores({"attn": attn, "mlp": mlp}, "random", "fp-test")
 
 
 def expected_counts(shape: ModelShape, sparsity: float, gamma: float) -> tuple[Fraction, Fraction]:

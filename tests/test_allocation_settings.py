@@ -54,7 +54,10 @@ PRUNED = dataclasses.replace(SHAPE, num_kv_heads=(2, 1), intermediate=(16, 8))  
         ({"align": 0}, "align must be a power of two .*got 0"),
         ({"align": 8.0}, "align must be a power of two .*got 8.0"),
         ({"align": True}, "align must be a power of two .*got True"),
-        ({"kind": "layerwise"}, "allocation must be one of global, uniform, got 'layerwise'"),
+        (
+            {"kind": "layerwise"},
+            r"allocation must be one of global, uniform \(a T5: global, per-stack\), got 'layerwise'",
+        ),
     ],
 )
 def test_bad_values_are_refused_when_built_with_the_plan_settings_messages(change, message):
@@ -113,7 +116,7 @@ def test_plan_settings_need_a_resolved_allocation():
 
 
 def test_allocate_takes_an_allocation_not_loose_numbers():
-    scores = Scores(torch.rand(2, 2), torch.rand(2, 16), "random", "fp")
+    scores = Scores({"attn": torch.rand(2, 2), "mlp": torch.rand(2, 16)}, "random", "fp")
     with pytest.raises(InvalidInput, match=r"allocate needs an Allocation \(sparsity, gamma, align, kind\), got 0.3"):
         allocate(scores, SHAPE, 0.3)
     resolved = Allocation(0.3, align=2).resolve(SHAPE)

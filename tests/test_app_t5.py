@@ -94,13 +94,13 @@ def test_saliency_draws_the_five_kinds_and_offers_t5_criteria_only(at, t5):
         ("cross", "magnitude: decoder cross-attention heads"),
     ):
         data = chart(at, fragment)["data"][0]
-        np.testing.assert_allclose(decode(data["customdata"]), expected.tensors[kind].numpy(), rtol=1e-5)
+        np.testing.assert_allclose(decode(data["customdata"]), expected.units[kind].numpy(), rtol=1e-5)
     at.radio(key="neuron_mode").set_value("index").run()
     for kind, fragment in (("enc_ffn", "encoder FFN neurons"), ("dec_ffn", "decoder FFN neurons")):
         data = chart(at, f"magnitude: {fragment}")["data"][0]  # 64 neurons <= 128 bins: one per column
-        np.testing.assert_allclose(decode(data["customdata"])[..., 2], expected.tensors[kind].numpy(), rtol=1e-5)
+        np.testing.assert_allclose(decode(data["customdata"])[..., 2], expected.units[kind].numpy(), rtol=1e-5)
     totals = chart(at, "encoder per-layer totals")["data"]
-    np.testing.assert_allclose(decode(totals[1]["y"]), expected.tensors["enc_ffn"].sum(1).numpy(), rtol=1e-5)
+    np.testing.assert_allclose(decode(totals[1]["y"]), expected.units["enc_ffn"].sum(1).numpy(), rtol=1e-5)
     assert metrics(at)["Heads (3 attention kinds)"] == "48"
 
 
@@ -111,7 +111,8 @@ def test_saliency_second_criterion_and_nirvana_scores(at, t5):
 
 
 def test_allocation_follows_the_sliders_per_kind(at, t5):
-    from nirvana.pruning.seq2seq import plan_t5
+    from nirvana.models.t5 import t5_shape
+    from nirvana.pruning.allocation import Allocation, allocate
 
     score(at, "magnitude")
     at.switch_page("pages/allocation.py").run()
@@ -124,7 +125,7 @@ def test_allocation_follows_the_sliders_per_kind(at, t5):
         if gamma is not None:
             at.slider(key="t5_gamma").set_value(gamma).run()
         no_errors(at)
-        plan = plan_t5(scores, t5.model, sparsity, gamma=gamma, scope=scope, align=8)
+        plan = allocate(scores, t5_shape(t5.model), Allocation(sparsity, gamma, 8, scope))
         bars = chart(at, "Kept units per layer")["data"]
         assert [decode(t["y"]).tolist() for t in bars] == list(plan.kept_counts.values())
         assert metrics(at)["Achieved block sparsity"] == f"{plan.stats['achieved_block_sparsity']:.1%}"
@@ -219,7 +220,9 @@ def test_accuracy_tab_runs_lm_eval_seq2seq_on_a_pruned_t5(at, monkeypatch):
 
 def test_sweep_of_a_t5_measures_every_point_and_loads_a_plan(at, t5):
     from nirvana.measure.seq2seq import seq2seq_perplexity
-    from nirvana.pruning.seq2seq import apply_t5_plan, plan_t5
+    from nirvana.models.t5 import t5_shape
+    from nirvana.pruning.allocation import Allocation, allocate
+    from nirvana.pruning.seq2seq import apply_t5_plan
 
     score(at, "magnitude")
     at.switch_page("pages/sweep.py").run()
@@ -237,7 +240,7 @@ def test_sweep_of_a_t5_measures_every_point_and_loads_a_plan(at, t5):
         ("sparsity", 0.5),
         ("gamma", 0.2),
     ]
-    plan = plan_t5(magnitude_scores(t5), t5.model, 0.5)
+    plan = allocate(magnitude_scores(t5), t5_shape(t5.model), Allocation(0.5))
     want = seq2seq_perplexity(apply_t5_plan(t5.model, plan), t5.tokenizer, "wikitext2", seq_len=256, max_tokens=256,
                               use_cache=False)  # fmt: skip
     assert rows[2]["quality"] == pytest.approx(want.ppl, rel=1e-6)

@@ -153,7 +153,7 @@ def _scores(tiny, **overrides):
     L, hkv, inter = shape.num_layers, shape.num_kv_heads[0], shape.intermediate[0]
     gen = torch.Generator().manual_seed(0)
     attn, mlp = torch.rand((L, hkv), generator=gen), torch.rand((L, inter), generator=gen)
-    return Scores(overrides.get("attn", attn), overrides.get("mlp", mlp), "random", "fp"), shape
+    return Scores({"attn": overrides.get("attn", attn), "mlp": overrides.get("mlp", mlp)}, "random", "fp"), shape
 
 
 def _allocate(**kwargs):

@@ -101,7 +101,9 @@ def test_layer_totals_are_sums_per_layer(scores):
 def test_kept_bars_and_masks_match_a_real_plan(tiny_llama):
     shape = model_shape(tiny_llama)
     gen = torch.Generator().manual_seed(1)
-    scores = Scores(torch.rand((2, 2), generator=gen), torch.rand((2, 48), generator=gen), "random", "fp")
+    scores = Scores(
+        {"attn": torch.rand((2, 2), generator=gen), "mlp": torch.rand((2, 48), generator=gen)}, "random", "fp"
+    )
     plan = allocate(scores, shape, Allocation(0.5, 1.0, align=8))
     uniform = allocate(scores, shape, Allocation(0.5, 1.0, align=8, kind="uniform"))
     spec = as_json(

@@ -176,7 +176,10 @@ BAD_VALUES = {
     "gamma-zero": (_prune("--gamma", "0"), ["InvalidInput: gamma must be a positive number", "got 0.0"]),
     "gamma-negative": (_prune("--gamma", "-2"), ["gamma must be a positive number", "got -2.0"]),
     "align-not-a-power-of-two": (_prune("--align", "3"), ["align must be a power of two", "got 3"]),
-    "allocation-of-t5-only": (_prune("--allocation", "per-stack"), ["allocation must be one of global, uniform"]),
+    "allocation-of-t5-only": (
+        _prune("--allocation", "per-stack"),
+        ["allocation 'per-stack' is not a decoder-only allocation", "accepted: global"],
+    ),
     "method-unknown": (_prune("--method", "sparsegpt"), ["unknown method 'sparsegpt'", "nirvana, llm-pruner, flap"]),
     "method-setting-bad": (
         _prune("--method", "flap", "--method-settings", '{"metric": "L2"}'),
@@ -281,18 +284,20 @@ def _folder(path: Path, model_type: str) -> str:
     return str(path)
 
 
-def test_the_range_is_the_models_family_read_from_its_config(guarded, tmp_path):
-    """A T5 allows sparsity in [0, 1), NIRVANA's decoder-only allocation [0, 0.95]; a folder's config.json says
-    which, before any load."""
+def test_what_is_refused_is_the_models_family_read_from_its_config(guarded, tmp_path):
+    """Every family has one sparsity range, [0, 0.95]; its allocations and criteria differ (a T5 ranks per stack,
+    a decoder-only model uniformly per layer; Wanda reads a decoder layer). A folder's config.json says which
+    family, before any load."""
     t5, llama = _folder(tmp_path / "t5", "t5"), _folder(tmp_path / "llama", "llama")
-    code, err = run_cli(["prune", "--model", llama, "--sparsity", "0.97", "--out", str(tmp_path / "o")])
-    assert code == 2 and ACCEPTS_SPARSITY in err, err
-    code, err = run_cli(["prune", "--model", t5, "--sparsity", "1.0", "--out", str(tmp_path / "o")])
-    assert code == 2 and "sparsity must be in [0, 1), got 1.0" in err, err
+    for model in (llama, t5):
+        code, err = run_cli(["prune", "--model", model, "--sparsity", "0.97", "--out", str(tmp_path / "o")])
+        assert code == 2 and ACCEPTS_SPARSITY in err, err
     code, err = run_cli(["prune", "--model", t5, "--criterion", "wanda", "--sparsity", "0.3", "--out", str(tmp_path)])
     assert code == 2 and "not available on T5" in err, err
-    with pytest.raises(Reached, match="the device lock"):  # allowed on a T5: left to the model
-        main(["prune", "--model", t5, "--sparsity", "0.97", "--out", str(tmp_path / "o")])
+    code, err = run_cli(["prune", "--model", llama, "--allocation", "per-stack", "--sparsity", "0.3", "--out", "o"])
+    assert code == 2 and "allocation 'per-stack' is not a decoder-only allocation" in err, err
+    with pytest.raises(Reached, match="the device lock"):  # a T5's own allocation: left to the model
+        main(["prune", "--model", t5, "--allocation", "per-stack", "--sparsity", "0.3", "--out", str(tmp_path / "o")])
     assert not (tmp_path / "o").exists()
 
 

@@ -76,7 +76,7 @@ def test_two_sharded_processes_give_the_scores_and_kept_sets_of_one(job, sharded
     torch.testing.assert_close(scores["attn"], single.attn, rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(scores["mlp"], single.mlp, rtol=1e-6, atol=1e-6)
     shape = model_shape(model)
-    twin = Scores(scores["attn"], scores["mlp"], criterion, single.fingerprint, single.calibration)
+    twin = Scores({"attn": scores["attn"], "mlp": scores["mlp"]}, criterion, single.fingerprint, single.calibration)
     for sparsity in (0.2, 0.5):
         a = allocate(single, shape, Allocation(sparsity, align=1))
         b = allocate(twin, shape, Allocation(sparsity, align=1))

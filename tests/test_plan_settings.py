@@ -69,7 +69,10 @@ def test_allocate_builds_typed_settings_that_round_trip():
         ({"align": 3}, r"align must be a power of two .*got 3; common choices: 1 \(off\), 8"),
         ({"align": 0}, "align must be a power of two"),
         ({"align": 8.0}, "align must be a power of two"),
-        ({"allocation": "layerwise"}, "allocation must be one of global, uniform, got 'layerwise'"),
+        (
+            {"allocation": "layerwise"},
+            r"allocation must be one of global, uniform \(a T5: global, per-stack\), got 'layerwise'",
+        ),
         ({"criterion": ""}, "criterion must be a criterion name"),
         ({"calibration": "wikitext2"}, "calibration must be the scores' calibration description"),
     ],
@@ -112,5 +115,5 @@ def test_the_loaded_models_plan_is_typed():
     assert LoadedModel(model, None, "x", "local", 0.0).plan is None
     from_dict = LoadedModel(model, None, "x", "pruned", 0.0, plan=plan.to_dict()).plan
     assert isinstance(from_dict, PruningPlan) and from_dict == plan
-    with pytest.raises(InvalidInput, match=r"LoadedModel\.plan must be a PruningPlan, a Seq2SeqPlan or None, got str"):
+    with pytest.raises(InvalidInput, match=r"LoadedModel\.plan must be a PruningPlan or None, got str"):
         LoadedModel(model, None, "x", "pruned", 0.0, plan="plan.json")

@@ -39,7 +39,9 @@ def _plan():
 
     shape = ModelShape("llama", 2, 32, 8, 2, (2, 2), (48, 48), 64, False, 10_000)
     gen = torch.Generator().manual_seed(0)
-    scores = Scores(torch.rand((2, 2), generator=gen), torch.rand((2, 48), generator=gen), "random", "fp")
+    scores = Scores(
+        {"attn": torch.rand((2, 2), generator=gen), "mlp": torch.rand((2, 48), generator=gen)}, "random", "fp"
+    )
     return allocate(scores, shape, Allocation(0.5))
 
 

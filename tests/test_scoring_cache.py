@@ -72,8 +72,8 @@ def test_a_t5_criterion_keeps_its_cache_key_and_a_second_call_is_a_hit(monkeypat
     assert set(first.meta) == {"seconds", "seed"}  # a fresh T5 score records no cache_hit, as before
     monkeypatch.setattr(seq2seq, "t5_scores", _fail)
     again = compute_t5_scores(model, "nirvana", batch)
-    assert again.meta["cache_hit"] and isinstance(again, seq2seq.Seq2SeqScores)
-    assert all(again.tensors[k].equal(first.tensors[k]) for k in first.tensors)
+    assert again.meta["cache_hit"] and again.family == "t5"
+    assert all(again.units[k].equal(first.units[k]) for k in first.units)
     monkeypatch.undo()
     compute_t5_scores(model, "random", seed=3)
     assert (cache_dir() / "scores" / f"t5-random-{T5}-6b138825098d7b019e44.json").exists()  # the seed in the key
@@ -118,7 +118,7 @@ def test_cached_scores_plans_only_on_a_miss_and_names_the_step_in_an_oom(monkeyp
     def score(fingerprint, planned):
         calls.append(("score", planned))
         attn, mlp = torch.ones(2, 2), torch.ones(2, 3)
-        return Scores(attn, mlp, "probe", fingerprint, None, {"cache_hit": False, "planned": planned})
+        return Scores({"attn": attn, "mlp": mlp}, "probe", fingerprint, None, {"cache_hit": False, "planned": planned})
 
     first = cached_scores(model, "probe", None, {"k": 1}, score, memory=plan)
     assert calls == ["plan", ("score", 7)] and list(first.meta) == ["seconds", "cache_hit", "planned"]

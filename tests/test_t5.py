@@ -161,7 +161,7 @@ def test_a_sliced_t5_equals_the_dense_model_with_the_removed_units_masked(ff, dr
 
 
 def test_t5_gamma_star_known_answers():
-    from nirvana.pruning.seq2seq import t5_default_gamma
+    from nirvana.pruning.allocation import t5_default_gamma
 
     ca = 4 * 64  # T5-base: d_kv 64, 12 heads, 12 + 12 blocks
     heads_all, heads_enc, heads_dec = 12 * (12 + 2 * 12), 12 * 12, 12 * 2 * 12
@@ -174,14 +174,23 @@ def test_t5_gamma_star_known_answers():
 @pytest.mark.parametrize("ff", ["relu", "gated-gelu"])
 @pytest.mark.parametrize("scope", ["global", "per-stack"])
 def test_t5_allocation_meets_the_budget_and_slices(ff, scope):
-    from nirvana.pruning.seq2seq import allocate_t5, slice_t5, unit_costs
+    from nirvana.models.t5 import t5_shape
+    from nirvana.pruning.allocation import Allocation, allocate, unit_kinds
+    from nirvana.pruning.seq2seq import slice_t5
+    from nirvana.scoring.scores import Scores
 
     model = tiny_t5(ff, heads=8, d_ff=96)  # units fine enough for the budget to land within 1%
     ids = torch.randint(1, 64, (4, 12), generator=torch.Generator().manual_seed(1))
     scores = t5_scores(model, ids)
-    ca, cm = unit_costs(model)
+    shape, units = t5_shape(model), Scores(scores, "nirvana", "fp", family="t5")
+    ca, cm = (unit_kinds("t5", shape)[k].cost for k in ("enc_self", "enc_ffn"))
     assert (ca, cm) == (32, 2 if ff == "relu" else 3)
-    kept, stats = allocate_t5(scores, model, 0.3, scope=scope, align=1)
+
+    def allocate_t5(sparsity: float, align: int):
+        plan = allocate(units, shape, Allocation(sparsity, align=align, kind=scope))
+        return plan.kept, plan.stats
+
+    kept, stats = allocate_t5(0.3, 1)
     # per stack, each of the two rankings floors its own counts; one head is 1.1% of this tiny model's blocks
     assert abs(stats["achieved_block_sparsity"] - 0.3) < (0.01 if scope == "global" else 0.02), stats
     assert all(rows and all(r for r in rows) for rows in kept.values())  # at least one unit everywhere
@@ -196,9 +205,9 @@ def test_t5_allocation_meets_the_budget_and_slices(ff, scope):
             removed = [float(scores[k][i, u]) for k in group for i, row in enumerate(kept[k])
                        for u in range(scores[k].shape[1]) if u not in row]  # fmt: skip
             assert max(removed) <= min(kept_scores)
-    dense = allocate_t5(scores, model, 0.0, scope=scope, align=1)[0]
+    dense = allocate_t5(0.0, 1)[0]
     assert all(len(r) == (8 if KINDS[k].attention else 96) for k in KINDS for r in dense[k])  # sparsity 0: dense
-    kept8, _ = allocate_t5(scores, model, 0.3, scope=scope, align=8)
+    kept8, _ = allocate_t5(0.3, 8)
     assert all(len(r) % 8 == 0 for k in ("enc_ffn", "dec_ffn") for r in kept8[k])
 
 
@@ -212,13 +221,12 @@ def test_prune_save_and_reload_through_nirvana_and_stock_transformers(ff, tmp_pa
     from nirvana.checkpoints.pruned import save_prune_output
     from nirvana.models.t5 import kept_units
     from nirvana.pipeline import PruneSettings, load_plan, prune
-    from nirvana.pruning.seq2seq_plan import Seq2SeqPlan
     from tests.tiny_t5 import write_tiny_t5
 
     lm = load_model(str(write_tiny_t5(tmp_path / "dense", ff)))
     settings = PruneSettings(sparsity=0.3, calib="pydoc", samples=4, seq_len=32, align=1, use_cache=False)
     result = prune(lm, settings)
-    assert isinstance(result.plan, Seq2SeqPlan) and abs(result.report["achieved_block_sparsity"] - 0.3) < 0.02
+    assert result.plan.family == "t5" and abs(result.report["achieved_block_sparsity"] - 0.3) < 0.02
     assert kept_units(result.model) == result.plan.kept_counts
     assert result.report["params_after"] < result.report["params_before"]
     save_prune_output(tmp_path / "out", result.model, lm.tokenizer, result.plan, result.report)
@@ -254,7 +262,7 @@ def test_t5_criteria_and_refusals(tmp_path):
         prune(lm, PruneSettings(sparsity=0.3, criterion="wanda", **small))
     with pytest.raises(InvalidInput, match="written for decoder-only models"):
         prune(lm, PruneSettings(sparsity=0.3, method="flap", **small))
-    with pytest.raises(InvalidInput, match="not a T5 allocation"):
+    with pytest.raises(InvalidInput, match="not a T5 encoder-decoder allocation"):
         prune(lm, PruneSettings(sparsity=0.3, allocation="uniform", **small))
     per_stack = prune(lm, PruneSettings(sparsity=0.3, allocation="per-stack", **small))
     assert set(per_stack.plan.settings.gamma) == {"enc_self+enc_ffn", "dec_self+cross+dec_ffn"}

@@ -412,7 +412,9 @@ def test_a_pruned_t5_folder_carries_a_model_card_with_its_own_figures(capsys, t5
 def test_seq2seq_sweep_kl_rows_match_the_library_and_identical_plans_are_measured_once(t5_dir, monkeypatch):
     import nirvana.search.seq2seq_sweep as sweep
     from nirvana.checkpoints.loading import load_model
-    from nirvana.pruning.seq2seq import apply_t5_plan, plan_t5
+    from nirvana.models.t5 import t5_shape
+    from nirvana.pruning.allocation import Allocation, allocate
+    from nirvana.pruning.seq2seq import apply_t5_plan
     from nirvana.scoring.seq2seq import compute_t5_scores
     from nirvana.search.calibration import AnchorSpec, anchor_batch
 
@@ -434,7 +436,7 @@ def test_seq2seq_sweep_kl_rows_match_the_library_and_identical_plans_are_measure
                                                                       ("gamma", 0.3, 0.4)]  # fmt: skip
     assert len(calls) == 2  # the gamma point keeps the same units as the sparsity point: measured once
     assert rows[0]["quality"] == pytest.approx(0.0, abs=1e-6) and rows[1]["quality"] == rows[2]["quality"]
-    plan = plan_t5(scores, lm.model, 0.3, gamma=0.4)
+    plan = allocate(scores, t5_shape(lm.model), Allocation(0.3, 0.4))
     anchors = anchor_batch(lm.tokenizer, AnchorSpec(samples=4, seq_len=16)).input_ids
     want = real(apply_t5_plan(lm.model, plan), Seq2SeqReference(lm.model, anchors))
     assert rows[1]["quality"] == pytest.approx(want, rel=1e-6) and rows[1]["ideal_speedup"] > 1

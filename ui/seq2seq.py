@@ -6,7 +6,7 @@ plan through `prune`, saving) stays on the page. A T5 has five kinds of units, n
 (`nirvana.models.t5.KINDS`: the heads of encoder self-, decoder self- and cross-attention, and the
 FFN neurons of each stack); every head is its own KV group (g = 1); the allocation is one global
 ranking over both stacks or one per stack (docs/METHOD-T5.md). Everything here runs from the
-session's cached scores: a slider move is one `plan_t5` (no gradients).
+session's cached scores: a slider move is one `allocate` (no gradients).
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from nirvana.measure.seq2seq_speed import (
 )
 from nirvana.measure.speed_check import check_of
 from nirvana.models.family import family
-from nirvana.models.t5 import KINDS, LABELS
-from nirvana.pruning.seq2seq import plan_t5
-from nirvana.pruning.seq2seq_plan import SCOPES
+from nirvana.models.t5 import KINDS, LABELS, t5_shape
+from nirvana.pruning.allocation import Allocation, allocate
+from nirvana.pruning.plan import SCOPES
 from nirvana.search.seq2seq_sweep import SEQ2SEQ_QUALITY, Seq2SeqSweepSettings, run_seq2seq_sweep
 from ui import frame, resources, state
 from ui.errors import guard
@@ -134,7 +134,7 @@ def _heatmaps(scores, masks: dict | None, mode: str, suffix: str, what: str) -> 
     for col, kind in zip(st.columns(len(ATTENTION_KINDS)), ATTENTION_KINDS):
         col.plotly_chart(
             charts.kv_heatmap(
-                scores.tensors[kind], None if masks is None else masks[kind],
+                scores.units[kind], None if masks is None else masks[kind],
                 title=f"{name}: {LABELS[kind]} {what}".rstrip(), unit="head",
             ),
             key=f"t5_{kind}_{suffix}",
@@ -142,7 +142,7 @@ def _heatmaps(scores, masks: dict | None, mode: str, suffix: str, what: str) -> 
     for col, kind in zip(st.columns(len(FFN_KINDS)), FFN_KINDS):
         col.plotly_chart(
             charts.neuron_heatmap(
-                scores.tensors[kind], None if masks is None else masks[kind], mode=mode,
+                scores.units[kind], None if masks is None else masks[kind], mode=mode,
                 title=f"{name}: {LABELS[kind]} {what}".rstrip(),
             ),
             key=f"t5_{kind}_{suffix}",
@@ -155,15 +155,15 @@ def saliency(scores, second, mode: str) -> None:
     row = st.columns(4)
     row[0].metric("Criterion", scores.criterion)
     row[1].metric("Scoring time", "cached" if meta.get("cache_hit") else f"{meta.get('seconds', 0):.1f} s")
-    heads = sum(scores.tensors[k].numel() for k in ATTENTION_KINDS)
-    neurons = sum(scores.tensors[k].numel() for k in FFN_KINDS)
+    heads = sum(scores.units[k].numel() for k in ATTENTION_KINDS)
+    neurons = sum(scores.units[k].numel() for k in FFN_KINDS)
     row[2].metric("Heads (3 attention kinds)", f"{heads}")
     row[3].metric("FFN neurons (2 stacks)", f"{neurons:,}")
     for s, suffix in ((scores, "a"), *(((second, "b"),) if second is not None else ())):
         if suffix == "b":
             st.subheader(f"Second criterion: {s.criterion}")
         _heatmaps(s, None, mode, suffix, "")
-        t = s.tensors
+        t = s.units
         left, right = st.columns(2)
         left.plotly_chart(
             charts.layer_totals(t["enc_self"], t["enc_ffn"], title=f"{s.criterion}: encoder per-layer totals"),
@@ -185,8 +185,8 @@ def saliency(scores, second, mode: str) -> None:
 
 @st.cache_data(max_entries=256, show_spinner=False)
 def _plan(_scores, scores_key: str, _model, spec_key: str, sparsity: float, gamma, scope: str, align: int):
-    """`plan_t5` (pure tensor work, milliseconds) cached by scores and settings."""
-    return plan_t5(_scores, _model, sparsity, gamma=gamma, scope=scope, align=align)
+    """`allocate` (pure array work, milliseconds) cached by scores and settings."""
+    return allocate(_scores, t5_shape(_model), Allocation(sparsity, gamma, align, scope))
 
 
 def _sliders(lm) -> tuple[float, float | None, str, int]:
@@ -264,13 +264,13 @@ def plan_line(plan) -> str:
     s = plan.settings
     gammas = ", ".join(f"{g:.2f}" for g in s.gamma.values())
     return (
-        f"T5 plan: sparsity **{s.sparsity:.2f}**, {s.scope} ranking, γ {gammas}, align {s.align}, criterion "
+        f"T5 plan: sparsity **{s.sparsity:.2f}**, {s.allocation} ranking, γ {gammas}, align {s.align}, criterion "
         f"`{s.criterion}` → **{plan.stats['achieved_block_sparsity']:.1%}** of block weights removed."
     )
 
 
 def plan_stem(plan) -> str:
-    return f"t5-s{plan.settings.sparsity:.2f}-{plan.settings.scope}"
+    return f"t5-s{plan.settings.sparsity:.2f}-{plan.settings.allocation}"
 
 
 # ---- Prune & compare: speed -----------------------------------------------------------------------------------------

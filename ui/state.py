@@ -53,7 +53,7 @@ class PrunedCopy:
     """
 
     model: nn.Module
-    plan: object  # PruningPlan or Seq2SeqPlan
+    plan: object  # PruningPlan
     plan_key: str
     model_key: str
     params: int

@@ -7,8 +7,7 @@ from nirvana.models.architectures import get_architecture
 from nirvana.models.family import family_name
 from nirvana.models.shapes import count_block_parameters, model_shape
 from nirvana.models.t5 import KINDS, kept_units, t5_shape
-from nirvana.pruning.allocation import default_gamma
-from nirvana.pruning.seq2seq import scope_default_gammas
+from nirvana.pruning.allocation import default_gamma, scope_default_gammas
 
 
 def describe(lm: LoadedModel) -> dict:
@@ -68,7 +67,7 @@ def describe_t5(lm: LoadedModel) -> dict:
         "block_parameters": shape["block_weights"],
         "prunable_units": {kind: sum(row) for kind, row in kept.items()},
         "kept_per_layer": kept if pruned else None,
-        "default_gamma": None if pruned else scope_default_gammas(lm.model),
+        "default_gamma": None if pruned else scope_default_gammas(shape),
         "pruned": pruned,
         "dtype": str(next(lm.model.parameters()).dtype).replace("torch.", ""),
         "device": str(next(lm.model.parameters()).device),

@@ -33,7 +33,6 @@ from nirvana.models.family import family_name
 from nirvana.models.modeling_nirvana import layer_widths, resize_to_config
 from nirvana.models.modeling_t5_sliced import is_sliced_t5_config
 from nirvana.pruning.plan import PruningPlan
-from nirvana.pruning.seq2seq_plan import Seq2SeqPlan
 from nirvana.pruning.slicing import update_config
 from nirvana.store.atomic import atomic_path, atomic_write_text
 
@@ -43,7 +42,7 @@ REPORT_FILE = "report.json"
 def save_pruned(
     model: nn.Module,
     tokenizer,
-    plan: PruningPlan | Seq2SeqPlan | None,
+    plan: PruningPlan | None,
     directory: str | Path,
     *,
     base_model: str | None = None,
@@ -77,7 +76,7 @@ def save_prune_output(
     folder: str | Path,
     model: nn.Module,
     tokenizer,
-    plan: PruningPlan | Seq2SeqPlan,
+    plan: PruningPlan,
     report: dict,
     *,
     base_model: str | None = None,
@@ -209,7 +208,7 @@ def _load_decoder(directory: Path, config, *, dtype, device: str, start: float):
     model.eval()
 
     update_config(model)
-    plan = read_plan(directory, PruningPlan)
+    plan = read_plan(directory)
     tokenizer = AutoTokenizer.from_pretrained(directory)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token

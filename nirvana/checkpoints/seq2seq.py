@@ -1,7 +1,7 @@
 """Reload pruned T5 models (safetensors only; never pickle); `save_pruned` writes them.
 
 The encoder-decoder counterpart of `nirvana.checkpoints.pruned`. A pruned T5 folder holds the
-sliced weights, the tokenizer, `plan.json` (a `Seq2SeqPlan`) and a `config.json` whose global sizes
+sliced weights, the tokenizer, `plan.json` (a T5's `PruningPlan`) and a `config.json` whose global sizes
 stay the dense model's, with the kept heads and FFN widths of every layer added
 (`nirvana_t5_kept_heads`, `nirvana_t5_ffn_widths`), plus `modeling_t5_sliced.py` and `auto_map`
 for stock transformers. `load_t5_pruned` builds the dense skeleton without allocating weights,
@@ -20,7 +20,6 @@ from transformers import AutoTokenizer, T5ForConditionalGeneration
 from nirvana.checkpoints.loaded import LoadedModel, read_plan
 from nirvana.errors import CorruptCheckpoint
 from nirvana.models.modeling_t5_sliced import resize_t5_to_config
-from nirvana.pruning.seq2seq_plan import Seq2SeqPlan
 
 
 def load_t5_pruned(directory: Path, config, state: dict[str, torch.Tensor], *, dtype=None, device: str = "cpu"):
@@ -48,6 +47,6 @@ def load_t5_pruned(directory: Path, config, state: dict[str, torch.Tensor], *, d
     if dtype is not None:
         model.to(dtype)
     model.to(device).eval()
-    plan = read_plan(directory, Seq2SeqPlan)
+    plan = read_plan(directory)
     tokenizer = AutoTokenizer.from_pretrained(directory)
     return LoadedModel(model, tokenizer, str(directory), "pruned", time.perf_counter() - start, [], plan)

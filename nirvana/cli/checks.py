@@ -2,13 +2,12 @@
 
 A typo should cost a second, not a model load (or minutes behind another job's lock). Every rule
 and its message stay with the library's own validators: the registry (`model_reference`), the
-settings' dataclasses (`PruneSettings`, `Allocation`, `Seq2SeqSettings`), the method table, the
+settings' dataclasses (`PruneSettings`, `Allocation`), the method table, the
 dataset names. This module only decides which of them apply before the model is known.
 
-What depends on the model's family (NIRVANA's decoder-only allocation refuses sparsity above 0.95, a
-T5's allows [0, 1)) is read from the model reference where it says (a registry row, a folder's
-config.json); for a hub id the settings are refused only when every family would refuse them, and
-the rest is left to the checks after the load.
+What depends on the model's family (its allocations, the methods it takes) is read from the model
+reference where it says (a registry row, a folder's config.json); for a hub id the settings are
+refused only when every family would refuse them, and the rest is left to the checks after the load.
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ from nirvana.methods import get_method
 from nirvana.models.family import family_name
 from nirvana.models.registry import ModelReference, check_hub_reference, model_reference
 from nirvana.pipeline import PruneSettings, check_seq2seq_settings
-from nirvana.pruning.seq2seq_plan import Seq2SeqSettings
+from nirvana.pruning.allocation import check_allocation_kind
 from nirvana.search.calibration import check_selection
 
 
@@ -66,12 +65,13 @@ def family(ref: ModelReference) -> str | None:
 
 
 def _decoder_only(settings: PruneSettings) -> None:
+    check_allocation_kind("decoder-only", settings.allocation)
     get_method(settings.method).check_target(settings.sparsity, settings.config)  # before any model is loaded
 
 
 def _t5(settings: PruneSettings) -> None:
-    check_seq2seq_settings(settings)  # method, criterion, scope, no calibration search
-    Seq2SeqSettings(settings.sparsity, {}, {}, settings.gamma, settings.allocation, settings.align)  # the ranges
+    check_seq2seq_settings(settings)  # method, criterion, allocation, no calibration search
+    settings.allocation_settings  # noqa: B018 (the ranges: building the Allocation checks them)
 
 
 # What each family's prune refuses of the settings before it loads anything (the checks `prune` runs first).

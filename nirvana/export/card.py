@@ -20,8 +20,7 @@ from nirvana.errors import InvalidInput
 from nirvana.methods import DEFAULT_METHOD, is_baseline
 from nirvana.models.registry import REGISTRY
 from nirvana.models.t5 import KINDS as T5_KINDS
-from nirvana.pruning.plan import PruningPlan
-from nirvana.pruning.seq2seq_plan import Seq2SeqPlan, load_plan
+from nirvana.pruning.plan import PruningPlan, load_plan
 from nirvana.store.paths import cache_dir
 
 CARD_FILE = "README.md"
@@ -100,7 +99,7 @@ def _cached_hub_license(repo_id: str) -> str | None:
     return _card_data(Path(cached)).get("license") if isinstance(cached, str) else None
 
 
-def _figures(report: dict | None, plan: PruningPlan | Seq2SeqPlan | None) -> dict:
+def _figures(report: dict | None, plan: PruningPlan | None) -> dict:
     """The card's figures: the report's where it has them, else the plan's own statistics (`PLAN_FIGURES`)."""
     report = dict(report or {})
     if plan is None:
@@ -109,11 +108,11 @@ def _figures(report: dict | None, plan: PruningPlan | Seq2SeqPlan | None) -> dic
     return {**{k: v for k, v in defaults.items() if v is not None}, **report}
 
 
-def _t5_plan_figures(plan: Seq2SeqPlan) -> dict:
+def _t5_plan_figures(plan: PruningPlan) -> dict:
     """A T5's: one gamma per ranking, kept units per kind."""
     s = plan.settings
     return {"target_sparsity": s.sparsity, "achieved_block_sparsity": plan.stats.get("achieved_block_sparsity"),
-            "gamma": s.gamma, "gamma_default": s.gamma_default, "align": s.align, "allocation": s.scope,
+            "gamma": s.gamma, "gamma_default": s.gamma_default, "align": s.align, "allocation": s.allocation,
             "criterion": s.criterion, "method": s.method, "calibration": s.calibration,
             "kept_units": plan.kept_counts, "architecture": "t5"}  # fmt: skip
 
@@ -210,7 +209,7 @@ class CardFamily:
 
 def render_model_card(
     report: dict | None,
-    plan: PruningPlan | Seq2SeqPlan | None = None,
+    plan: PruningPlan | None = None,
     *,
     base_model: BaseModel | None = None,
     results: dict | None = None,
@@ -219,7 +218,7 @@ def render_model_card(
     uniform: bool = False,
 ) -> str:
     """The card's text (front matter + markdown). `results`: measured figures, nested dicts allowed. A T5's
-    card (its report says `"architecture": "t5"`, or its plan is a `Seq2SeqPlan`) is `CARD_FAMILIES["t5"]`'s."""
+    card (its report says `"architecture": "t5"`, or its plan is a T5's) is `CARD_FAMILIES["t5"]`'s."""
     fig = _figures(report, plan)
     family = CARD_FAMILIES["t5" if fig.get("architecture") == "t5" else "decoder-only"]
     base = base_model or BaseModel(None)
@@ -364,7 +363,7 @@ def _t5_layer_table(fig: dict, plan) -> list[str]:
     kept = fig.get("kept_units") or {**(fig.get("kept_kv_groups") or {}), **(fig.get("kept_neurons") or {})}
     if set(kept) != set(T5_KINDS):
         return []
-    width = getattr(plan, "dense_widths", None) or dict.fromkeys(T5_KINDS)  # a T5 plan's, else unknown
+    width = plan.dense_widths if plan is not None and plan.family == "t5" else dict.fromkeys(T5_KINDS)
     rows = ["## Kept units per layer", "", "| layer | " + " | ".join(v.label for v in T5_KINDS.values()) + " |"]
     rows.append("|---:|" + "---:|" * len(T5_KINDS))
     for i in range(max(len(v) for v in kept.values())):

@@ -24,7 +24,7 @@ from nirvana.guard.memory import check_scoring_memory, choose_micro_batch, oom_g
 from nirvana.models.fingerprint import model_fingerprint
 from nirvana.models.shapes import ModelShape, model_shape
 from nirvana.pruning.allocation import default_gamma, plan_stats
-from nirvana.pruning.plan import LayerPlan, PlanSettings, PruningPlan
+from nirvana.pruning.plan import PlanSettings, PruningPlan
 from nirvana.pruning.slicing import add_output_biases, apply_plan
 from nirvana.scoring.objectives import output_head
 from nirvana.scoring.scores import Scores, cached_scores, check_scores_match
@@ -145,7 +145,7 @@ class Method:
     def take_scores(self, scores, model: nn.Module) -> None:
         raise NotImplementedError
 
-    def plan(self, model: nn.Module, shape: ModelShape, settings, scores, batch, resolved=None) -> PruningPlan:
+    def plan(self, model: nn.Module, shape: ModelShape, settings, scores, batch, resolved=None, progress=None):
         raise NotImplementedError
 
     def take_plan(self, plan: PruningPlan, model: nn.Module, batch) -> None:
@@ -252,7 +252,9 @@ class ScoredMethod(Method):
         def compute(fingerprint: str, mb: int) -> Scores:
             attn, mlp, extra = self.scorer(model, batch, config, mb, progress)
             meta = {"cache_hit": False, "method_settings": config.score_key(), "micro_batch": mb or n}
-            return Scores(attn.float().cpu(), mlp.float().cpu(), self.name, fingerprint, calib, meta, extra)
+            return Scores(
+                {"attn": attn.float().cpu(), "mlp": mlp.float().cpu()}, self.name, fingerprint, calib, meta, extra
+            )
 
         return cached_scores(
             model, self.name, calib, config.score_key(), compute, memory=plan, use_cache=use_cache, progress=progress
@@ -269,7 +271,7 @@ class ScoredMethod(Method):
     def take_scores(self, scores: Scores, model: nn.Module) -> None:
         check_scores_match(scores, model)
 
-    def plan(self, model: nn.Module, shape: ModelShape, settings, scores: Scores, batch, resolved=None) -> PruningPlan:
+    def plan(self, model: nn.Module, shape: ModelShape, settings, scores: Scores, batch, resolved=None, progress=None):
         return self.allocate(scores, shape, settings.sparsity, settings.config)
 
     def allocate(self, scores: Scores, shape: ModelShape, sparsity: float, config: MethodConfig) -> PruningPlan:
@@ -318,7 +320,56 @@ class ScoredMethod(Method):
 
 
 @dataclass(frozen=True, kw_only=True)
-class RotatingMethod(Method):
+class OnDataMethod(Method):
+    """A method with no unit scores whose `apply` transforms the weights on the calibration batch it planned on
+    (SliceGPT's rotation, Tyr-the-Pruner's reconstruction): a given plan is applied with its own batch."""
+
+    has_unit_scores: ClassVar[bool] = False
+    applies_on_data: ClassVar[bool] = True
+    without_scores: ClassVar[str] = "it transforms the model on calibration data when it prunes"
+    made_on: ClassVar[str] = "made"  # how its plans came from their batch, in messages
+    keeps_units: ClassVar[bool] = True  # its plans name kept units of this model's weights (not widths alone)
+
+    def score(self, model, settings, batch, progress=None):
+        return self.scores(model, settings.config, batch)
+
+    def scores(self, model, config: MethodConfig, batch, *, micro_batch=0, use_cache=True, progress=None) -> Scores:
+        raise InvalidInput(
+            f"method {self.name!r} has no unit scores: {self.without_scores}. Use `prune --method {self.name}` (its "
+            "plan holds what it kept)."
+        )
+
+    def take_scores(self, scores, model: nn.Module) -> None:
+        raise InvalidInput(f"method {self.name!r} prunes without unit scores; drop the scores (--scores).")
+
+    def settings_for_plan(self, plan: PruningPlan, settings, batch, make):
+        """A plan and the batch to apply it on: the plan's own settings; otherwise the settings must be this
+        method's (they say which calibration batch to draw)."""
+        if settings is None and batch is not None:
+            settings = make(plan.settings.sparsity, method=self.name, method_settings=plan.settings.method_settings)
+        if settings is None or settings.method != self.name:
+            raise InvalidInput(
+                f"a {self.name} plan is applied on calibration data: pass --method {self.name} and the "
+                "calibration settings (--calib, --samples, --seq-len, --seed) with the plan."
+            )
+        return settings
+
+    def take_plan(self, plan: PruningPlan, model: nn.Module, batch) -> None:
+        """The plan is this model's (a plan of unit indices: `keeps_units`) and was made on `batch`."""
+        if self.keeps_units:
+            plan.check_model(model_fingerprint(model))
+        recorded = plan.settings.calibration or {}
+        if recorded.get("hash") not in (None, batch.hash):
+            raise PlanMismatch(
+                f"this {self.name} plan was {self.made_on} on calibration batch {recorded.get('source')} (seed "
+                f"{recorded.get('seed')}, {recorded.get('samples')} x {recorded.get('seq_len')} tokens, hash "
+                f"{recorded.get('hash')}); these settings draw {batch.source} ({batch.hash}). Pass the same --calib, "
+                "--samples, --seq-len and --seed."
+            )
+
+
+@dataclass(frozen=True, kw_only=True)
+class RotatingMethod(OnDataMethod):
     """A method that transforms the model on calibration data instead of cutting scored units (SliceGPT).
 
     `planner(model, sparsity, config, calibration) -> PruningPlan`: the widths, from shapes alone.
@@ -329,51 +380,18 @@ class RotatingMethod(Method):
     planner: Callable
     rotator: Callable
     rotates: ClassVar[bool] = True
-    has_unit_scores: ClassVar[bool] = False
-    applies_on_data: ClassVar[bool] = True
     verb: ClassVar[str] = "rotated and sliced"
+    without_scores: ClassVar[str] = "it rotates the model on calibration data when it prunes, layer by layer"
+    made_on: ClassVar[str] = "rotated"
+    keeps_units: ClassVar[bool] = False  # its plans are widths, from shapes alone
 
-    def score(self, model, settings, batch, progress=None):
-        return self.scores(model, settings.config, batch)
-
-    def scores(self, model, config: MethodConfig, batch, *, micro_batch=0, use_cache=True, progress=None) -> Scores:
-        raise InvalidInput(
-            f"method {self.name!r} has no unit scores: it rotates the model on calibration data when it prunes, "
-            f"layer by layer. Use `prune --method {self.name}` (its plan holds the kept hidden width)."
-        )
-
-    def take_scores(self, scores, model: nn.Module) -> None:
-        raise InvalidInput(f"method {self.name!r} prunes without unit scores; drop the scores (--scores).")
-
-    def settings_for_plan(self, plan: PruningPlan, settings, batch, make):
-        """A plan and the batch to rotate on: the plan's own settings; otherwise the settings must be this method's
-        (they say which calibration batch to draw and rotate on)."""
-        if settings is None and batch is not None:
-            settings = make(plan.settings.sparsity, method=self.name, method_settings=plan.settings.method_settings)
-        if settings is None or settings.method != self.name:
-            raise InvalidInput(
-                f"a {self.name} plan is applied by rotating on calibration data: pass --method {self.name} and the "
-                "calibration settings (--calib, --samples, --seq-len, --seed) with the plan."
-            )
-        return settings
-
-    def plan(self, model: nn.Module, shape: ModelShape, settings, scores, batch, resolved=None) -> PruningPlan:
+    def plan(self, model: nn.Module, shape: ModelShape, settings, scores, batch, resolved=None, progress=None):
         return self.widths(model, settings.sparsity, settings.config, batch)
 
     def widths(self, model: nn.Module, sparsity: float, config: MethodConfig, batch) -> PruningPlan:
         """The plan for the target: every unit kept, the hidden width from shapes alone (checked first)."""
         self.check_config(model, model_shape(model), sparsity, config)
         return self.planner(model, sparsity, config, None if batch is None else batch.describe())
-
-    def take_plan(self, plan: PruningPlan, model: nn.Module, batch) -> None:
-        recorded = plan.settings.calibration or {}
-        if recorded.get("hash") not in (None, batch.hash):
-            raise PlanMismatch(
-                f"this {self.name} plan was rotated on calibration batch {recorded.get('source')} (seed "
-                f"{recorded.get('seed')}, {recorded.get('samples')} x {recorded.get('seq_len')} tokens, hash "
-                f"{recorded.get('hash')}); these settings draw {batch.source} ({batch.hash}). Pass the same --calib, "
-                "--samples, --seq-len and --seed."
-            )
 
     def apply(self, model, plan, *, scores=None, batch=None, inplace=False, micro_batch=0, progress=None):
         """Rotate and slice on `batch` (after the memory check): the plan's width, the rotations from the batch."""
@@ -426,10 +444,10 @@ def build_plan(
         method=method,
         method_settings=config.to_dict(),
     )
-    layers = [LayerPlan(i, sorted(a), sorted(m)) for i, (a, m) in enumerate(zip(kept_kv_groups, kept_neurons))]
-    all_stats = plan_stats(shape, layers)
+    kept = {"attn": [sorted(a) for a in kept_kv_groups], "mlp": [sorted(m) for m in kept_neurons]}
+    all_stats = plan_stats(shape, kept)
     all_stats.update(stats or {})
     all_stats["notes"] = [*all_stats.get("notes", []), f"gamma does not apply to method {method!r} (not used)"]
-    plan = PruningPlan(scores.fingerprint, shape.to_dict(), settings, layers, all_stats)
+    plan = PruningPlan(scores.fingerprint, shape.to_dict(), settings, kept, all_stats)
     plan.validate()
     return plan

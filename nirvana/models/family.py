@@ -33,6 +33,7 @@ class Family:
     auto_class: str  # the transformers Auto class that loads a checkpoint of it
     harness: str  # lm-eval's backend: "causal" (next-token) or "seq2seq" (the encoder reads the context)
     decoder_shape: bool  # has a decoder-only `ModelShape` (gamma*, the architecture view, the time estimates)
+    allocations: tuple[str, ...]  # how its budget may be spread (`Allocation.kind`); the first is the default
     check_layout: Callable = lambda config: None  # (config) -> refuses a layout it cannot read, before any weight
 
 
@@ -41,9 +42,13 @@ FAMILIES: dict[str, Family] = {
     for f in (
         Family(
             "decoder-only", "decoder-only (Llama, Qwen2, Mistral, Gemma-3, ...)", ("attn", "mlp"),
-            "AutoModelForCausalLM", "causal", decoder_shape=True, check_layout=get_architecture,
+            "AutoModelForCausalLM", "causal", decoder_shape=True, allocations=("global", "uniform"),
+            check_layout=get_architecture,
         ),
-        Family("t5", "T5 encoder-decoder", tuple(T5_UNITS), "AutoModelForSeq2SeqLM", "seq2seq", decoder_shape=False),
+        Family(
+            "t5", "T5 encoder-decoder", tuple(T5_UNITS), "AutoModelForSeq2SeqLM", "seq2seq", decoder_shape=False,
+            allocations=("global", "per-stack"),
+        ),
     )
 }  # fmt: skip
 

@@ -19,13 +19,23 @@ dominated (100+ ms) when other work was keeping the CPU busy.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from nirvana.errors import InvalidInput
+from nirvana.models.family import FAMILIES
 from nirvana.models.shapes import ModelShape
-from nirvana.pruning.plan import LayerPlan, PlanSettings, PruningPlan, check_align, check_allocation, check_gamma
+from nirvana.models.t5 import KINDS as T5_KINDS
+from nirvana.pruning.plan import (
+    SCOPES,
+    PlanSettings,
+    PruningPlan,
+    check_align,
+    check_allocation,
+    check_gamma,
+)
 from nirvana.scoring.scores import Scores
 
 EPS = 1e-9  # floor(0.3 * 10) must be 3, not 2
@@ -80,6 +90,7 @@ class Allocation:
         """
         if self.resolved:
             return self
+        check_allocation_kind("decoder-only", self.kind)
         gamma_star = default_gamma(shape)
         gamma = gamma_star if self.gamma is None and shape.is_uniform else self.gamma
         check_gamma(gamma, gamma_star)
@@ -95,11 +106,34 @@ class Allocation:
         )
 
 
+ALLOCATION_KINDS = {
+    "global": "one ranking over all layers",
+    "uniform": "the same sparsity in every layer",
+    "per-stack": "one budget per stack",
+}
+
+
+def check_allocation_kind(family: str, kind: str) -> None:
+    """`kind` is an allocation a model of `family` accepts (`FAMILIES[family].allocations`)."""
+    accepted = FAMILIES[family].allocations
+    if kind not in accepted:
+        raise InvalidInput(
+            f"allocation {kind!r} is not a {FAMILIES[family].label.split(' (')[0]} allocation; accepted: "
+            + ", ".join(f"{a} ({ALLOCATION_KINDS[a]})" for a in accepted)
+            + "."
+        )
+
+
 def budget_fractions(shape: ModelShape, sparsity: float, gamma: float) -> tuple[float, float, list[str]]:
-    """(fraction of KV groups pruned, fraction of neurons pruned, notes on clamping)."""
-    ca, cm = shape.attn_unit_cost, shape.mlp_unit_cost
+    """(fraction of KV groups pruned, fraction of neurons pruned, notes on clamping) of a decoder-only model."""
     hkv, inter = sum(shape.num_kv_heads), sum(shape.intermediate)  # == L Hkv, L I for dense models
-    pa = sparsity * (hkv * ca + inter * cm) / (hkv * ca + gamma * inter * cm)
+    return fractions(hkv, shape.attn_unit_cost, inter, shape.mlp_unit_cost, sparsity, gamma)
+
+
+def fractions(heads: int, ca: int, neurons: int, cm: int, sparsity: float, gamma: float):
+    """(pa, pm, notes): METHOD.md's budget split for one ranking of `heads` attention units of ca x D weights and
+    `neurons` MLP units of cm x D weights, each fraction clamped to 1 with a note when gamma cannot meet it."""
+    pa = sparsity * (heads * ca + neurons * cm) / (heads * ca + gamma * neurons * cm)
     notes = []
     if pa > 1:
         notes.append(f"attention fraction {pa:.3f} > 1 clamped to 1: this gamma cannot meet the target sparsity")
@@ -128,19 +162,42 @@ def spare_best(pruned_row: np.ndarray, score_row: np.ndarray, count: int) -> Non
     pruned_row[idx[best]] = False
 
 
-def _apply_minimums(attn_pruned, mlp_pruned, attn_scores, mlp_scores, align: int) -> None:
-    """At least one KV group per layer (the best-scoring); kept neurons rounded up to `align`."""
-    for layer in range(attn_pruned.shape[0]):
-        if attn_pruned[layer].all():
-            attn_pruned[layer, int(np.argmax(attn_scores[layer]))] = False
-        width = mlp_pruned.shape[1]
-        kept = width - int(mlp_pruned[layer].sum())
-        target = min(width, max(align, math.ceil(kept / align) * align))
-        spare_best(mlp_pruned[layer], mlp_scores[layer], target - kept)
+@dataclass(frozen=True)
+class UnitKind:
+    """One kind of prunable unit as the allocator sees it: `layers` x `width` units of `cost` x D weights each;
+    an attention kind keeps at least one unit per layer, an MLP kind rounds its kept units up to `align`."""
+
+    layers: int
+    width: int
+    cost: int
+    attention: bool
+    stack: str = "decoder"
 
 
-def allocate(scores: Scores, shape: ModelShape, allocation: Allocation) -> PruningPlan:
+@dataclass(frozen=True)
+class Ranking:
+    """The units ranked together against one budget, and what the allocation found for them."""
+
+    kinds: tuple[str, ...]
+    gamma: float
+    gamma_default: float
+    pa: float
+    pm: float
+    n_attn: int
+    n_mlp: int
+
+    @property
+    def name(self) -> str:
+        return "+".join(self.kinds)
+
+
+def allocate(scores: Scores, shape, allocation: Allocation) -> PruningPlan:
     """Turn scores into a plan at `allocation` (resolved here for `shape` unless it already is).
+
+    One allocator for every family (`RULES`, keyed by `scores.family`): the family says its unit kinds, which of
+    them are ranked together (decoder-only: one global ranking; a T5: over both stacks, or one per stack), gamma*
+    of a ranking, and what its plan records. `shape`: the dense model's `ModelShape` (decoder-only) or `t5_shape`
+    dict (T5).
 
     Example:
         >>> plan = allocate(scores, model_shape(model), Allocation(0.5))
@@ -149,76 +206,102 @@ def allocate(scores: Scores, shape: ModelShape, allocation: Allocation) -> Pruni
     """
     if not isinstance(allocation, Allocation):
         raise InvalidInput(f"allocate needs an Allocation (sparsity, gamma, align, kind), got {allocation!r}.")
-    allocation = allocation.resolve(shape)
-    settings = allocation.plan_settings(scores.criterion, scores.calibration)
-    sparsity, gamma, align = allocation.sparsity, allocation.gamma, allocation.align
-    L, hkv, inter = shape.num_layers, shape.num_kv_heads[0], shape.intermediate[0]
-    if tuple(scores.attn.shape) != (L, hkv) or tuple(scores.mlp.shape) != (L, inter):
+    rules = RULES[scores.family]
+    allocation = rules.resolve(allocation, shape)
+    kinds = rules.kinds(shape)
+    arrays = {kind: scores.units[kind].detach().cpu().numpy().astype(np.float64) for kind in kinds}
+    wrong = {k: tuple(a.shape) for k, a in arrays.items() if a.shape != (kinds[k].layers, kinds[k].width)}
+    if wrong:
+        have = ", ".join(f"{k} {tuple(a.shape)}" for k, a in arrays.items())
+        need = " and ".join(str((u.layers, u.width)) for u in kinds.values())
         raise InvalidInput(
-            f"scores have shapes attn {tuple(scores.attn.shape)}, mlp {tuple(scores.mlp.shape)} "
-            f"but the model needs ({L}, {hkv}) and ({L}, {inter}); were they computed for another model?"
+            f"scores have shapes {have} but the model needs {need}; were they computed for another model?"
         )
-    attn_scores = scores.attn.detach().cpu().numpy().astype(np.float64)  # (L, Hkv)
-    mlp_scores = scores.mlp.detach().cpu().numpy().astype(np.float64)  # (L, I)
-    if not (np.isfinite(attn_scores).all() and np.isfinite(mlp_scores).all()):
+    if not all(np.isfinite(a).all() for a in arrays.values()):
         raise InvalidInput("scores contain NaN or inf (the forward pass overflowed?); recompute them in float32.")
-    pa, pm, notes = budget_fractions(shape, sparsity, gamma)
-    if allocation.kind == "global":
-        n_attn, n_mlp = math.floor(pa * L * hkv + EPS), math.floor(pm * L * inter + EPS)
-        attn_pruned = lowest(attn_scores.reshape(-1), n_attn).reshape(L, hkv)
-        mlp_pruned = lowest(mlp_scores.reshape(-1), n_mlp).reshape(L, inter)
+    if allocation.kind == "uniform":
+        rankings, pruned, notes = _uniform(arrays, shape, allocation.sparsity, allocation.gamma)
     else:
-        n_attn, n_mlp, attn_pruned, mlp_pruned = _uniform(attn_scores, mlp_scores, shape, sparsity, pa)
-    ranked_attn = int(attn_pruned.sum())
-    _apply_minimums(attn_pruned, mlp_pruned, attn_scores, mlp_scores, align)
-    spared = ranked_attn - int(attn_pruned.sum())
-    if spared and hkv == 1:  # METHOD.md's minimum: the budget ranked onto those groups is not moved to the MLP
+        rankings, pruned, notes = [], {}, []
+        groups = rules.rankings(allocation.kind, shape)
+        for group in groups:
+            gamma_default = allocation.gamma_default or rules.default_gamma(shape, group)  # resolved: gamma* known
+            ranking, ranking_notes = _rank(arrays, kinds, group, allocation, gamma_default, pruned)
+            rankings.append(ranking)
+            notes += [f"{ranking.name}: {n}" for n in ranking_notes] if len(groups) > 1 else ranking_notes
+    ranked = {k: int(pruned[k].sum()) for k, u in kinds.items() if u.attention}
+    _apply_minimums(pruned, arrays, kinds, allocation.align)
+    spared = sum(ranked[k] - int(pruned[k].sum()) for k in ranked)
+    unit = rules.attention_unit
+    if spared and all(kinds[k].width == 1 for k in ranked):  # METHOD.md's minimum: the budget is not moved
         notes.append(
-            f"every layer has one KV group, which the per-layer minimum keeps: the {spared} group(s) ranked for "
+            f"every layer has one {unit}, which the per-layer minimum keeps: the {spared} {unit}(s) ranked for "
             "removal stay and the achieved sparsity falls short of the target; a larger gamma (e.g. 10 or more) puts "
             "the budget on the MLP"
         )
     elif spared:
-        notes.append(f"the per-layer minimum kept {spared} KV group(s) the ranking would have removed")
-    layers = [
-        LayerPlan(i, np.flatnonzero(~attn_pruned[i]).tolist(), np.flatnonzero(~mlp_pruned[i]).tolist())
-        for i in range(L)
-    ]
-    stats = plan_stats(shape, layers)
-    stats.update(
-        {
-            "ranked_attn_pruned": n_attn,
-            "ranked_mlp_pruned": n_mlp,
-            "attn_fraction_target": pa,
-            "mlp_fraction_target": pm,
-            "notes": notes,
-        }
-    )
-    return PruningPlan(scores.fingerprint, shape.to_dict(), settings, layers, stats)
+        notes.append(f"the per-layer minimum kept {spared} {unit}(s) the ranking would have removed")
+    kept = {kind: [np.flatnonzero(~row).tolist() for row in pruned[kind]] for kind in kinds}
+    return rules.plan(scores, shape, allocation, kept, rankings, notes)
 
 
-def _uniform(attn_scores: np.ndarray, mlp_scores: np.ndarray, shape: ModelShape, sparsity: float, pa: float):
-    """The same block sparsity in every layer: round(pa Hkv) KV groups per layer, the rest of the
-    layer's budget from its lowest-scoring neurons. (Attention is too coarse to match pa exactly in
+def _rank(arrays, kinds: dict[str, UnitKind], group, allocation: Allocation, gamma_default: float, pruned) -> tuple:
+    """One ranking of `group`'s kinds (METHOD.md section 3): its budget split by gamma, all attention units ranked
+    together and the n_attn lowest marked in `pruned`, all MLP units likewise; (Ranking, clamping notes)."""
+    attn = [k for k in group if kinds[k].attention]
+    mlp = [k for k in group if not kinds[k].attention]
+    heads, neurons = sum(arrays[k].size for k in attn), sum(arrays[k].size for k in mlp)
+    gamma = gamma_default if allocation.gamma is None else allocation.gamma
+    pa, pm, notes = fractions(heads, kinds[attn[0]].cost, neurons, kinds[mlp[0]].cost, allocation.sparsity, gamma)
+    n_attn, n_mlp = math.floor(pa * heads + EPS), math.floor(pm * neurons + EPS)
+    for members, n in ((attn, n_attn), (mlp, n_mlp)):
+        mask, start = lowest(np.concatenate([arrays[k].ravel() for k in members]), n), 0
+        for k in members:
+            pruned[k] = mask[start : start + arrays[k].size].reshape(arrays[k].shape)
+            start += arrays[k].size
+    return Ranking(tuple(group), gamma, gamma_default, pa, pm, n_attn, n_mlp), notes
+
+
+def _apply_minimums(pruned: dict, arrays: dict, kinds: dict[str, UnitKind], align: int) -> None:
+    """At least one unit per layer of an attention kind (the best-scoring); kept neurons rounded up to `align`."""
+    for kind, unit in kinds.items():
+        for layer in range(unit.layers):
+            row, score = pruned[kind][layer], arrays[kind][layer]
+            if unit.attention:
+                if row.all():
+                    row[int(np.argmax(score))] = False
+                continue
+            kept = unit.width - int(row.sum())
+            target = min(unit.width, max(align, math.ceil(kept / align) * align))
+            spare_best(row, score, target - kept)
+
+
+def _uniform(arrays: dict, shape: ModelShape, sparsity: float, gamma: float) -> tuple:
+    """The same block sparsity in every layer of a decoder-only model: round(pa Hkv) KV groups per layer, the rest
+    of the layer's budget from its lowest-scoring neurons. (Attention is too coarse to match pa exactly in
     small models: with Hkv = 3 a layer drops 0, 1 or 2 groups, so the MLP makes up the difference.)"""
+    pa, pm, notes = budget_fractions(shape, sparsity, gamma)
     L, hkv, inter = shape.num_layers, shape.num_kv_heads[0], shape.intermediate[0]
     D, ca, cm = shape.hidden_size, shape.attn_unit_cost, shape.mlp_unit_cost
     na = min(hkv - 1, round(pa * hkv))
     layer_budget = sparsity * shape.layer_block_weights(0)
     nm = max(0, min(inter, math.floor((layer_budget - na * ca * D) / (cm * D) + EPS)))
-    attn_pruned = np.stack([lowest(attn_scores[i], na) for i in range(L)])
-    mlp_pruned = np.stack([lowest(mlp_scores[i], nm) for i in range(L)])
-    return na * L, nm * L, attn_pruned, mlp_pruned
+    pruned = {
+        "attn": np.stack([lowest(arrays["attn"][i], na) for i in range(L)]),
+        "mlp": np.stack([lowest(arrays["mlp"][i], nm) for i in range(L)]),
+    }
+    return [Ranking(("attn", "mlp"), gamma, gamma, pa, pm, na * L, nm * L)], pruned, notes
 
 
-def plan_stats(shape: ModelShape, layers: list[LayerPlan]) -> dict:
-    """Parameter counts before/after, from shapes alone (the slice must reproduce them)."""
+def plan_stats(shape: ModelShape, kept: dict[str, list[list[int]]]) -> dict:
+    """Parameter counts before/after of a decoder-only plan's `kept` units, from shapes alone (the slice must
+    reproduce them)."""
     attn_unit, mlp_unit = shape.unit_params()
     removed_weights = removed_params = 0
     removed_groups = removed_neurons = 0
-    for layer in layers:
-        ga = shape.num_kv_heads[layer.layer_idx] - len(layer.kept_kv_groups)
-        gm = shape.intermediate[layer.layer_idx] - len(layer.kept_neurons)
+    for i, (kv, mlp) in enumerate(zip(kept["attn"], kept["mlp"])):
+        ga = shape.num_kv_heads[i] - len(kv)
+        gm = shape.intermediate[i] - len(mlp)
         removed_groups += ga
         removed_neurons += gm
         removed_weights += shape.hidden_size * (ga * shape.attn_unit_cost + gm * shape.mlp_unit_cost)
@@ -236,3 +319,124 @@ def plan_stats(shape: ModelShape, layers: list[LayerPlan]) -> dict:
         "kv_groups_total": sum(shape.num_kv_heads),
         "neurons_total": sum(shape.intermediate),
     }
+
+
+# -- what differs per family -----------------------------------------------------------------------------------
+
+
+def _decoder_kinds(shape: ModelShape) -> dict[str, UnitKind]:
+    L = shape.num_layers
+    return {
+        "attn": UnitKind(L, shape.num_kv_heads[0], shape.attn_unit_cost, True),
+        "mlp": UnitKind(L, shape.intermediate[0], shape.mlp_unit_cost, False),
+    }
+
+
+def _decoder_plan(scores: Scores, shape: ModelShape, allocation: Allocation, kept, rankings, notes) -> PruningPlan:
+    settings = allocation.plan_settings(scores.criterion, scores.calibration)
+    (ranking,) = rankings
+    stats = plan_stats(shape, kept)
+    stats.update(
+        {
+            "ranked_attn_pruned": ranking.n_attn,
+            "ranked_mlp_pruned": ranking.n_mlp,
+            "attn_fraction_target": ranking.pa,
+            "mlp_fraction_target": ranking.pm,
+            "notes": notes,
+        }
+    )
+    return PruningPlan(scores.fingerprint, shape.to_dict(), settings, kept, stats)
+
+
+def _t5_resolve(allocation: Allocation, shape: dict) -> Allocation:
+    check_allocation_kind("t5", allocation.kind)
+    check_align(allocation.align, shape["d_ff"])
+    return allocation  # gamma None stays: each ranking's own gamma*
+
+
+def _t5_kinds(shape: dict) -> dict[str, UnitKind]:
+    """A head owns d rows of each of q, k, v and d columns of o (4 d; g = 1), a neuron a row of wi (or wi_0 and
+    wi_1) and a column of wo."""
+    layers = {"encoder": shape["encoder_layers"], "decoder": shape["decoder_layers"]}
+    head, neuron = 4 * shape["d_kv"], (3 if shape["gated"] else 2)
+    width = {True: shape["num_heads"], False: shape["d_ff"]}
+    cost = {True: head, False: neuron}
+    return {
+        kind: UnitKind(layers[k.stack], width[k.attention], cost[k.attention], k.attention, k.stack)
+        for kind, k in T5_KINDS.items()
+    }
+
+
+def t5_default_gamma(heads: int, neurons: int, ca: int, cm: int) -> float:
+    """METHOD.md's gamma* redone for T5: (FFN weights / attention weights) x g / (g + 1), with g = 1.
+
+    `heads` and `neurons` count every unit the ranking covers (all layers and kinds in its scope).
+    T5-base (d 64, H 12, I 3072 ReLU) and FLAN-T5-base (I 2048 gated): 2/3 over both stacks, 1 for
+    the encoder alone and 1/2 for the decoder alone (whose layers have two attentions).
+    """
+    return neurons * cm / (heads * ca) * 0.5
+
+
+def _t5_rankings(kind: str, shape: dict) -> list[list[str]]:
+    kinds = _t5_kinds(shape)
+    if kind == "global":
+        return [list(kinds)]
+    return [[k for k, u in kinds.items() if u.stack == stack] for stack in ("encoder", "decoder")]
+
+
+def _t5_gamma(shape: dict, group) -> float:
+    kinds = _t5_kinds(shape)
+    heads = sum(kinds[k].layers * kinds[k].width for k in group if kinds[k].attention)
+    neurons = sum(kinds[k].layers * kinds[k].width for k in group if not kinds[k].attention)
+    head, neuron = (next(kinds[k].cost for k in group if kinds[k].attention is a) for a in (True, False))
+    return t5_default_gamma(heads, neurons, head, neuron)
+
+
+def _t5_plan(scores: Scores, shape: dict, allocation: Allocation, kept, rankings, notes) -> PruningPlan:
+    kinds = _t5_kinds(shape)
+    total = sum(u.layers * u.width * u.cost for u in kinds.values())
+    removed = sum((u.layers * u.width - sum(len(r) for r in kept[k])) * u.cost for k, u in kinds.items())
+    gammas = {r.name: round(r.gamma, 4) for r in rankings}
+    defaults = {r.name: round(r.gamma_default, 4) for r in rankings}
+    settings = PlanSettings(allocation.sparsity, gammas, defaults, allocation.align, allocation.kind,
+                            scores.criterion, scores.calibration, gamma_given=allocation.gamma)  # fmt: skip
+    stats = {"target_sparsity": allocation.sparsity, "achieved_block_sparsity": removed / total, "gamma": gammas,
+             "gamma_default": defaults, "scope": allocation.kind, "align": allocation.align, "notes": notes,
+             "block_weights_before": shape["block_weights"]}  # fmt: skip
+    return PruningPlan(scores.fingerprint, shape, settings, kept, stats, family="t5")
+
+
+def unit_kinds(family: str, shape) -> dict[str, UnitKind]:
+    """The unit kinds the allocator sees in a dense model of `family` and `shape`: layers, width, cost per unit."""
+    return RULES[family].kinds(shape)
+
+
+def scope_default_gammas(shape: dict) -> dict[str, dict[str, float]]:
+    """gamma* of each ranking of each T5 allocation (`shape`: `t5_shape`), e.g.
+    {"global": {"enc_self+...+dec_ffn": 0.67}, "per-stack": {"enc_self+enc_ffn": 1.0, ...}}."""
+    return {
+        scope: {"+".join(group): round(_t5_gamma(shape, group), 4) for group in _t5_rankings(scope, shape)}
+        for scope in SCOPES
+    }
+
+
+@dataclass(frozen=True)
+class FamilyRules:
+    """What the allocator asks a family: the allocation checked for its shape, its unit kinds, which kinds each
+    ranking of an allocation kind covers, gamma* of a ranking, the plan it records, the attention unit's name."""
+
+    resolve: Callable
+    kinds: Callable
+    rankings: Callable
+    default_gamma: Callable
+    plan: Callable
+    attention_unit: str
+
+
+RULES: dict[str, FamilyRules] = {
+    "decoder-only": FamilyRules(
+        Allocation.resolve, _decoder_kinds, lambda kind, shape: [["attn", "mlp"]],
+        lambda shape, group: default_gamma(shape), _decoder_plan, "KV group",
+    ),
+    "t5": FamilyRules(_t5_resolve, _t5_kinds, _t5_rankings, _t5_gamma, _t5_plan, "head"),
+}  # fmt: skip

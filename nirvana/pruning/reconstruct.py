@@ -68,7 +68,7 @@ def solve_kept(weight: torch.Tensor, H: torch.Tensor, kept: torch.Tensor, *, dam
     return sol[:-1].t().to(weight.dtype), sol[-1].to(weight.dtype)
 
 
-class _Gram:
+class Gram:
     """H = sum x x^T, sum x and the token count of a module's inputs, accumulated by a forward pre-hook."""
 
     def __init__(self, width: int):
@@ -83,7 +83,7 @@ class _Gram:
         self.count += x.shape[0]
 
 
-def _layer_inputs(model: nn.Module, ids: torch.Tensor, micro_batch: int) -> tuple[list, list]:
+def layer_inputs(model: nn.Module, ids: torch.Tensor, micro_batch: int) -> tuple[list, list]:
     """The first decoder layer's hidden states per micro-batch, and every layer's other call arguments (masks,
     position embeddings: they do not depend on the hidden states), from one forward stopped at layer 0 per
     micro-batch and one that records each layer's keyword arguments."""
@@ -114,7 +114,7 @@ def _layer_inputs(model: nn.Module, ids: torch.Tensor, micro_batch: int) -> tupl
     return hidden, kwargs
 
 
-def _first(out):
+def first_output(out):
     return out[0] if isinstance(out, tuple) else out
 
 
@@ -143,11 +143,11 @@ def reconstruct(
     d, g = shape.head_dim, shape.group_size
     was_training = (dense.training, pruned.training)
     dense.eval(), pruned.eval()
-    hidden, kwargs = _layer_inputs(pruned, batch.input_ids, micro_batch or batch.input_ids.shape[0])
+    hidden, kwargs = layer_inputs(pruned, batch.input_ids, micro_batch or batch.input_ids.shape[0])
     dense_layers, pruned_layers = decoder_layers(dense), decoder_layers(pruned)
     dense_proj, pruned_proj = layer_projections(dense), layer_projections(pruned)
     for i, (layer_plan, dp, pp) in enumerate(zip(plan.layers, dense_proj, pruned_proj)):
-        grams = {"o_proj": _Gram(dp.o_proj.in_features), "down_proj": _Gram(dp.down_proj.in_features)}
+        grams = {"o_proj": Gram(dp.o_proj.in_features), "down_proj": Gram(dp.down_proj.in_features)}
         handles = [dp.o_proj.register_forward_pre_hook(grams["o_proj"])]
         handles.append(dp.down_proj.register_forward_pre_hook(grams["down_proj"]))
         try:
@@ -171,11 +171,11 @@ def reconstruct(
             module.weight.copy_(weight.to(module.weight))
             if with_bias:
                 module.bias.copy_(bias.to(module.bias))
-        hidden = [_first(pruned_layers[i](h, **kw)) for h, kw in zip(hidden, kwargs[i])]
+        hidden = [first_output(pruned_layers[i](h, **kw)) for h, kw in zip(hidden, kwargs[i])]
         if progress:
             progress((i + 1) / len(plan.layers), f"reconstructed layer {i + 1}/{len(plan.layers)}")
     dense.train(was_training[0]), pruned.train(was_training[1])
     return pruned
 
 
-__all__ = ["DAMP", "reconstruct", "solve_kept"]
+__all__ = ["DAMP", "Gram", "first_output", "layer_inputs", "reconstruct", "solve_kept"]

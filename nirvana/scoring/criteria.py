@@ -406,6 +406,6 @@ def compute_scores(
             meta["activation_checkpointing"] = ckpt
         if kwargs:
             meta["method"] = kwargs["method"]
-        return Scores(attn.float().cpu(), mlp.float().cpu(), criterion, fingerprint, calib, meta)
+        return Scores({"attn": attn.float().cpu(), "mlp": mlp.float().cpu()}, criterion, fingerprint, calib, meta)
 
     return cached_scores(model, criterion, calib, extra, score, memory=plan, use_cache=use_cache, progress=progress)

@@ -302,4 +302,4 @@ def distributed_scores(model, criterion: ShardedScorer | str, batch: Calibration
     }
     if scorer.settings:
         meta["method_settings"] = scorer.settings
-    return Scores(attn, mlp, scorer.name, fingerprint, batch.describe(), meta)
+    return Scores({"attn": attn, "mlp": mlp}, scorer.name, fingerprint, batch.describe(), meta)

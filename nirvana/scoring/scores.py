@@ -15,47 +15,69 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
 
 import torch
 from filelock import FileLock
 from safetensors.torch import load_file, save_file
 
-from nirvana.errors import PlanMismatch
+from nirvana.errors import InvalidInput, PlanMismatch
 from nirvana.guard.memory import oom_guard
+from nirvana.models.family import FAMILIES
 from nirvana.models.fingerprint import model_fingerprint
 from nirvana.progress import Progress
 from nirvana.store.atomic import atomic_path
 from nirvana.store.keys import content_key
 from nirvana.store.paths import cache_dir
 
+# A score file's JSON names its family by "format"; a decoder-only file (the first format) has none and gives its
+# tensors' shapes as "attn_shape" / "mlp_shape", a T5's as "shapes". Files of every format ever written load.
+SCORE_FORMATS = {"decoder-only": None, "t5": "nirvana-t5-scores"}
+
 
 @dataclass
 class Scores:
-    family: ClassVar[str] = "decoder-only"  # nirvana.models.family.FAMILIES
-    attn: torch.Tensor  # [L, Hkv] float32, CPU
-    mlp: torch.Tensor  # [L, I] float32, CPU
+    """Unit scores of one model, per unit kind of its family: `units[kind]` is [layers, units], higher = more
+    important (decoder-only: `attn` [L, Hkv] per KV group, `mlp` [L, I] per neuron; a T5: its five kinds)."""
+
+    units: dict[str, torch.Tensor]  # {kind: [layers, units] float32, CPU}
     criterion: str
     fingerprint: str
     calibration: dict | None = None  # CalibrationBatch.describe(), None for data-free criteria
     meta: dict = field(default_factory=dict)  # seconds, peak memory, method, ...
     # Per-channel statistics a method needs after slicing (FLAP: mean input of every o_proj /
-    # down_proj channel, [L, Hq*d] and [L, I]); saved beside attn/mlp, absent in older files.
+    # down_proj channel, [L, Hq*d] and [L, I]); saved beside the units' scores, absent in older files.
     extra: dict[str, torch.Tensor] = field(default_factory=dict)
+    family: str = "decoder-only"  # nirvana.models.family.FAMILIES
+
+    def __post_init__(self) -> None:
+        if self.family not in FAMILIES:
+            raise InvalidInput(f"unknown family {self.family!r}; accepted: {', '.join(FAMILIES)}.")
+        kinds = FAMILIES[self.family].units
+        if not isinstance(self.units, dict) or set(self.units) != set(kinds):
+            got = ", ".join(sorted(self.units)) if isinstance(self.units, dict) else repr(self.units)
+            raise PlanMismatch(f"{self.family} scores need the kinds {', '.join(kinds)}; got {got}.")
+
+    @property
+    def attn(self) -> torch.Tensor:
+        """Decoder-only: [L, Hkv], one score per KV group."""
+        return self.units["attn"]
+
+    @property
+    def mlp(self) -> torch.Tensor:
+        """Decoder-only: [L, I], one score per MLP neuron."""
+        return self.units["mlp"]
 
     @property
     def num_layers(self) -> int:
-        return self.attn.shape[0]
+        return next(iter(self.units.values())).shape[0]
 
     def metadata(self) -> dict:
-        return {
-            "criterion": self.criterion,
-            "fingerprint": self.fingerprint,
-            "calibration": self.calibration,
-            "attn_shape": list(self.attn.shape),
-            "mlp_shape": list(self.mlp.shape),
-            **{"meta": self.meta},
-        }
+        fmt = SCORE_FORMATS[self.family]
+        head = {} if fmt is None else {"format": fmt}
+        where = {"criterion": self.criterion, "fingerprint": self.fingerprint, "calibration": self.calibration}
+        shapes = {k: list(v.shape) for k, v in self.units.items()}
+        sizes = {f"{k}_shape": v for k, v in shapes.items()} if fmt is None else {"shapes": shapes}
+        return {**head, **where, **sizes, "meta": self.meta}
 
     def save(self, path: str | Path) -> Path:
         """Write `<path>.safetensors` and `<path>.json` atomically; return the safetensors path."""
@@ -65,13 +87,14 @@ class Scores:
         st, js = stem.with_suffix(".safetensors"), stem.with_suffix(".json")
         # The inner block commits first: the JSON lands last, and a score file without it is never read.
         with atomic_path(js) as tmp_js, atomic_path(st) as tmp_st:
-            tensors = {**{k: v.contiguous() for k, v in self.extra.items()}, "attn": self.attn.contiguous()}
-            save_file({**tensors, "mlp": self.mlp.contiguous()}, str(tmp_st))
+            tensors = {k: v.contiguous() for k, v in {**self.extra, **self.units}.items()}
+            save_file(tensors, str(tmp_st))
             tmp_js.write_text(json.dumps(self.metadata(), indent=1))
         return st
 
     @classmethod
     def load(cls, path: str | Path) -> Scores:
+        """A score file of any family (its JSON's `format` says which); `PlanMismatch` says what is wrong."""
         path = Path(path)
         stem = path.with_suffix("") if path.suffix in {".safetensors", ".json"} else path
         st, js = stem.with_suffix(".safetensors"), stem.with_suffix(".json")
@@ -80,16 +103,23 @@ class Scores:
         try:
             meta = json.loads(js.read_text())
             tensors = load_file(str(st))
+            family = {fmt: name for name, fmt in SCORE_FORMATS.items()}[meta.get("format")]
         except Exception as exc:
-            raise PlanMismatch(f"score file {str(st)!r} is unreadable ({exc}); delete it and recompute.") from exc
+            raise PlanMismatch(f"score file {str(st)!r} is unreadable ({exc!r}); delete it and recompute.") from exc
+        kinds = FAMILIES[family].units
+        missing = [k for k in kinds if k not in tensors]
+        if missing:
+            raise PlanMismatch(
+                f"score file {str(st)!r} lacks the {family} scores {', '.join(missing)}; recompute them."
+            )
         return cls(
-            tensors["attn"],
-            tensors["mlp"],
+            {k: tensors[k] for k in kinds},
             meta["criterion"],
             meta["fingerprint"],
             meta.get("calibration"),
             meta.get("meta", {}),
-            {k: v for k, v in tensors.items() if k not in ("attn", "mlp")},
+            {k: v for k, v in tensors.items() if k not in kinds},
+            family,
         )
 
 
@@ -98,11 +128,11 @@ def score_cache_path(fingerprint: str, criterion: str, calibration_hash: str | N
     return cache_dir() / "scores" / f"{criterion}-{fingerprint}-{key}"
 
 
-def load_cached(path, use_cache: bool, progress=None, load: Callable = Scores.load):
-    """The score file at `path` (read by `load`, marked `cache_hit`) when the cache is on and it exists, else None."""
+def load_cached(path, use_cache: bool, progress=None):
+    """The score file at `path` (marked `cache_hit`) when the cache is on and it exists, else None."""
     if not (use_cache and Path(path).with_suffix(".json").exists()):
         return None
-    cached = load(path)
+    cached = Scores.load(path)
     cached.meta["cache_hit"] = True
     if progress:
         progress(1.0, "scores loaded from cache")
@@ -128,7 +158,6 @@ def cached_scores(
     score: Callable,
     *,
     memory: Callable | None = None,
-    load: Callable = Scores.load,
     label: str | None = None,
     use_cache: bool = True,
     progress: Progress = None,
@@ -139,7 +168,7 @@ def cached_scores(
     checks the peak (raising `OutOfMemory` before anything runs) and `score(fingerprint, plan)` builds the result in
     eval mode under `oom_guard("scoring (<label>)")`; its `meta` gets `seconds` first, and it is saved to the cache.
 
-    `score` returns a `Scores` (or `Seq2SeqScores`) whose `meta` holds what the caller records (`cache_hit` etc.);
+    `score` returns a `Scores` whose `meta` holds what the caller records (`cache_hit` etc.);
     `memory` (None: no check) returns the plan handed to `score`, e.g. the micro-batch it chose.
     `label` (default `criterion`) names the step in the OOM message and the final progress message.
     """
@@ -147,7 +176,7 @@ def cached_scores(
     fingerprint = model_fingerprint(model)
     path = score_cache_path(fingerprint, criterion, calibration["hash"] if calibration else None, key)
     with computed_once(path, use_cache):
-        cached = load_cached(path, use_cache, progress, load)
+        cached = load_cached(path, use_cache, progress)
         if cached is not None:
             return cached
         plan = memory() if memory is not None else None

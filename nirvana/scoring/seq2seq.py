@@ -20,18 +20,14 @@ of one stack; it is not offered on T5 (the message says so).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import ClassVar
+from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
 
-from nirvana.errors import InvalidInput, PlanMismatch
+from nirvana.errors import InvalidInput
 from nirvana.guard.memory import check_scoring_memory, estimate_t5_scoring
 from nirvana.models.t5 import (
     KINDS,
@@ -45,8 +41,7 @@ from nirvana.models.t5 import (
     unit_count,
 )
 from nirvana.progress import Progress
-from nirvana.scoring.scores import cached_scores
-from nirvana.store.atomic import atomic_path
+from nirvana.scoring.scores import Scores, cached_scores
 
 
 def split_windows(input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -181,49 +176,6 @@ def t5_scores(
     return {kind: torch.rand(shape, generator=g) for kind, shape in shapes.items()}
 
 
-@dataclass
-class Seq2SeqScores:
-    """T5 unit scores: `{kind: [layers, units]}`, higher = more important; where they came from."""
-
-    family: ClassVar[str] = "t5"  # nirvana.models.family.FAMILIES
-    tensors: dict[str, torch.Tensor]
-    criterion: str
-    fingerprint: str
-    calibration: dict | None = None  # CalibrationBatch.describe(); None for data-free criteria
-    meta: dict = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if set(self.tensors) != set(KINDS):
-            raise PlanMismatch(f"T5 scores need the kinds {', '.join(KINDS)}; got {', '.join(sorted(self.tensors))}.")
-
-    def metadata(self) -> dict:
-        return {"criterion": self.criterion, "fingerprint": self.fingerprint, "calibration": self.calibration,
-                "shapes": {k: list(v.shape) for k, v in self.tensors.items()}, "meta": self.meta}  # fmt: skip
-
-    def save(self, path: str | Path) -> Path:
-        """`<path>.safetensors` and `<path>.json`, atomically (the JSON lands last)."""
-        stem = Path(path).with_suffix("")
-        stem.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_path(stem.with_suffix(".json")) as js, atomic_path(stem.with_suffix(".safetensors")) as st:
-            save_file({k: v.contiguous() for k, v in self.tensors.items()}, str(st))
-            js.write_text(json.dumps({"format": "nirvana-t5-scores", **self.metadata()}, indent=1))
-        return stem.with_suffix(".safetensors")
-
-    @classmethod
-    def load(cls, path: str | Path) -> Seq2SeqScores:
-        stem = Path(path).with_suffix("")
-        try:
-            meta = json.loads(stem.with_suffix(".json").read_text())
-            tensors = load_file(str(stem.with_suffix(".safetensors")))
-        except (OSError, ValueError) as exc:
-            raise PlanMismatch(
-                f"{str(stem)!r} is not a readable T5 score file ({exc}); score the model again."
-            ) from exc
-        if meta.get("format") != "nirvana-t5-scores":
-            raise PlanMismatch(f"{str(stem)!r} holds decoder-only scores, not a T5's.")
-        return cls(tensors, meta["criterion"], meta["fingerprint"], meta.get("calibration"), meta.get("meta", {}))
-
-
 def compute_t5_scores(
     model: nn.Module,
     criterion: str,
@@ -233,7 +185,7 @@ def compute_t5_scores(
     micro_batch: int = 0,
     use_cache: bool = True,
     progress: Progress = None,
-) -> Seq2SeqScores:
+) -> Scores:
     """`t5_scores` on a `CalibrationBatch` (or none), cached on disk by model, criterion, batch and seed.
 
     Before a gradient criterion runs, its planned peak (`nirvana.guard.memory.estimate_t5_scoring`, a
@@ -255,12 +207,12 @@ def compute_t5_scores(
         n, t = batch.input_ids.shape
         check_scoring_memory(model, n, t, micro_batch=micro_batch, estimate=estimate_t5_scoring)
 
-    def score(fingerprint: str, _plan) -> Seq2SeqScores:
+    def score(fingerprint: str, _plan) -> Scores:
         tensors = t5_scores(model, batch.input_ids if needs_data else None, micro_batch,
                             criterion=criterion, seed=seed, progress=progress)  # fmt: skip
-        return Seq2SeqScores(tensors, criterion, fingerprint, calib, {"seed": seed})
+        return Scores(tensors, criterion, fingerprint, calib, {"seed": seed}, family="t5")
 
     return cached_scores(
         model, f"t5-{criterion}", calib, {"seed": seed} if seeded else {}, score,
-        memory=check_memory if needs_data else None, load=Seq2SeqScores.load, use_cache=use_cache, progress=progress,
+        memory=check_memory if needs_data else None, use_cache=use_cache, progress=progress,
     )  # fmt: skip

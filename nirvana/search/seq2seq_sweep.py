@@ -1,7 +1,7 @@
 """A sweep of a T5 (the app's Sweep page on an encoder-decoder model): for each (sparsity, gamma), plan
 from the cached scores, slice a copy, measure quality and speed.
 
-The decoder-only sweep (`nirvana.search.sweep`) for T5's units: each point is `plan_t5` (an allocation
+The decoder-only sweep (`nirvana.search.sweep`) for T5's units: each point is `allocate` (an allocation
 over the five unit kinds, no gradients) and `apply_t5_plan`; quality is the continuation perplexity
 (`seq2seq_perplexity`, windows split in halves) or the KL to the dense model on held-out pairs
 (`seq2seq_kl_to_dense`); speed is one measured batch-1 run (encoder pass plus decode steps), and the
@@ -25,10 +25,12 @@ from nirvana.measure.seq2seq_speed import (
 )
 from nirvana.models.family import expect_family
 from nirvana.models.fingerprint import model_fingerprint
+from nirvana.models.t5 import t5_shape
 from nirvana.progress import Progress, sub_progress
-from nirvana.pruning.seq2seq import apply_t5_plan, plan_t5
-from nirvana.pruning.seq2seq_plan import SCOPES
-from nirvana.scoring.seq2seq import Seq2SeqScores
+from nirvana.pruning.allocation import Allocation, allocate
+from nirvana.pruning.plan import SCOPES
+from nirvana.pruning.seq2seq import apply_t5_plan
+from nirvana.scoring.scores import Scores, check_scores_match
 from nirvana.search.calibration import AnchorSpec, anchor_batch
 
 SEQ2SEQ_QUALITY = {
@@ -77,7 +79,7 @@ class Seq2SeqSweepSettings:
         ]
 
 
-def run_seq2seq_sweep(lm, scores: Seq2SeqScores, settings: Seq2SeqSweepSettings, progress: Progress = None,
+def run_seq2seq_sweep(lm, scores: Scores, settings: Seq2SeqSweepSettings, progress: Progress = None,
                       on_row=None) -> list[dict]:  # fmt: skip
     """Measure every point of `settings.points()` on the dense T5 `lm.model`; one row per point, in order.
 
@@ -87,6 +89,9 @@ def run_seq2seq_sweep(lm, scores: Seq2SeqScores, settings: Seq2SeqSweepSettings,
     expect_family(scores, "t5", "a T5 sweep needs the T5's own scores (score the T5 first).")
     dense = lm.model
     fingerprint = model_fingerprint(dense)  # once: every point plans and slices this model
+    if scores.fingerprint != fingerprint:
+        check_scores_match(scores, dense)
+    shape = t5_shape(dense)
     reference = None
     if settings.metric == "kl":
         spec = AnchorSpec(samples=settings.anchor_samples, seq_len=settings.anchor_len)
@@ -114,8 +119,7 @@ def run_seq2seq_sweep(lm, scores: Seq2SeqScores, settings: Seq2SeqSweepSettings,
             plan, model = None, dense
             key = "dense"
         else:
-            plan = plan_t5(scores, dense, sparsity, gamma=gamma, scope=settings.scope, align=settings.align,
-                           fingerprint=fingerprint)  # fmt: skip
+            plan = allocate(scores, shape, Allocation(sparsity, gamma, settings.align, settings.scope))
             key = repr(sorted(plan.kept.items()))
             model = None if key in memo else apply_t5_plan(dense, plan, fingerprint=fingerprint)
         if key not in memo:

@@ -15,8 +15,7 @@ from nirvana.guard.memory import MemoryEstimate, estimate_scoring
 from nirvana.methods.base import Method, MethodConfig
 from nirvana.models.shapes import ModelShape
 from nirvana.pruning.allocation import Allocation, allocate
-from nirvana.pruning.plan import ALLOCATIONS, PruningPlan, check_align, check_gamma
-from nirvana.pruning.seq2seq_plan import SCOPES
+from nirvana.pruning.plan import ALLOCATIONS, SCOPES, PruningPlan, check_align, check_gamma
 from nirvana.pruning.slicing import apply_plan
 from nirvana.scoring.criteria import CRITERIA, DEFAULT_CRITERION, compute_scores
 from nirvana.scoring.distributed import gradient_scorer
@@ -121,7 +120,7 @@ class NirvanaMethod(Method):
                 f"--method {scores.criterion} (NIRVANA's allocation would read them as saliency)."
             )
 
-    def plan(self, model: nn.Module, shape: ModelShape, settings, scores: Scores, batch, resolved=None) -> PruningPlan:
+    def plan(self, model: nn.Module, shape: ModelShape, settings, scores: Scores, batch, resolved=None, progress=None):
         return allocate(scores, shape, resolved or settings.config.allocation_at(settings.sparsity).resolve(shape))
 
     def allocate(self, scores: Scores, shape: ModelShape, sparsity: float, config: MethodConfig) -> PruningPlan:

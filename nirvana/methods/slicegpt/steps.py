@@ -19,7 +19,7 @@ from nirvana.models.fingerprint import model_fingerprint
 from nirvana.models.shapes import model_shape
 from nirvana.progress import Progress
 from nirvana.pruning.allocation import default_gamma, plan_stats
-from nirvana.pruning.plan import LayerPlan, PlanSettings, PruningPlan
+from nirvana.pruning.plan import PlanSettings, PruningPlan
 from nirvana.pruning.slicing import copy_without_block_weights, update_config
 
 
@@ -42,11 +42,8 @@ def plan_slicegpt(model: nn.Module, sparsity: float, config: SliceGPTConfig, cal
         method="slicegpt",
         method_settings=config.to_dict(),
     )
-    layers = [
-        LayerPlan(i, list(range(kv)), list(range(inter)))
-        for i, (kv, inter) in enumerate(zip(shape.num_kv_heads, shape.intermediate))
-    ]
-    all_stats = plan_stats(shape, layers)
+    kept = {"attn": [list(range(kv)) for kv in shape.num_kv_heads], "mlp": [list(range(i)) for i in shape.intermediate]}
+    all_stats = plan_stats(shape, kept)
     all_stats.update(
         achieved_block_sparsity=stats["achieved_block_param_sparsity"],
         block_weights_after=None,
@@ -60,7 +57,7 @@ def plan_slicegpt(model: nn.Module, sparsity: float, config: SliceGPTConfig, cal
         ]
         + (["embedding and LM head untied (rotated by different bases)"] if shape.tied_embeddings else []),
     )
-    plan = PruningPlan(model_fingerprint(model), shape.to_dict(), settings, layers, all_stats)
+    plan = PruningPlan(model_fingerprint(model), shape.to_dict(), settings, kept, all_stats)
     plan.validate()
     return plan
 
