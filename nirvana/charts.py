@@ -42,6 +42,7 @@ METHOD_COLORS = {
     "llm-pruner": "#ff7f0e",
     "flap": "#8c564b",
     "slicegpt": "#17becf",
+    "tyr": "#9467bd",
 }
 # Every legend: at the right of the plot, its top level with the plot's top. The title sits in the top
 # margin and the axis titles below and left of the plot, so the legend meets neither (plotly widens the

@@ -178,6 +178,8 @@ def _method_picker(lm) -> dict[str, tuple[dict, object]]:
         spectra = methods.spectra_for(lm, name, settings[name], "Allocation")
         if spectra is not None:
             scored[name] = spectra
+    for name in [n for n in settings if methods.searches(n)]:  # no slider plan: the session's searched plans
+        scored[name] = methods.searched_plans(name, settings[name])
     return {name: (settings[name], scored[name]) for name in settings if name in scored}
 
 
@@ -189,6 +191,16 @@ def _method_plans(lm, chosen: dict, shape: ModelShape, sparsity: float) -> list:
         with guard(f"allocating with {methods.label(name)} at sparsity {sparsity:.2f}") as g:
             if methods.rotates(name):
                 plan = methods.rotation_plan_for(lm, name, settings, sparsity)
+            elif methods.searches(name):
+                plan = entry.get(round(sparsity, 2))
+                if plan is None:
+                    done = ", ".join(f"{s:.2f}" for s in sorted(entry)) or "none yet"
+                    st.info(
+                        f"{methods.label(name)} finds each layer's share by a search on calibration data (minutes, "
+                        f"not a slider move): prune with it at s = {sparsity:.2f} on Prune & compare and its kept "
+                        f"units are drawn here. Searched this session with these settings: {done}."
+                    )
+                    continue
             else:
                 plan = methods.plan(entry, shape, name, settings, sparsity)
         if not g.failed:

@@ -70,6 +70,12 @@ def _store(lm, result, request: dict | None = None) -> None:
                             run_id, reconstructed)  # fmt: skip
     state.put("pruned", copy)
     state.clear("evals")
+    s = plan.settings
+    if request is not None and methods.searches(s.method):  # the Allocation page draws what was searched
+        searched = dict(state.get("searched") or {})
+        key = methods.searched_key(s.method, request["settings"])
+        searched[key] = {**searched.get(key, {}), round(s.sparsity, 2): plan}
+        state.put("searched", searched)
 
 
 def _pruned_summary(lm, pruned: state.PrunedCopy, where) -> None:
@@ -153,7 +159,7 @@ def _baseline(lm, name: str):
             methods.check(lm, name, settings, float(sparsity))  # before scoring: a layer range, a bias, a target
             batch = methods.calibration_batch(lm)
             prune_settings = PruneSettings(sparsity=float(sparsity), method=name, method_settings=settings)
-            if methods.rotates(name):  # no scores: it rotates on the session's batch, layer by layer
+            if methods.on_data(name):  # no scores: it rotates (SliceGPT) or searches (Tyr) on the session's batch
                 with resources.hold_device(lm.model, progress):
                     result = prune(lm, prune_settings, batch=batch, progress=progress)
             else:
@@ -173,10 +179,36 @@ def _baseline(lm, name: str):
         _pruned_summary(lm, pruned, st)
         if methods.rotates(name):
             _rotation_summary(lm, name, settings, pruned)
+        if methods.searches(name):
+            _search_summary(plan)
         return plan
     if pruned is not None:
         st.warning(f"The session's pruned copy was made with other settings: prune with {label} to compare these.")
     return None
+
+
+def _search_summary(plan) -> None:
+    """What a searching method (Tyr) found: the KL to dense per generation and each layer's removed units."""
+    searched = plan.stats.get("tyr") or {}
+    iterations = searched.get("iterations") or []
+    if not iterations:
+        return
+    with st.expander(f"{methods.label(plan.settings.method)}: the search", expanded=True):
+        for i, it in enumerate(iterations):
+            kl = ", ".join(f"{v:.4f}" for v in it["kl_per_generation"])
+            st.markdown(
+                f"Iteration {i + 1} (levels {it['steps']['attn']} KV group(s) and {it['steps']['mlp']} neurons apart): "
+                f"best sparse KL to dense per generation {kl}."
+            )
+        removed = searched.get("removed_per_layer", {})
+        table = pd.DataFrame({"layer": range(len(plan.kept_kv_groups)), "KV groups kept": plan.kept_kv_groups,
+                              "neurons kept": plan.kept_neurons,
+                              "neurons removed": removed.get("mlp", [None] * len(plan.kept_neurons))})  # fmt: skip
+        st.dataframe(table, hide_index=True, width="stretch")
+        st.caption(
+            "Each generation is scored on a new random draw of calibration tokens, so the best KL moves both ways. "
+            "The kept weights of o_proj and down_proj are re-solved by least squares on the calibration batch."
+        )
 
 
 def _rotation_summary(lm, name: str, settings: dict, pruned: state.PrunedCopy) -> None:

@@ -9,6 +9,8 @@ library on the same scores.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from conftest import decode
 from test_app_pages import (
@@ -339,7 +341,7 @@ def test_a_flap_run_reopened_in_a_new_session_applies_with_its_biases(at):
 def test_allocation_shows_slicegpt_as_a_kept_width_and_its_pca_spectrum(at, tiny6):
     """SliceGPT keeps every unit: a width and the variance it keeps, from the dense spectra (no new pass per slider)."""
     from nirvana.methods import method_config
-    from nirvana.methods.run import rotation_plan
+    from nirvana.methods.run import data_plan
     from nirvana.methods.slicegpt.spectrum import dense_spectra
 
     compute(at, criterion="magnitude")
@@ -354,7 +356,7 @@ def test_allocation_shows_slicegpt_as_a_kept_width_and_its_pca_spectrum(at, tiny
     for sparsity in (0.2, 0.35):
         at.slider(key="sparsity").set_value(sparsity).run()
         no_errors(at)
-        width = rotation_plan(tiny6.model, "slicegpt", method_config("slicegpt"), sparsity, None).stats["slicegpt"]
+        width = data_plan(tiny6.model, "slicegpt", method_config("slicegpt"), sparsity, None).stats["slicegpt"]
         width = width["hidden_kept"]
         fig = chart(at, f"Variance kept by {width} of 32 hidden dimensions")
         lines = {t["name"]: decode(t["y"]).tolist() for t in fig["data"]}
@@ -403,3 +405,32 @@ def test_the_sweep_takes_slicegpt_as_a_series_rotated_at_each_sparsity(at):
     assert 0 < rows[1]["quality"] < rows[2]["quality"] and 1.0 < rows[1]["ideal_speedup"] < rows[2]["ideal_speedup"]
     quality = [t for t in chart(at, "Against sparsity")["data"] if t["xaxis"] == "x"]
     assert [t["name"] for t in quality] == ["SliceGPT"]
+
+
+def test_tyr_prunes_on_the_session_batch_and_its_search_is_drawn_on_allocation(at):
+    """Tyr has no unit scores and no slider plan: Prune & compare runs its search (progress, the KL per generation),
+    and the Allocation page draws the kept units it found at that sparsity, saying what to do at another."""
+    compute(at, criterion="magnitude")
+    at.switch_page("pages/prune.py").run()
+    at.selectbox(key="prune_method").set_value("tyr").run()
+    no_errors(at)
+    assert any(EXPLAIN["tyr"] in i.value for i in at.info)
+    small = {"generations": 2, "offspring": 4, "stage_tokens": [32, 64], "survivors": [2, 1], "kl_topk": 16}
+    at.text_input(key="method_settings_tyr").set_value(json.dumps(small)).run()
+    at.slider(key="method_sparsity").set_value(0.3).run()
+    at.button(key="prune_with_method").click().run()
+    no_errors(at)
+    pruned = at.session_state["pruned"]
+    assert pruned.plan.settings.method == "tyr" and len(pruned.plan.stats["tyr"]["iterations"]) == 1
+    assert pruned.plan.settings.calibration["hash"] == at.session_state["calib_batch"].hash
+    assert any("best sparse KL to dense per generation" in m.value for m in at.markdown)
+    at.switch_page("pages/allocation.py").run()
+    at.multiselect(key="alloc_methods").set_value(["tyr"]).run()
+    at.text_input(key="method_settings_tyr").set_value(json.dumps(small)).run()
+    at.slider(key="sparsity").set_value(0.3).run()
+    no_errors(at)
+    bars = {t["name"]: t for t in chart(at, "Kept units per layer")["data"]}
+    assert any(name.startswith("Tyr-the-Pruner") for name in bars), list(bars)
+    at.slider(key="sparsity").set_value(0.35).run()
+    no_errors(at)
+    assert any("Searched this session with these settings: 0.30" in i.value for i in at.info)

@@ -31,6 +31,7 @@ def test_job_order_perplexity_of_every_method_first_then_zero_shot_then_fifty_pe
         "llm-pruner s=0.2",
         "flap s=0.2",
         "slicegpt s=0.2",
+        "tyr s=0.2",
         "nirvana s=0.2 gamma=8 (KL-best)",
         "slicegpt slicing=0.25 (reference)",  # the reference's own fraction, for the record
     ]
@@ -45,19 +46,19 @@ def test_job_order_perplexity_of_every_method_first_then_zero_shot_then_fifty_pe
     assert {j.limit for j in jobs if j.measure == "mbpp_bpb"} == {500}
     lora = [f"{n} + LoRA" for n in first[1:-1]]  # each matched method at 20% again after the default LoRA budget
     at += 2 * k
-    assert names[at : at + 5] == [(n, "ppl") for n in lora]
-    assert names[at + 5 : at + 5 + 35] == [(n, t) for n in lora for t in ZEROSHOT7]
-    assert names[at + 40 : at + 45] == [(n, "mbpp_bpb") for n in lora]
+    assert names[at : at + 6] == [(n, "ppl") for n in lora]
+    assert names[at + 6 : at + 6 + 42] == [(n, t) for n in lora for t in ZEROSHOT7]
+    assert names[at + 48 : at + 54] == [(n, "mbpp_bpb") for n in lora]
     fifty = [n.replace("0.2", "0.5").replace("gamma=8", "gamma=4") for n in first[1:-1]]
-    assert names[at + 45 : at + 50] == [(n, "ppl") for n in fifty]
-    assert len(jobs) == 7 * (1 + 7 + 1 + 1) + 5 * (1 + 7 + 1) + 5 * (1 + 7 + 1 + 1)
+    assert names[at + 54 : at + 60] == [(n, "ppl") for n in fifty]
+    assert len(jobs) == 8 * (1 + 7 + 1 + 1) + 6 * (1 + 7 + 1) + 6 * (1 + 7 + 1 + 1)
     assert not any(j.variant.lora for j in plan_jobs(BaselinesConfig(lora_sparsities=(), best_gamma=BEST)))
     assert not any(j.measure in ("mbpp", "gsm8k_bpb") for j in jobs)  # pass@1 only with --allow-code-execution
     allowed = plan_jobs(BaselinesConfig(out_dir=tmp_path, best_gamma=BEST, allow_code_execution=True))
-    assert [j.measure for j in allowed[-17:]] == ["mbpp"] * 17 and allowed[:-17] == jobs
+    assert [j.measure for j in allowed[-20:]] == ["mbpp"] * 20 and allowed[:-20] == jobs
     assert [j.measure for j in plan_jobs(BaselinesConfig(lambada_limit=0))].count("lambada_openai") == 0
     gold = [j.measure for j in plan_jobs(BaselinesConfig(bpb_limit=0, gsm8k_bpb_limit=50, best_gamma=BEST))]
-    assert gold.count("mbpp_bpb") == 0 and gold.count("gsm8k_bpb") == 17
+    assert gold.count("mbpp_bpb") == 0 and gold.count("gsm8k_bpb") == 20
 
 
 def test_methods_restrict_the_pruned_models_and_keep_dense():
@@ -93,7 +94,7 @@ def test_keys_are_unique_strings_and_jobs_pickle(tmp_path):
     keys = [BASELINES.key(config, j) for j in jobs]
     assert len(set(keys)) == len(keys) and all(isinstance(k, str) for key in keys for k in key)
     assert keys[0] == ("smollm2-135m", "dense", "ppl", "16384")
-    assert keys[7] == ("smollm2-135m", "nirvana s=0.2 gamma*", "arc_easy", "200")
+    assert keys[8] == ("smollm2-135m", "nirvana s=0.2 gamma*", "arc_easy", "200")
     assert pickle.loads(pickle.dumps(jobs)) == jobs and pickle.loads(pickle.dumps(config)) == config
     assert set(KEY) <= set(COLUMNS)
 

@@ -24,14 +24,18 @@ from tests.tiny import tiny_model
 DATA = Path(__file__).with_name("data")
 
 
-def test_the_table_lists_nirvana_and_the_three_baselines_with_their_references():
-    assert list(METHODS) == ["nirvana", "llm-pruner", "flap", "slicegpt"]
+def test_the_table_lists_nirvana_and_the_four_baselines_with_their_references():
+    assert list(METHODS) == ["nirvana", "llm-pruner", "flap", "slicegpt", "tyr"]
+    assert "AMD-AGI/Tyr-the-Pruner" in METHODS["tyr"].reference
     assert "horseee/LLM-Pruner" in METHODS["llm-pruner"].reference
     assert "CASIA-IVA-Lab/FLAP" in METHODS["flap"].reference
     assert "microsoft/TransformerCompression" in METHODS["slicegpt"].reference
     assert METHODS["llm-pruner"].uses_gradients and not METHODS["flap"].uses_gradients
     assert not METHODS["slicegpt"].uses_gradients and METHODS["slicegpt"].rotates
-    with pytest.raises(InvalidInput, match="unknown method 'sparsegpt'; accepted: nirvana, llm-pruner, flap, slicegpt"):
+    assert not METHODS["tyr"].has_unit_scores and METHODS["tyr"].applies_on_data and not METHODS["tyr"].rotates
+    with pytest.raises(
+        InvalidInput, match="unknown method 'sparsegpt'; accepted: nirvana, llm-pruner, flap, slicegpt, tyr"
+    ):
         get_method("sparsegpt")
 
 

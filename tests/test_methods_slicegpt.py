@@ -18,7 +18,7 @@ from transformers import AutoModelForCausalLM
 from nirvana.checkpoints.pruned import load_pruned, save_pruned
 from nirvana.errors import InvalidInput, UnsupportedArchitecture
 from nirvana.methods import method_config
-from nirvana.methods.run import apply_method_plan, check_method, method_scores, rotation_plan
+from nirvana.methods.run import apply_method_plan, check_method, data_plan, method_scores
 from nirvana.methods.slicegpt.budget import HiddenDims, dims_for
 from nirvana.methods.slicegpt.config import SliceGPTConfig
 from nirvana.methods.slicegpt.rotation import rotate_and_slice
@@ -52,7 +52,7 @@ def slicegpt_prune(model, sparsity, ids, **settings):
     config = method_config("slicegpt", settings)
     batch = random_batch(vocab=model.config.vocab_size, n=ids.shape[0], t=ids.shape[1])
     batch.input_ids.copy_(ids)
-    plan = rotation_plan(model, "slicegpt", config, sparsity, batch)
+    plan = data_plan(model, "slicegpt", config, sparsity, batch)
     return plan, apply_method_plan(model, plan, batch=batch)
 
 

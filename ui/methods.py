@@ -24,7 +24,7 @@ import streamlit as st
 
 from nirvana.errors import InvalidInput
 from nirvana.methods import DEFAULT_METHOD, METHODS, method_config
-from nirvana.methods.run import check_method, method_plan, rotation_plan
+from nirvana.methods.run import check_method, data_plan, method_plan
 from nirvana.methods.slicegpt.spectrum import Spectra, dense_spectra
 from nirvana.models.shapes import ModelShape
 from nirvana.pipeline import PruneSettings, score
@@ -45,6 +45,26 @@ def label(name: str) -> str:
 def rotates(name: str) -> bool:
     """A method that rotates the model on calibration data when it prunes (no unit scores: SliceGPT)."""
     return METHODS[name].rotates
+
+
+def on_data(name: str) -> bool:
+    """A method without unit scores: it plans and prunes on the calibration batch (SliceGPT, Tyr)."""
+    return not METHODS[name].has_unit_scores
+
+
+def searches(name: str) -> bool:
+    """A method whose plan is a search on calibration data (Tyr): minutes, so it is planned only when pruned, and
+    the Allocation page draws the plans this session searched."""
+    return on_data(name) and not rotates(name)
+
+
+def searched_key(name: str, settings: dict) -> str:
+    return f"{name}:{json.dumps(settings, sort_keys=True)}"
+
+
+def searched_plans(name: str, settings: dict) -> dict:
+    """{sparsity (2 decimals): plan} this session's prunes with `name` and `settings` searched."""
+    return (state.get("searched") or {}).get(searched_key(name, settings), {})
 
 
 def has_sliders(name: str) -> bool:
@@ -90,6 +110,13 @@ EXPLAIN = {
         "groups and neurons. The rotation comes first because the hidden dimensions of a trained model all carry "
         "signal (slicing them unrotated destroys it); after the PCA rotation the trailing dimensions carry the least "
         "variance."
+    ),
+    "tyr": (
+        "It chooses how much each layer loses by search, not by one ranking: every layer's o_proj and down_proj is "
+        "pruned at several sparsities, each pruned copy's kept weights re-solved by least squares so the module's "
+        "output on calibration text changes as little as possible, and an evolutionary search then picks one level "
+        "per layer by how close the whole model's next-token distribution stays to the dense model's (KL). NIRVANA "
+        "ranks all units once by a saliency and does not change the weights it keeps."
     ),
 }
 
@@ -198,7 +225,7 @@ def score_methods(lm, chosen: dict[str, dict], title: str) -> dict[str, tuple[st
     batch = calibration_batch(lm)
     out, todo = {}, []
     for name, settings in chosen.items():
-        if rotates(name):  # no unit scores: `spectra_for` and `rotation_plan_for`
+        if on_data(name):  # no unit scores: `spectra_for` and `rotation_plan_for`, or a searched plan
             continue
         with guard(f"checking the {label(name)} settings") as g:
             # cached scores serve every setting that does not change them (a layer range): check each one anyway
@@ -275,7 +302,7 @@ def spectra_for(lm, name: str, settings: dict, title: str) -> Spectra | None:
 
 @st.cache_data(max_entries=256, show_spinner=False)
 def _rotation_plan(_model, model_key: str, name: str, settings_json: str, sparsity: float):
-    return rotation_plan(_model, name, method_config(name, json.loads(settings_json)), sparsity, None)
+    return data_plan(_model, name, method_config(name, json.loads(settings_json)), sparsity, None)
 
 
 def rotation_plan_for(lm, name: str, settings: dict, sparsity: float):

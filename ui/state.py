@@ -40,6 +40,7 @@ PERSISTENT_WIDGETS = (
 )
 RESULT_KEYS = (
     *("scores", "scores2", "calib_info", "calib_batch", "plan", "pruned", "evals", "kl_selection", "sweep"),
+    "searched",  # {method:settings -> {sparsity: plan}}: the plans a searching method (Tyr) found this session
     "t5_sweep",
 )
 

@@ -71,7 +71,7 @@ from nirvana.store.paths import benchmarks_dir
 DEFAULT_OUT = benchmarks_dir("baselines")
 SPARSITIES = (0.2, 0.5)
 DATASETS = ("wikitext2", "ptb")
-METHODS = ("nirvana", "llm-pruner", "flap", "slicegpt")
+METHODS = ("nirvana", "llm-pruner", "flap", "slicegpt", "tyr")
 # SliceGPT once more at the reference's own slicing fraction, for the record (not matched: 14% of the blocks go).
 REFERENCE_SLICING = 0.25
 # Method settings per model and (method, sparsity) where the defaults do not apply (docs/BASELINES.md: LLM-Pruner's
@@ -157,8 +157,9 @@ class Variant:
         return self.method != "dense" and get_method(self.method).has_allocation_settings
 
     @property
-    def rotates(self) -> bool:
-        return self.method != "dense" and get_method(self.method).rotates
+    def reconstructs(self) -> bool:
+        """`--reconstruct` applies to its model (not SliceGPT's rotated stream; Tyr re-solves by itself)."""
+        return self.method != "dense" and not get_method(self.method).no_reconstruct
 
     def prune_settings(self, samples: int, seq_len: int, use_cache: bool, micro_batch: int = 0) -> PruneSettings:
         settings = json.loads(self.settings) if self.settings else None
@@ -349,7 +350,7 @@ def plan_jobs(config: BaselinesConfig) -> list[BaselineJob]:
             jobs += [job(v, t, config.limit) for v in recovered for t in ZEROSHOT7]
             jobs += [job(v, task, n) for task, n in config.gold_tasks for v in recovered]
         if s in config.reconstruct_sparsities:
-            fitted = [replace(v, reconstruct=True) for v in pruned if not v.gamma_label and not v.rotates]
+            fitted = [replace(v, reconstruct=True) for v in pruned if not v.gamma_label and v.reconstructs]
             everyone += fitted
             jobs += [job(v, "ppl", config.tokens) for v in fitted]
             jobs += [job(v, t, config.limit) for v in fitted for t in ZEROSHOT7]

@@ -200,7 +200,7 @@ def prune(model, sparsity: float, align: int = 8, seed: int = 0, method: MethodC
     vocab = model.get_input_embeddings().num_embeddings
     ids = torch.randint(0, vocab, CALIBRATION, generator=torch.Generator().manual_seed(seed))
     batch = CalibrationBatch(ids, "random-ids", seed)
-    source = batch if method.rotates else method_scores(model, method.method, method.config, batch, use_cache=False)
+    source = batch if method.on_data else method_scores(model, method.method, method.config, batch, use_cache=False)
     plan, pruned = method.slice(model, source, sparsity)
     return pruned, plan
 

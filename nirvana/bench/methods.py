@@ -62,9 +62,9 @@ class MethodChoice:
         return get_method(self.method).has_allocation_settings
 
     @property
-    def rotates(self) -> bool:
-        """A method that transforms the model on calibration data instead of cutting scored units (SliceGPT)."""
-        return get_method(self.method).rotates
+    def on_data(self) -> bool:
+        """A method without unit scores: it plans on the calibration batch (SliceGPT's widths, Tyr's search)."""
+        return not get_method(self.method).has_unit_scores
 
     @property
     def config(self) -> MethodConfig:
@@ -102,8 +102,8 @@ class MethodChoice:
 
     def source(self, lm, settings: PruneSettings, batch: CalibrationBatch | None = None, progress=None) -> Source:
         """What `slice` prunes from: the unit scores of `settings` on `batch` (disk cache), or for a rotating
-        method the calibration batch itself (`batch`, or the one `settings` draws)."""
-        if self.rotates:
+        method without unit scores the calibration batch itself (`batch`, or the one `settings` draws)."""
+        if self.on_data:
             return batch if batch is not None else calibration_for(lm, settings, progress)[0]
         return score(lm, settings, progress, batch=batch)[0]
 
@@ -118,8 +118,8 @@ class MethodChoice:
         gamma*, align 8, global), the baseline's own allocation and compensation (FLAP's biases), or a rotation on
         the batch (SliceGPT)."""
         method, config = get_method(self.method), self.prune_settings(sparsity, **allocation).config
-        if method.rotates:
-            plan = method.widths(model, sparsity, config, source)
+        if not method.has_unit_scores:
+            plan = method.plan_on_data(model, sparsity, config, source)
             return plan, method.apply(model, plan, batch=source)
         plan = method.allocate(source, shape or model_shape(model), sparsity, config)
         return plan, method.apply(model, plan, scores=source)

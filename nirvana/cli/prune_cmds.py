@@ -240,8 +240,9 @@ def _prune(args, settings: PruneSettings | None, run, recovery=None, *, plan=Non
     try:
         lm = load_from_args(args)
         load_seconds = time.perf_counter() - t
-        if plan is not None and get_method(plan.settings.method).rotates:
-            # A SliceGPT plan holds widths, not rotations: they are computed again on the same calibration batch.
+        if plan is not None and get_method(plan.settings.method).applies_on_data:
+            # A SliceGPT plan holds widths, not rotations; a Tyr plan units, not the re-solved weights: both are
+            # computed again on the same calibration batch.
             settings = dataclasses.replace(
                 settings_from_args(args),
                 sparsity=plan.settings.sparsity,

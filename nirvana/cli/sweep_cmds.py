@@ -28,7 +28,7 @@ from nirvana.cluster.ray_tasks import disconnect
 from nirvana.data.text import check_text_name
 from nirvana.errors import InvalidInput
 from nirvana.methods import get_method
-from nirvana.methods.run import rotation_plan
+from nirvana.methods.run import data_plan
 from nirvana.models.shapes import model_shape
 from nirvana.pipeline import calibration_for, score
 from nirvana.pruning.allocation import Allocation
@@ -140,10 +140,10 @@ def _measure(args, settings: SweepSettings, scoring, cluster):
         method, shape = get_method(scoring.method), model_shape(lm.model)
         for sparsity in settings.sparsities:  # each point's refusals first (a sparsity a layer range cannot reach)
             method.check(lm.model, shape, dataclasses.replace(scoring, sparsity=sparsity))
-        if method.rotates:  # SliceGPT: no scores, a rotation per point
+        if not method.has_unit_scores:  # SliceGPT, Tyr: no scores, a plan on the batch per point
             batch, _ = calibration_for(lm, scoring, stderr_progress)
             for sparsity in settings.sparsities:  # a width it cannot reach, a batch too small: before any point
-                rotation_plan(lm.model, scoring.method, scoring.config, sparsity, batch)
+                data_plan(lm.model, scoring.method, scoring.config, sparsity, batch)
             facts = {"method": scoring.method, "calibration": batch.describe()}
             return lm, facts, run_sweep(lm, None, settings, stderr_progress, cluster=cluster, batch=batch)
         scores, _ = score(lm, scoring, stderr_progress)

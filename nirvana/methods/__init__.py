@@ -4,25 +4,28 @@ A method is how units are scored, how the budget is allocated and what is done a
 (`nirvana.methods.base.Method`). One folder per method holds its typed config and its steps.
 Adding a method touches: its folder (config, steps, the `METHOD` row), one line in `METHODS` below,
 its colour (`nirvana.charts.METHOD_COLORS`) and its "how to read it" text (`ui.methods.EXPLAIN`); tests
-fail until the last two exist. The CLI (`--method`), the app, the benchmarks and docs/BASELINES.md
+fail until the last two exist. To put it in the baselines grid, its name in `nirvana.bench.baselines.METHODS`.
+Its kind decides the steps: `ScoredMethod` (unit scores, its allocation, an optional compensation),
+`RotatingMethod` (SliceGPT) or `OnDataMethod` (no unit scores: `plan_on_data` and `apply` on the calibration
+batch, as Tyr-the-Pruner's search does). The CLI (`--method`), the app, the benchmarks and docs/BASELINES.md
 read this table.
 
     >>> from nirvana.methods import METHODS, get_method
     >>> sorted(METHODS)
-    ['flap', 'llm-pruner', 'nirvana', 'slicegpt']
+    ['flap', 'llm-pruner', 'nirvana', 'slicegpt', 'tyr']
 """
 
 from __future__ import annotations
 
 from nirvana.errors import InvalidInput
-from nirvana.methods import flap, llm_pruner, slicegpt
+from nirvana.methods import flap, llm_pruner, slicegpt, tyr
 from nirvana.methods import nirvana as nirvana_method
-from nirvana.methods.base import Method, MethodConfig, RotatingMethod, ScoredMethod, method_config_of
+from nirvana.methods.base import Method, MethodConfig, OnDataMethod, RotatingMethod, ScoredMethod, method_config_of
 
 DEFAULT_METHOD = nirvana_method.METHOD.name  # the paper's method: every default, and what reports compare with
 
 METHODS: dict[str, Method] = {
-    m.name: m for m in (nirvana_method.METHOD, llm_pruner.METHOD, flap.METHOD, slicegpt.METHOD)
+    m.name: m for m in (nirvana_method.METHOD, llm_pruner.METHOD, flap.METHOD, slicegpt.METHOD, tyr.METHOD)
 }
 
 
@@ -53,6 +56,7 @@ __all__ = [
     "METHODS",
     "Method",
     "MethodConfig",
+    "OnDataMethod",
     "RotatingMethod",
     "ScoredMethod",
     "get_method",

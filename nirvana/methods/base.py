@@ -106,6 +106,7 @@ class Method:
     has_unit_scores: ClassVar[bool] = True  # `plan` reads the scores `score` computes (a rotation plans from shapes)
     applies_on_data: ClassVar[bool] = False  # `apply` needs the calibration batch (a rotation is computed from it)
     has_allocation_settings: ClassVar[bool] = False  # gamma, align, allocation and criterion are its settings
+    no_reconstruct: ClassVar[str] = ""  # why `--reconstruct` does not apply to it ("" = it does)
     verb: ClassVar[str] = "pruned"  # the progress line's "pruned to 98.1 M parameters"
 
     def config_from(self, settings) -> MethodConfig:
@@ -116,11 +117,8 @@ class Method:
         """The settings are this method's: its config validates, and the allocation's fields (criterion, gamma,
         align, allocation, select_calib: `PruneSettings.allocation_fields_given`) are refused unless it has them."""
         self.config_from(settings)
-        if settings.reconstruct and self.rotates:
-            raise InvalidInput(
-                f"method {self.name!r} rotates and slices the residual stream, so its modules no longer output the "
-                "dense model's: there is nothing for --reconstruct to fit. Drop --reconstruct."
-            )
+        if settings.reconstruct and self.no_reconstruct:
+            raise InvalidInput(f"method {self.name!r} {self.no_reconstruct}. Drop --reconstruct.")
         wrong = [] if self.has_allocation_settings else settings.allocation_fields_given()
         if wrong:
             raise InvalidInput(
@@ -174,8 +172,11 @@ class Method:
             f"method {self.name!r} allocates by nirvana.pruning.allocation (the pipeline's default path)."
         )
 
-    def widths(self, model: nn.Module, sparsity: float, config: MethodConfig, batch) -> PruningPlan:
-        raise InvalidInput(f"method {self.name!r} does not rotate; its plans come from unit scores.")
+    def plan_on_data(self, model: nn.Module, sparsity: float, config: MethodConfig, batch, *, micro_batch=0,
+                     use_cache=True, progress=None) -> PruningPlan:  # fmt: skip
+        """The plan at `sparsity` of a method without unit scores, from the model and `batch` (`use_cache`: a plan
+        that took minutes to find is kept on disk by content key)."""
+        raise InvalidInput(f"method {self.name!r} plans from unit scores (`scores`, then `allocate`).")
 
     def adds_biases(self, config: MethodConfig) -> bool:
         """Whether `apply` adds o_proj / down_proj biases (FLAP's compensation)."""
@@ -342,6 +343,10 @@ class OnDataMethod(Method):
     def take_scores(self, scores, model: nn.Module) -> None:
         raise InvalidInput(f"method {self.name!r} prunes without unit scores; drop the scores (--scores).")
 
+    def plan(self, model: nn.Module, shape: ModelShape, settings, scores, batch, resolved=None, progress=None):
+        return self.plan_on_data(model, settings.sparsity, settings.config, batch, micro_batch=settings.micro_batch,
+                                 use_cache=settings.use_cache, progress=progress)  # fmt: skip
+
     def settings_for_plan(self, plan: PruningPlan, settings, batch, make):
         """A plan and the batch to apply it on: the plan's own settings; otherwise the settings must be this
         method's (they say which calibration batch to draw)."""
@@ -383,12 +388,14 @@ class RotatingMethod(OnDataMethod):
     verb: ClassVar[str] = "rotated and sliced"
     without_scores: ClassVar[str] = "it rotates the model on calibration data when it prunes, layer by layer"
     made_on: ClassVar[str] = "rotated"
+    no_reconstruct: ClassVar[str] = (
+        "rotates and slices the residual stream, so its modules no longer output the dense model's: there is "
+        "nothing for --reconstruct to fit"
+    )
     keeps_units: ClassVar[bool] = False  # its plans are widths, from shapes alone
 
-    def plan(self, model: nn.Module, shape: ModelShape, settings, scores, batch, resolved=None, progress=None):
-        return self.widths(model, settings.sparsity, settings.config, batch)
-
-    def widths(self, model: nn.Module, sparsity: float, config: MethodConfig, batch) -> PruningPlan:
+    def plan_on_data(self, model: nn.Module, sparsity: float, config: MethodConfig, batch, *, micro_batch=0,
+                     use_cache=True, progress=None) -> PruningPlan:  # fmt: skip
         """The plan for the target: every unit kept, the hidden width from shapes alone (checked first)."""
         self.check_config(model, model_shape(model), sparsity, config)
         return self.planner(model, sparsity, config, None if batch is None else batch.describe())

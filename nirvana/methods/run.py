@@ -48,9 +48,11 @@ def method_plan(scores: Scores, shape: ModelShape, sparsity: float, name: str, c
     return get_method(name).allocate(scores, shape, sparsity, config)
 
 
-def rotation_plan(model: nn.Module, name: str, config: MethodConfig, sparsity: float, batch: CalibrationBatch | None):
-    """The plan of a rotating method (SliceGPT): its widths for the target, from shapes alone."""
-    return get_method(name).widths(model, sparsity, config, batch)
+def data_plan(model: nn.Module, name: str, config: MethodConfig, sparsity: float, batch: CalibrationBatch | None,
+              *, progress: Progress = None):  # fmt: skip
+    """The plan of a method without unit scores at `sparsity`: SliceGPT's widths (from shapes alone), Tyr's search
+    (on `batch`)."""
+    return get_method(name).plan_on_data(model, sparsity, config, batch, progress=progress)
 
 
 def apply_method_plan(
@@ -82,10 +84,10 @@ def method_prune_and_measure(
     return plan, measure_plan(plan, lambda: apply_method_plan(model, plan, scores), measure, memo)
 
 
-def rotation_prune_and_measure(
+def data_prune_and_measure(
     model: nn.Module, batch: CalibrationBatch, measure, sparsity: float, name: str, config, *, memo=None
 ):
-    """(plan, measure(rotated copy)): one sweep point of a rotating method (SliceGPT), rotated afresh on `batch`
-    (each width is its own forward pass, layer by layer), its copy freed afterwards."""
-    plan = rotation_plan(model, name, config, sparsity, batch)
+    """(plan, measure(pruned copy)): one sweep point of a method without unit scores, planned and applied afresh on
+    `batch` (SliceGPT: rotated layer by layer; Tyr: searched, then reconstructed), its copy freed afterwards."""
+    plan = data_plan(model, name, config, sparsity, batch)
     return plan, measure_plan(plan, lambda: apply_method_plan(model, plan, batch=batch), measure, memo)

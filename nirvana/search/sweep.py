@@ -5,7 +5,7 @@ Orchestration only: every point is the method's allocation at the point, a slice
 biases included. Scores are not recomputed: one set of cached scores serves every point. The dense model is
 measured once as the reference point (sparsity 0). Gamma is NIRVANA's split (`Method.has_allocation_settings`),
 so only its sweep has a gamma axis. A rotating method (SliceGPT) has no scores: it is rotated afresh on the
-calibration `batch` at each sparsity (`rotation_prune_and_measure`, one forward pass a point).
+calibration `batch` at each sparsity (`data_prune_and_measure`: SliceGPT's rotation, Tyr's search, per point).
 The ideal speed-up of a point is read from the pruned copy's own module widths
 (`nirvana.measure.flops`), so a sliced residual stream counts."""
 
@@ -23,7 +23,7 @@ from nirvana.measure.kl import DenseReference, kl_to_dense
 from nirvana.measure.perplexity import perplexity
 from nirvana.measure.speed import measure_speed
 from nirvana.methods import get_method, method_config
-from nirvana.methods.run import method_prune_and_measure, rotation_prune_and_measure
+from nirvana.methods.run import data_prune_and_measure, method_prune_and_measure
 from nirvana.models.shapes import ModelShape, model_shape
 from nirvana.progress import sub_progress
 from nirvana.pruning.allocation import Allocation
@@ -116,10 +116,10 @@ class SweepPoint:
     def __init__(self, lm, scores, settings: SweepSettings, batch=None):
         self.lm, self.scores, self.settings, self.batch = lm, scores, settings, batch
         self.method = get_method(settings.method)
-        self.rotates = self.method.rotates
-        if self.rotates and batch is None:
+        self.on_data = not self.method.has_unit_scores
+        if self.on_data and batch is None:
             raise InvalidInput(
-                f"method {settings.method!r} rotates on calibration data: a sweep of it needs the batch."
+                f"method {settings.method!r} plans on calibration data, not unit scores: a sweep of it needs the batch."
             )
         self.shape: ModelShape = model_shape(lm.model)
         self.points = sweep_points(replace(settings, allocation=settings.allocation.resolve(self.shape)))
@@ -140,8 +140,8 @@ class SweepPoint:
 
         if axis == "dense":
             plan, (quality, decode, ideal) = None, measure(lm.model)
-        elif self.rotates:
-            plan, (quality, decode, ideal) = rotation_prune_and_measure(
+        elif self.on_data:
+            plan, (quality, decode, ideal) = data_prune_and_measure(
                 lm.model, self.batch, measure, allocation.sparsity, settings.method, self.config, memo=self.memo
             )
         else:
