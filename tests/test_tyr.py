@@ -238,3 +238,19 @@ def test_a_searched_plan_is_cached_by_content_and_found_again():
     assert again.to_json() == first.to_json() and messages == ["tyr: the searched plan loaded from the cache"]
     other = method.plan_on_data(model, 0.3, TyrConfig(**{**_tuples(SMALL), "seed": 1}), batch, use_cache=False)
     assert other.settings.method_settings["seed"] == 1
+
+
+def test_local_pruning_of_wide_groups_after_the_thread_count_is_set():
+    """`bench --threads 2` sets torch's threads; the batched float64 inverse then failed in MKL on 3 groups of 192
+    columns (SmolLM2's KV groups). Checked against the reference, threads restored after."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        g = torch.Generator().manual_seed(0)
+        W, x = torch.randn(8, 576, generator=g, dtype=torch.float64), torch.randn(700, 576, generator=g)
+        H = (x.t() @ x).double()
+        kept, new = local_prune(W, H, 1, 192, 1)
+        want = ref.local_prune(W, H, 1, 192, 1, dtype=torch.float64)
+        torch.testing.assert_close(new, want, rtol=1e-6, atol=1e-8)
+    finally:
+        torch.set_num_threads(threads)

@@ -27,11 +27,15 @@ ZERO = 1e-12  # the reference's "already removed" threshold on sum |B_g|
 
 
 def _block_inverse(Hinv: torch.Tensor, removed: torch.Tensor, size: int) -> torch.Tensor:
-    """(Hinv_gg)^-1 of every group g, [groups, size, size]; removed groups (zero blocks) get the identity."""
-    n = removed.numel()
-    blocks = Hinv.reshape(n, size, n, size).diagonal(dim1=0, dim2=2).permute(2, 0, 1)
-    eye = torch.eye(size, dtype=Hinv.dtype).expand(n, size, size)
-    return torch.linalg.inv(torch.where(removed[:, None, None], eye, blocks))
+    """(Hinv_gg)^-1 of every group g, [groups, size, size]; removed groups (zero blocks) get the identity.
+
+    One `inv` per group: the batched float64 inverse fails in this torch's MKL (`DLASWP` parameter 6, "pivots
+    given to lu_solve") once `torch.set_num_threads` has been called, as `bench --threads` does."""
+    eye = torch.eye(size, dtype=Hinv.dtype)
+    return torch.stack([
+        eye if gone else torch.linalg.inv(Hinv[g * size : (g + 1) * size, g * size : (g + 1) * size])
+        for g, gone in enumerate(removed.tolist())
+    ])  # fmt: skip
 
 
 def group_scores(W: torch.Tensor, G: torch.Tensor, Hinv: torch.Tensor, removed: torch.Tensor, size: int):
