@@ -276,8 +276,10 @@ def _run(lm, nirvana_scores, settings: SweepSettings, chosen: dict[str, dict], w
         return
     baselines = {name: chosen[name] for name, _ in series if not methods.has_sliders(name)}
     scored = methods.score_methods(lm, baselines, "Sweep") if baselines else {}
-    series = [(name, s) for name, s in series if methods.has_sliders(name) or name in scored or methods.rotates(name)]
-    batch = methods.calibration_batch(lm)  # what a rotating method (SliceGPT) rotates on at every point
+    series = [(name, s) for name, s in series if methods.has_sliders(name) or name in scored or methods.on_data(name)]
+    batch = methods.calibration_batch(lm)  # what SliceGPT rotates on, and Tyr searches on, at every point
+    for name in [name for name, _ in series if methods.searches(name)]:
+        st.info(f"{methods.label(name)} runs its search at every point (minutes each here); Cancel stops it.")
     live = _live(st.empty(), settings.metric) if where is not None else None
     with (
         guard("running the sweep") as g,
