@@ -252,5 +252,6 @@ def test_local_pruning_of_wide_groups_after_the_thread_count_is_set():
         kept, new = local_prune(W, H, 1, 192, 1)
         want = ref.local_prune(W, H, 1, 192, 1, dtype=torch.float64)
         torch.testing.assert_close(new, want, rtol=1e-6, atol=1e-8)
+        assert len(kept) == 2
     finally:
         torch.set_num_threads(threads)
