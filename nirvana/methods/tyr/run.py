@@ -64,6 +64,7 @@ class Fitness:
         self.values = torch.cat([v.cpu() for v, _ in tops])
         self.top_ids = torch.cat([i.cpu() for _, i in tops])
 
+    @torch.no_grad()
     def __call__(self, net: Supernet, state: list[int], chosen: list[tuple[int, int]]) -> float:
         net.load(state)
         total = positions = 0
