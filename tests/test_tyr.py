@@ -156,7 +156,7 @@ def test_the_supernet_prunes_every_level_on_its_blocks_inputs(accumulate, tmp_pa
 
 
 @pytest.mark.parametrize("family", TINY_FAMILIES)
-def test_tyr_prunes_every_family_to_its_target_and_reloads(family, tmp_path):
+def test_tyr_prunes_every_family_to_its_target_and_slices(family, tmp_path):
     model = tiny_model(family, num_hidden_layers=3, intermediate_size=64)
     lm = LoadedModel(model, None, "tiny", "local", 0.0)
     settings = PruneSettings(sparsity=0.3, method="tyr", method_settings=SMALL, use_cache=False)

@@ -30,6 +30,7 @@ from nirvana.models.shapes import ModelShape
 from nirvana.models.t5 import KINDS as T5_KINDS
 from nirvana.pruning.plan import (
     SCOPES,
+    T5_GRID,
     PlanSettings,
     PruningPlan,
     check_align,
@@ -357,14 +358,11 @@ def _t5_resolve(allocation: Allocation, shape: dict) -> Allocation:
 def _t5_kinds(shape: dict) -> dict[str, UnitKind]:
     """A head owns d rows of each of q, k, v and d columns of o (4 d; g = 1), a neuron a row of wi (or wi_0 and
     wi_1) and a column of wo."""
-    layers = {"encoder": shape["encoder_layers"], "decoder": shape["decoder_layers"]}
-    head, neuron = 4 * shape["d_kv"], (3 if shape["gated"] else 2)
-    width = {True: shape["num_heads"], False: shape["d_ff"]}
-    cost = {True: head, False: neuron}
+    cost = {True: 4 * shape["d_kv"], False: 3 if shape["gated"] else 2}
     return {
-        kind: UnitKind(layers[k.stack], width[k.attention], cost[k.attention], k.attention, k.stack)
+        kind: UnitKind(shape[T5_GRID[kind][0]], shape[T5_GRID[kind][1]], cost[k.attention], k.attention, k.stack)
         for kind, k in T5_KINDS.items()
-    }
+    }  # layers and width per kind: the plan file's T5_GRID, so a plan and its allocation read one table
 
 
 def t5_default_gamma(heads: int, neurons: int, ca: int, cm: int) -> float:

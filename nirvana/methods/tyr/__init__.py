@@ -77,7 +77,9 @@ class TyrMethod(OnDataMethod):
                 progress(1.0, "tyr: the searched plan loaded from the cache")
             return PruningPlan.load(path)
         with oom_guard("searching (tyr)"):
-            plan = tyr_plan(model, sparsity, config, batch, micro_batch=micro_batch, progress=progress)
+            plan = tyr_plan(
+                model, sparsity, config, batch, micro_batch=micro_batch, progress=progress, fingerprint=fingerprint
+            )
         if use_cache:
             path.parent.mkdir(parents=True, exist_ok=True)
             plan.save(path)

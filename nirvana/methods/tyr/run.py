@@ -118,9 +118,10 @@ def evolve(net: Supernet, fitness: Fitness, config: TyrConfig, rng: random.Rando
 
 
 def tyr_plan(model: nn.Module, sparsity: float, config: TyrConfig, batch: CalibrationBatch, *,
-             micro_batch: int = 0, progress: Progress = None):  # fmt: skip
+             micro_batch: int = 0, progress: Progress = None, fingerprint: str | None = None):  # fmt: skip
     """The plan Tyr-the-Pruner searches at `sparsity` on `batch`: per layer the kept KV groups and neurons of the
-    levels the search chose, the searched distribution in `stats["tyr"]`."""
+    levels the search chose, the searched distribution in `stats["tyr"]` (`fingerprint`: the model's, when the
+    caller has hashed it)."""
     if batch is None:
         raise InvalidInput("tyr prunes and searches on calibration activations: it needs a calibration batch.")
     shape = model_shape(model)
@@ -166,7 +167,7 @@ def tyr_plan(model: nn.Module, sparsity: float, config: TyrConfig, batch: Calibr
     removed = {kind: centres[kind] for kind in MODULES}
     stats = {"tyr": {"iterations": iterations, "removed_per_layer": removed,
                      "seconds_estimated_for_search": round(estimate, 1)}}  # fmt: skip
-    source = SimpleNamespace(fingerprint=model_fingerprint(model), calibration=batch.describe())
+    source = SimpleNamespace(fingerprint=fingerprint or model_fingerprint(model), calibration=batch.describe())
     return build_plan(source, shape, sparsity, "tyr", config, kept["attn"], kept["mlp"], allocation="global",
                       stats=stats)  # fmt: skip
 
