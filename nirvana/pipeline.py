@@ -34,26 +34,23 @@ import torch.nn as nn
 from nirvana.checkpoints.loaded import LoadedModel
 from nirvana.data.calibration import CalibrationBatch, calibration_batch
 from nirvana.errors import InvalidInput
-from nirvana.methods import DEFAULT_METHOD, METHODS, get_method, method_config
+from nirvana.methods import METHODS, get_method, method_config
 from nirvana.methods.nirvana import NIRVANA_FIELDS, NirvanaConfig
 from nirvana.models.architectures import layer_projections
-from nirvana.models.family import expect_family, family_name
+from nirvana.models.family import family_name
 from nirvana.models.shapes import ModelShape, count_block_parameters, count_parameters, model_shape
-from nirvana.models.t5 import block_weights, kept_units, t5_shape
 from nirvana.progress import Progress
-from nirvana.pruning.allocation import Allocation, allocate, check_allocation_kind
+from nirvana.pruning.allocation import Allocation
 from nirvana.pruning.plan import PruningPlan, load_plan
 from nirvana.pruning.reconstruct import reconstruct
-from nirvana.pruning.seq2seq import apply_t5_plan
 from nirvana.scoring.criteria import DEFAULT_CRITERION
 from nirvana.scoring.distributed import ShardedScorer
 from nirvana.scoring.scores import Scores, check_scores_match
-from nirvana.scoring.seq2seq import T5_CRITERIA, check_t5_criterion, compute_t5_scores
 from nirvana.search.calibration import AnchorSpec, chosen_batch, select_calibration
+from nirvana.t5 import steps as t5_steps
 
 DEFAULT_CALIBRATION = "wikitext2-valid"
 NIRVANA_DEFAULTS = NirvanaConfig()
-T5_METHODS = (DEFAULT_METHOD,)  # the baselines read decoder layers (coupled groups, o_proj biases, rotations)
 
 
 @dataclass(frozen=True)
@@ -310,73 +307,22 @@ def load_scores(path) -> Scores:
     return Scores.load(path)
 
 
-def check_seq2seq_settings(settings: PruneSettings) -> None:
-    """What a T5 accepts of the settings: NIRVANA's own method, a criterion of `T5_CRITERIA`, one of
-    its allocations (global, per-stack) (docs/METHOD-T5.md), no KL-guided calibration search."""
-    if settings.method not in T5_METHODS:
-        raise InvalidInput(
-            f"method {settings.method!r} is written for decoder-only models (its coupled groups, bias compensation "
-            f"or rotation read a decoder layer); on T5 use method nirvana with a criterion of {', '.join(T5_CRITERIA)}."
-        )
-    check_t5_criterion(settings.criterion)
-    check_allocation_kind("t5", settings.allocation)
-    if settings.select_calib:
-        raise InvalidInput("KL-guided calibration (select_calib) is for decoder-only models; drop it on T5.")
-    if settings.reconstruct:
-        raise InvalidInput(
-            "reconstruction (--reconstruct) re-solves a decoder layer's o_proj / down_proj; drop it on T5."
-        )
-
-
-def _score_seq2seq(lm: LoadedModel, settings: PruneSettings, progress: Progress, batch=None) -> Scores:
-    """T5 scores of `settings.criterion` on the settings' calibration windows (split in halves), disk-cached."""
-    check_seq2seq_settings(settings)
-    needs_data = T5_CRITERIA[settings.criterion].objective is not None
-    if needs_data and batch is None:
-        batch, _ = calibration_for(lm, settings, progress)
-    return compute_t5_scores(
-        lm.model,
-        settings.criterion,
-        batch if needs_data else None,
-        seed=settings.seed,
-        micro_batch=settings.micro_batch,
-        use_cache=settings.use_cache,
-        progress=progress,
-    )
+def _calibrate(lm: LoadedModel, settings: PruneSettings, progress: Progress) -> Callable:
+    """The calibration batch of `settings`, read when a family's step asks for it."""
+    return lambda: calibration_for(lm, settings, progress)[0]
 
 
 def _score_t5(lm: LoadedModel, settings: PruneSettings, progress: Progress = None, *, batch=None, allocation=None):
     """`score` on a T5: its five unit kinds (`allocation` is the decoder-only KL selection's; T5 has none)."""
-    return _score_seq2seq(lm, settings, progress, batch), None
+    return t5_steps.score(lm, settings, _calibrate(lm, settings, progress), progress, batch), None
 
 
-def _prune_seq2seq(lm, settings, *, scores=None, plan=None, inplace=False, progress=None, batch=None) -> PruneResult:
-    """`prune` for a T5: score (cached), allocate over the five unit kinds, slice; the report counts the result."""
-    dense_params = count_parameters(lm.model)
-    timings: dict[str, float] = {}
-    t = time.perf_counter()
-    if plan is None:
-        check_seq2seq_settings(settings)  # bad settings fail before scoring
-        if scores is None:
-            scores = _score_seq2seq(lm, settings, progress, batch)
-        else:
-            expect_family(scores, "t5", "these are decoder-only scores; score the T5 itself (`nirvana score`).")
-            check_scores_match(scores, lm.model)
-        timings["score"] = time.perf_counter() - t
-        t = time.perf_counter()
-        plan = allocate(scores, t5_shape(lm.model), settings.allocation_settings)
-    else:
-        expect_family(
-            plan, "t5", "this is a decoder-only plan; a T5 is pruned by a T5 plan (`prune` on the T5 writes one)."
-        )
-        timings["score"] = 0.0
-    timings["plan"] = time.perf_counter() - t
-    t = time.perf_counter()
-    pruned = apply_t5_plan(lm.model, plan, inplace=inplace)
-    timings["slice"] = time.perf_counter() - t
-    report = seq2seq_report(lm.name, dense_params, plan, pruned, scores=scores, timings=timings)
-    if progress:
-        progress(1.0, f"pruned to {report['params_after'] / 1e6:.2f} M parameters")
+def _prune_t5(lm, settings, *, scores=None, plan=None, inplace=False, progress=None, batch=None) -> PruneResult:
+    """`prune` for a T5 (`nirvana.t5.steps.prune`)."""
+    pruned, plan, report, scores = t5_steps.prune(
+        lm, settings, _calibrate(lm, settings, progress), scores=scores, plan=plan, inplace=inplace,
+        progress=progress, batch=batch,
+    )  # fmt: skip
     return PruneResult(pruned, plan, report, scores, None)
 
 
@@ -390,43 +336,13 @@ class FamilySteps:
 
 FAMILY_STEPS = {
     "decoder-only": FamilySteps(_score_decoder, _prune_decoder),
-    "t5": FamilySteps(_score_t5, _prune_seq2seq),
+    "t5": FamilySteps(_score_t5, _prune_t5),
 }
 
 
 def family_of(model: nn.Module) -> FamilySteps:
     """The steps of `model`'s family (the keys of `nirvana.measure.family.MEASURES`)."""
     return FAMILY_STEPS[family_name(model)]
-
-
-def seq2seq_report(name, dense_params: int, plan: PruningPlan, pruned: nn.Module, *, scores=None, timings=None) -> dict:
-    """What a T5 prune did, counted on the sliced model; `kept_kv_groups` / `kept_neurons` per kind (g = 1: a head
-    is its own KV group)."""
-    kept = kept_units(pruned)
-    return {
-        "model": name,
-        "architecture": "t5",
-        "params_before": dense_params,
-        "params_after": count_parameters(pruned),
-        "block_params_before": plan.stats["block_weights_before"],
-        "block_params_after": block_weights(pruned),
-        "target_sparsity": plan.settings.sparsity,
-        "achieved_block_sparsity": plan.stats["achieved_block_sparsity"],
-        "total_param_reduction": 1 - count_parameters(pruned) / dense_params,
-        "method": "nirvana",
-        "criterion": plan.settings.criterion,
-        "gamma": plan.settings.gamma,
-        "gamma_default": plan.settings.gamma_default,
-        "scope": plan.settings.allocation,
-        "allocation": plan.settings.allocation,
-        "align": plan.settings.align,
-        "calibration": plan.settings.calibration,
-        "kept_kv_groups": {k: v for k, v in kept.items() if k in ("enc_self", "dec_self", "cross")},
-        "kept_neurons": {k: v for k, v in kept.items() if k in ("enc_ffn", "dec_ffn")},
-        "notes": plan.stats.get("notes", []),
-        "scores": None if scores is None else {k: scores.metadata()[k] for k in ("criterion", "fingerprint", "meta")},
-        "timings": {k: round(v, 3) for k, v in (timings or {}).items()},
-    }
 
 
 def prune_report(

@@ -12,7 +12,7 @@ from nirvana import charts
 from nirvana.measure import duration
 from nirvana.progress import sub_progress
 from nirvana.scoring.criteria import CRITERIA, criteria_help
-from nirvana.scoring.seq2seq import T5_CRITERIA
+from nirvana.t5.scoring import T5_CRITERIA
 from ui import frame, resources, seq2seq, state
 from ui.errors import guard
 from ui.progress import progress_status

@@ -61,7 +61,7 @@ def score(at, criterion: str = "magnitude", criterion2: str | None = None):
 
 
 def magnitude_scores(t5):
-    from nirvana.scoring.seq2seq import compute_t5_scores
+    from nirvana.t5.scoring import compute_t5_scores
 
     return compute_t5_scores(t5.model, "magnitude", use_cache=False)
 
@@ -111,8 +111,8 @@ def test_saliency_second_criterion_and_nirvana_scores(at, t5):
 
 
 def test_allocation_follows_the_sliders_per_kind(at, t5):
-    from nirvana.models.t5 import t5_shape
     from nirvana.pruning.allocation import Allocation, allocate
+    from nirvana.t5.anatomy import t5_shape
 
     score(at, "magnitude")
     at.switch_page("pages/allocation.py").run()
@@ -136,8 +136,8 @@ def test_allocation_follows_the_sliders_per_kind(at, t5):
 
 def test_prune_and_compare_measures_a_pruned_t5_and_saves_it(at, t5, tmp_path):
     from nirvana.checkpoints.loading import load_model
-    from nirvana.measure.seq2seq import seq2seq_perplexity
-    from nirvana.pruning.seq2seq import apply_t5_plan
+    from nirvana.t5.measure import seq2seq_perplexity
+    from nirvana.t5.slicing import apply_t5_plan
     from ui.evals import ppl_text
 
     score(at, "magnitude")
@@ -219,10 +219,10 @@ def test_accuracy_tab_runs_lm_eval_seq2seq_on_a_pruned_t5(at, monkeypatch):
 
 
 def test_sweep_of_a_t5_measures_every_point_and_loads_a_plan(at, t5):
-    from nirvana.measure.seq2seq import seq2seq_perplexity
-    from nirvana.models.t5 import t5_shape
     from nirvana.pruning.allocation import Allocation, allocate
-    from nirvana.pruning.seq2seq import apply_t5_plan
+    from nirvana.t5.anatomy import t5_shape
+    from nirvana.t5.measure import seq2seq_perplexity
+    from nirvana.t5.slicing import apply_t5_plan
 
     score(at, "magnitude")
     at.switch_page("pages/sweep.py").run()

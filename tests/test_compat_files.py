@@ -19,12 +19,12 @@ from tiny_t5 import tiny_t5
 from nirvana.methods import method_config
 from nirvana.methods.run import method_plan
 from nirvana.models.shapes import model_shape
-from nirvana.models.t5 import t5_shape
 from nirvana.pipeline import load_scores
 from nirvana.pruning.allocation import Allocation, allocate
 from nirvana.pruning.plan import PruningPlan, load_plan
-from nirvana.pruning.seq2seq import apply_t5_plan
 from nirvana.pruning.slicing import apply_plan
+from nirvana.t5.anatomy import t5_shape
+from nirvana.t5.slicing import apply_t5_plan
 
 DATA = Path(__file__).parent / "data" / "compat-2b63775"
 DECODER_PLANS = ["global-30", "global-50-align8", "gamma-1.5", "uniform-30", "clamped"]

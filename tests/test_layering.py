@@ -89,9 +89,30 @@ def test_imports_inside_functions_are_only_optional_dependencies_with_a_reason()
                 assert above.startswith("# here, not at the top:"), f"{name}:{local[0].lineno} gives no reason"
 
 
+# A family folder holds one family's code, which spans the layers (its anatomy, its scoring, its slicing, its
+# measures, its sweep): each module of it sits in the layer named here and is checked as part of that layer.
+# Its `__init__.py` imports nothing, so that a low layer importing the anatomy pulls in nothing above it.
+FAMILY_FOLDERS = {
+    "t5": {
+        "anatomy": "models",
+        "modeling_t5_sliced": "models",
+        "scoring": "scoring",
+        "slicing": "pruning",
+        "checkpoint": "checkpoints",
+        "measure": "measure",
+        "speed": "measure",
+        "sweep": "search",
+        "steps": "pipeline",
+    },
+}
+
+
 def _unit(module: str) -> str:
-    """The package-level node of a module: `nirvana.models.shapes` -> `models`, `nirvana.pipeline` -> `pipeline`."""
+    """The package-level node of a module: `nirvana.models.shapes` -> `models`, `nirvana.pipeline` -> `pipeline`;
+    a family folder's module -> the layer `FAMILY_FOLDERS` places it in (`nirvana.t5.slicing` -> `pruning`)."""
     parts = module.split(".")
+    if len(parts) > 1 and parts[1] in FAMILY_FOLDERS:
+        return FAMILY_FOLDERS[parts[1]].get(parts[2], "unplaced") if len(parts) > 2 else "errors"
     return parts[1] if len(parts) > 1 else "nirvana"
 
 
@@ -195,11 +216,33 @@ LAYERS = [
 ]
 
 
+def upward_imports(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """(unit, unit it imports) for every import that does not go down the layers."""
+    return [(a, b) for a, deps in graph.items() if a != "nirvana" for b in deps if LAYERS.index(b) >= LAYERS.index(a)]
+
+
 def test_every_package_imports_only_the_layers_below_it():
     graph = package_graph()
     assert set(graph) - {"nirvana"} == set(LAYERS), "a new package: place it in LAYERS and in docs/LAYOUT.md"
-    upward = [(a, b) for a, deps in graph.items() if a != "nirvana" for b in deps if LAYERS.index(b) >= LAYERS.index(a)]
+    upward = upward_imports(graph)
     assert upward == [], f"imports that go up (or sideways) the layers: {upward}"
+
+
+def test_a_family_folder_places_every_module_and_its_init_imports_nothing():
+    for folder, placed in FAMILY_FOLDERS.items():
+        modules = {p.stem for p in (PACKAGE / folder).glob("*.py")} - {"__init__"}
+        assert modules == set(placed), f"nirvana/{folder}/: place each module in a layer (FAMILY_FOLDERS)"
+        assert set(placed.values()) <= set(LAYERS)
+        assert _imports(PACKAGE / folder / "__init__.py") == [], f"nirvana/{folder}/__init__.py imports"
+
+
+def test_a_family_module_that_imports_above_its_layer_is_caught(tmp_path):
+    """The slicing of a family sits in `pruning`: importing its measures (`measure`) from there goes up."""
+    copy = tmp_path / "nirvana"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    slicing = copy / "t5" / "slicing.py"
+    slicing.write_text(slicing.read_text() + "\nfrom nirvana.t5.measure import seq2seq_perplexity\n")
+    assert ("pruning", "measure") in upward_imports(package_graph(copy))
 
 
 def test_the_layout_page_draws_the_layers_in_order():

@@ -208,7 +208,7 @@ def test_score_files_and_plans_say_their_family(tmp_path):
     from nirvana.models.family import expect_family
     from nirvana.pipeline import load_scores
     from nirvana.scoring.criteria import compute_scores
-    from nirvana.scoring.seq2seq import compute_t5_scores
+    from nirvana.t5.scoring import compute_t5_scores
     from tests.tiny_t5 import tiny_t5
 
     decoder = compute_scores(_lm().model, "magnitude", use_cache=False)

@@ -17,11 +17,12 @@ from nirvana.checkpoints.pruned import load_pruned, save_pruned
 from nirvana.errors import InvalidInput
 from nirvana.models.architectures import decoder_layers, layer_projections
 from nirvana.models.shapes import model_shape
-from nirvana.pipeline import PruneSettings, check_seq2seq_settings, prune
+from nirvana.pipeline import PruneSettings, prune
 from nirvana.pruning.allocation import Allocation, allocate
 from nirvana.pruning.reconstruct import reconstruct, solve_kept
 from nirvana.pruning.slicing import _group_rows, apply_plan
 from nirvana.scoring.criteria import compute_scores
+from nirvana.t5.steps import check_t5_settings
 from tests.tiny import TINY_FAMILIES, tiny_model
 
 
@@ -181,6 +182,6 @@ def test_what_reconstruction_cannot_fit_is_refused():
     with pytest.raises(InvalidInput, match="rotates and slices the residual stream"):
         PruneSettings(sparsity=0.2, method="slicegpt", reconstruct=True)
     with pytest.raises(InvalidInput, match="drop it on T5"):
-        check_seq2seq_settings(PruneSettings(sparsity=0.2, reconstruct=True))
+        check_t5_settings(PruneSettings(sparsity=0.2, reconstruct=True))
     with pytest.raises(InvalidInput, match="reconstruct must be true or false"):
         PruneSettings(sparsity=0.2, reconstruct="yes")

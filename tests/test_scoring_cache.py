@@ -17,11 +17,11 @@ from nirvana.errors import OutOfMemory
 from nirvana.guard import memory
 from nirvana.methods import METHODS, method_config
 from nirvana.methods.run import method_scores
-from nirvana.scoring import seq2seq
 from nirvana.scoring.criteria import CRITERIA, compute_scores
 from nirvana.scoring.scores import Scores, cached_scores
-from nirvana.scoring.seq2seq import compute_t5_scores
 from nirvana.store.paths import cache_dir
+from nirvana.t5 import scoring as t5_scoring
+from nirvana.t5.scoring import compute_t5_scores
 from tests.conftest import random_batch
 from tests.tiny import tiny_model
 from tests.tiny_t5 import tiny_t5
@@ -70,7 +70,7 @@ def test_a_t5_criterion_keeps_its_cache_key_and_a_second_call_is_a_hit(monkeypat
     first = compute_t5_scores(model, "nirvana", batch)
     assert _stored_meta(f"t5-nirvana-{T5}-aa868b4e4ea7174432cd") == ["seconds", "seed"]
     assert set(first.meta) == {"seconds", "seed"}  # a fresh T5 score records no cache_hit, as before
-    monkeypatch.setattr(seq2seq, "t5_scores", _fail)
+    monkeypatch.setattr(t5_scoring, "t5_scores", _fail)
     again = compute_t5_scores(model, "nirvana", batch)
     assert again.meta["cache_hit"] and again.family == "t5"
     assert all(again.units[k].equal(first.units[k]) for k in first.units)
@@ -88,7 +88,7 @@ def test_a_t5_scoring_that_cannot_fit_is_refused_before_computing(monkeypatch):
     assert plan[2] < plan[4]
     monkeypatch.setattr(memory, "available_bytes", lambda device="cpu": int((plan[2] + plan[4]) / 2 / 0.9))
     monkeypatch.setattr(model, "forward", lambda *a, **k: pytest.fail("ran a forward pass"))
-    monkeypatch.setattr(seq2seq, "t5_scores", lambda *a, **k: pytest.fail("scored"))
+    monkeypatch.setattr(t5_scoring, "t5_scores", lambda *a, **k: pytest.fail("scored"))
     with pytest.raises(OutOfMemory, match=r"scoring needs about .*GiB") as info:
         compute_t5_scores(model, "taylor", batch)
     assert "A micro-batch of 2 would fit" in str(info.value)

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from nirvana.errors import InvalidInput, UnsupportedArchitecture
-from nirvana.models.t5 import KINDS, is_sliced, kind_modules
-from nirvana.scoring.seq2seq import compute_t5_scores, split_windows, t5_scores
+from nirvana.t5.anatomy import KINDS, is_sliced, kind_modules
+from nirvana.t5.scoring import compute_t5_scores, split_windows, t5_scores
 from tests.tiny import tiny_model
 from tests.tiny_t5 import tiny_t5
 
@@ -88,7 +88,7 @@ def test_bad_input():
         t5_scores(tiny_model("llama"), torch.zeros(2, 8, dtype=torch.long))
     with pytest.raises(InvalidInput, match="T >= 2 to split in halves"):
         split_windows(torch.zeros(2, 1, dtype=torch.long))
-    from nirvana.pruning.seq2seq import slice_t5
+    from nirvana.t5.slicing import slice_t5
 
     model = tiny_t5("relu")
     kept = _kept(model, 0, True)
@@ -139,7 +139,7 @@ def _masked(model, kept):
 @pytest.mark.parametrize("ff", ["relu", "gated-gelu"])
 @pytest.mark.parametrize("drop_first_heads", [False, True], ids=["bias-owner-whole", "bias-owner-sliced"])
 def test_a_sliced_t5_equals_the_dense_model_with_the_removed_units_masked(ff, drop_first_heads):
-    from nirvana.pruning.seq2seq import slice_t5
+    from nirvana.t5.slicing import slice_t5
 
     model = tiny_t5(ff)
     kept = _kept(model, 3, drop_first_heads)
@@ -174,10 +174,10 @@ def test_t5_gamma_star_known_answers():
 @pytest.mark.parametrize("ff", ["relu", "gated-gelu"])
 @pytest.mark.parametrize("scope", ["global", "per-stack"])
 def test_t5_allocation_meets_the_budget_and_slices(ff, scope):
-    from nirvana.models.t5 import t5_shape
     from nirvana.pruning.allocation import Allocation, allocate, unit_kinds
-    from nirvana.pruning.seq2seq import slice_t5
     from nirvana.scoring.scores import Scores
+    from nirvana.t5.anatomy import t5_shape
+    from nirvana.t5.slicing import slice_t5
 
     model = tiny_t5(ff, heads=8, d_ff=96)  # units fine enough for the budget to land within 1%
     ids = torch.randint(1, 64, (4, 12), generator=torch.Generator().manual_seed(1))
@@ -219,8 +219,8 @@ def test_prune_save_and_reload_through_nirvana_and_stock_transformers(ff, tmp_pa
 
     from nirvana.checkpoints.loading import load_model
     from nirvana.checkpoints.pruned import save_prune_output
-    from nirvana.models.t5 import kept_units
     from nirvana.pipeline import PruneSettings, load_plan, prune
+    from nirvana.t5.anatomy import kept_units
     from tests.tiny_t5 import write_tiny_t5
 
     lm = load_model(str(write_tiny_t5(tmp_path / "dense", ff)))

@@ -16,21 +16,21 @@ from transformers import AutoTokenizer, T5ForConditionalGeneration
 
 from nirvana.cli import main
 from nirvana.errors import InvalidInput, UnsupportedArchitecture
-from nirvana.measure.seq2seq import (
+from nirvana.t5.measure import (
     Seq2SeqReference,
     generate_seq2seq,
     seq2seq_kl_to_dense,
     seq2seq_perplexity,
     t5_default_prompts,
 )
-from nirvana.measure.seq2seq_speed import (
+from nirvana.t5.slicing import slice_t5
+from nirvana.t5.speed import (
     measure_seq2seq_speeds,
     seq2seq_flops,
     seq2seq_phase_flops,
     seq2seq_speedup_rows,
     seq2seq_summary,
 )
-from nirvana.pruning.seq2seq import slice_t5
 from tests.tiny import tiny_model
 from tests.tiny_t5 import VOCAB, tiny_t5, tiny_t5_tokenizer, write_tiny_t5
 
@@ -410,13 +410,13 @@ def test_a_pruned_t5_folder_carries_a_model_card_with_its_own_figures(capsys, t5
 
 
 def test_seq2seq_sweep_kl_rows_match_the_library_and_identical_plans_are_measured_once(t5_dir, monkeypatch):
-    import nirvana.search.seq2seq_sweep as sweep
+    import nirvana.t5.sweep as sweep
     from nirvana.checkpoints.loading import load_model
-    from nirvana.models.t5 import t5_shape
     from nirvana.pruning.allocation import Allocation, allocate
-    from nirvana.pruning.seq2seq import apply_t5_plan
-    from nirvana.scoring.seq2seq import compute_t5_scores
     from nirvana.search.calibration import AnchorSpec, anchor_batch
+    from nirvana.t5.anatomy import t5_shape
+    from nirvana.t5.scoring import compute_t5_scores
+    from nirvana.t5.slicing import apply_t5_plan
 
     lm = load_model(str(t5_dir), dtype="float32", device="cpu")
     scores = compute_t5_scores(lm.model, "magnitude", use_cache=False)
@@ -425,7 +425,7 @@ def test_seq2seq_sweep_kl_rows_match_the_library_and_identical_plans_are_measure
     calls, hashed = [], []
     real = sweep.seq2seq_kl_to_dense
     monkeypatch.setattr(sweep, "seq2seq_kl_to_dense", lambda m, ref, step=None: calls.append(1) or real(m, ref))
-    import nirvana.pruning.seq2seq as pruning
+    import nirvana.t5.slicing as pruning
 
     for module in (sweep, pruning):
         fingerprint = module.model_fingerprint

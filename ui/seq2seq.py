@@ -3,7 +3,7 @@
 A page asks `is_seq2seq(lm)` and, for a T5, draws these instead of its decoder-only views; what is
 the same (the calibration batch, scoring through the pipeline, accuracy through lm-eval, applying a
 plan through `prune`, saving) stays on the page. A T5 has five kinds of units, not two
-(`nirvana.models.t5.KINDS`: the heads of encoder self-, decoder self- and cross-attention, and the
+(`nirvana.t5.anatomy.KINDS`: the heads of encoder self-, decoder self- and cross-attention, and the
 FFN neurons of each stack); every head is its own KV group (g = 1); the allocation is one global
 ranking over both stacks or one per stack (docs/METHOD-T5.md). Everything here runs from the
 session's cached scores: a slider move is one `allocate` (no gradients).
@@ -17,20 +17,20 @@ import streamlit as st
 
 from nirvana import charts
 from nirvana.errors import InvalidInput
-from nirvana.measure.seq2seq import (
+from nirvana.measure.speed_check import check_of
+from nirvana.models.family import family
+from nirvana.pruning.allocation import Allocation, allocate
+from nirvana.pruning.plan import SCOPES
+from nirvana.t5.anatomy import KINDS, LABELS, t5_shape
+from nirvana.t5.measure import (
     t5_default_prompts,
 )
-from nirvana.measure.seq2seq_speed import (
+from nirvana.t5.speed import (
     measure_seq2seq_speeds,
     seq2seq_speedup_rows,
     seq2seq_summary,
 )
-from nirvana.measure.speed_check import check_of
-from nirvana.models.family import family
-from nirvana.models.t5 import KINDS, LABELS, t5_shape
-from nirvana.pruning.allocation import Allocation, allocate
-from nirvana.pruning.plan import SCOPES
-from nirvana.search.seq2seq_sweep import SEQ2SEQ_QUALITY, Seq2SeqSweepSettings, run_seq2seq_sweep
+from nirvana.t5.sweep import SEQ2SEQ_QUALITY, Seq2SeqSweepSettings, run_seq2seq_sweep
 from ui import frame, resources, state
 from ui.errors import guard
 from ui.progress import progress_status

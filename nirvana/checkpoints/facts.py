@@ -6,8 +6,8 @@ from nirvana.checkpoints.loaded import LoadedModel
 from nirvana.models.architectures import get_architecture
 from nirvana.models.family import family_name
 from nirvana.models.shapes import count_block_parameters, model_shape
-from nirvana.models.t5 import KINDS, kept_units, t5_shape
-from nirvana.pruning.allocation import default_gamma, scope_default_gammas
+from nirvana.pruning.allocation import default_gamma
+from nirvana.t5.checkpoint import describe_t5
 
 
 def describe(lm: LoadedModel) -> dict:
@@ -41,38 +41,6 @@ def describe_decoder(lm: LoadedModel) -> dict:
         "adapter_tested_on": get_architecture(lm.model).tested,
         "model_load_seconds": round(lm.load_seconds, 3),
         "import_seconds": round(lm.import_seconds, 3),  # one-time Python imports, not part of the load
-    }
-
-
-def describe_t5(lm: LoadedModel) -> dict:
-    """A T5's facts: both stacks, the FFN kind, the units of each of the five kinds, gamma* of each scope."""
-    shape, kept = t5_shape(lm.model), kept_units(lm.model)
-    dense = {kind: shape["num_heads"] if k.attention else shape["d_ff"] for kind, k in KINDS.items()}
-    pruned = any(n != dense[kind] for kind, row in kept.items() for n in row) or lm.plan is not None
-    return {
-        "model": lm.name,
-        "source": lm.source,
-        "model_type": shape["model_type"],
-        "architecture": "t5",
-        "encoder_layers": shape["encoder_layers"],
-        "decoder_layers": shape["decoder_layers"],
-        "hidden_size": shape["d_model"],
-        "heads": shape["num_heads"],
-        "head_dim": shape["d_kv"],
-        "d_ff": shape["d_ff"],
-        "feed_forward_proj": shape["feed_forward_proj"],
-        "gated": shape["gated"],
-        "vocab_size": shape["vocab_size"],
-        "parameters": shape["total_params"],
-        "block_parameters": shape["block_weights"],
-        "prunable_units": {kind: sum(row) for kind, row in kept.items()},
-        "kept_per_layer": kept if pruned else None,
-        "default_gamma": None if pruned else scope_default_gammas(shape),
-        "pruned": pruned,
-        "dtype": str(next(lm.model.parameters()).dtype).replace("torch.", ""),
-        "device": str(next(lm.model.parameters()).device),
-        "model_load_seconds": round(lm.load_seconds, 3),
-        "import_seconds": round(lm.import_seconds, 3),
     }
 
 

@@ -30,9 +30,9 @@ from nirvana.errors import InvalidInput, ModelNotFound, UnsupportedArchitecture
 from nirvana.guard import memory
 from nirvana.guard.safety import check_model_name
 from nirvana.models.family import family
-from nirvana.models.modeling_t5_sliced import HEADS_KEY
 from nirvana.models.registry import REGISTRY, embedded_gguf_file
 from nirvana.store.paths import cache_dir
+from nirvana.t5.modeling_t5_sliced import HEADS_KEY
 
 
 def embedded_model_dir(name: str, progress=None) -> Path:

@@ -24,17 +24,17 @@ from transformers.conversion_mapping import get_model_conversion_mapping
 from transformers.core_model_loading import WeightConverter, WeightRenaming, rename_source_key
 
 from nirvana.checkpoints.loaded import PLAN_FILE, LoadedModel, read_plan
-from nirvana.checkpoints.seq2seq import load_t5_pruned
 from nirvana.errors import CorruptCheckpoint
 from nirvana.export.card import write_model_card
 from nirvana.export.modeling import add_stock_loading, add_t5_stock_loading, has_per_layer_widths
 from nirvana.guard.safety import check_local_path
 from nirvana.models.family import family_name
 from nirvana.models.modeling_nirvana import layer_widths, resize_to_config
-from nirvana.models.modeling_t5_sliced import is_sliced_t5_config
 from nirvana.pruning.plan import PruningPlan
 from nirvana.pruning.slicing import update_config
 from nirvana.store.atomic import atomic_path, atomic_write_text
+from nirvana.t5.checkpoint import load_t5_pruned
+from nirvana.t5.modeling_t5_sliced import is_sliced_t5_config
 
 REPORT_FILE = "report.json"
 

@@ -24,9 +24,10 @@ from nirvana.guard.safety import check_model_name
 from nirvana.methods import get_method
 from nirvana.models.family import family_name
 from nirvana.models.registry import ModelReference, check_hub_reference, model_reference
-from nirvana.pipeline import PruneSettings, check_seq2seq_settings
+from nirvana.pipeline import PruneSettings
 from nirvana.pruning.allocation import check_allocation_kind
 from nirvana.search.calibration import check_selection
+from nirvana.t5.steps import check_t5_settings
 
 
 def check_model(name: str) -> ModelReference:
@@ -70,7 +71,7 @@ def _decoder_only(settings: PruneSettings) -> None:
 
 
 def _t5(settings: PruneSettings) -> None:
-    check_seq2seq_settings(settings)  # method, criterion, allocation, no calibration search
+    check_t5_settings(settings)  # method, criterion, allocation, no calibration search
     settings.allocation_settings  # noqa: B018 (the ranges: building the Allocation checks them)
 
 

@@ -16,7 +16,7 @@ from nirvana.cli.common import add_model_args, load_from_args, print_json
 from nirvana.errors import InvalidInput
 from nirvana.measure.family import family
 from nirvana.measure.generation import generate
-from nirvana.measure.seq2seq import generate_seq2seq
+from nirvana.t5.measure import generate_seq2seq
 
 
 def register(sub) -> None:

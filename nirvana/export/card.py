@@ -19,9 +19,9 @@ from huggingface_hub import ModelCard, ModelCardData
 from nirvana.errors import InvalidInput
 from nirvana.methods import DEFAULT_METHOD, is_baseline
 from nirvana.models.registry import REGISTRY
-from nirvana.models.t5 import KINDS as T5_KINDS
 from nirvana.pruning.plan import PruningPlan, load_plan
 from nirvana.store.paths import cache_dir
+from nirvana.t5.anatomy import KINDS as T5_KINDS
 
 CARD_FILE = "README.md"
 TAGS = ["nirvana", "pruned", "structured-pruning", "custom_code", "text-generation"]

@@ -124,7 +124,7 @@ def is_stock_loadable(folder: str | Path) -> bool:
 
 
 T5_MODELING_FILE = "modeling_t5_sliced.py"
-T5_MODELING_SOURCE = Path(__file__).parents[1] / "models" / T5_MODELING_FILE  # standalone: torch + transformers
+T5_MODELING_SOURCE = Path(__file__).parents[1] / "t5" / T5_MODELING_FILE  # standalone: torch + transformers
 T5_AUTO_MAP = {"AutoModelForSeq2SeqLM": f"{T5_MODELING_FILE[:-3]}.SlicedT5ForConditionalGeneration"}
 
 

@@ -257,7 +257,7 @@ def estimate_t5_scoring(
     device: str = "cpu",
     quantization: str | None = None,
 ) -> MemoryEstimate:
-    """Planned peak (bytes, above the loaded weights) of a T5 gradient criterion (`nirvana.scoring.seq2seq`).
+    """Planned peak (bytes, above the loaded weights) of a T5 gradient criterion (`nirvana.t5.scoring`).
 
     A conservative count from the config, for windows split in halves (T // 2 encoder tokens, the rest decoder
     targets): a `.grad` for every parameter (the scorer lets all of them require grad), what backward keeps per

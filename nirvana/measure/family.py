@@ -12,17 +12,10 @@ from nirvana.measure.compare import model_facts, speed_rows
 from nirvana.measure.flops import phase_flops
 from nirvana.measure.generation import generate
 from nirvana.measure.perplexity import perplexity
-from nirvana.measure.seq2seq import (
-    generate_seq2seq,
-    seq2seq_perplexity,
-)
-from nirvana.measure.seq2seq_speed import (
-    measure_seq2seq_speeds,
-    seq2seq_speedup_rows,
-    seq2seq_summary,
-)
 from nirvana.measure.speed import measure_speeds
 from nirvana.models.family import family_name
+from nirvana.t5.measure import generate_seq2seq, seq2seq_perplexity
+from nirvana.t5.speed import measure_seq2seq_speeds, seq2seq_summary, t5_speed_line, t5_speedup_rows
 
 
 def _decoder_speeds(models: dict, prompt_len: int, new_tokens: int, **kwargs) -> dict:
@@ -36,13 +29,6 @@ def _decoder_speeds(models: dict, prompt_len: int, new_tokens: int, **kwargs) ->
 def _decoder_speed_line(x: dict) -> str:
     return (
         f"prefill {x['prefill_tokens_per_s']:8.1f} tok/s  decode {x['decode_tokens_per_s']:7.1f} tok/s  "
-        f"{x['latency_ms_per_token']:7.1f} ms/step  peak {x['peak_memory_bytes'] / 2**20:7.1f} MiB"
-    )
-
-
-def _t5_speed_line(x: dict) -> str:
-    return (
-        f"encoder {x['encoder_tokens_per_s']:8.1f} tok/s  decode {x['decode_tokens_per_s']:7.1f} tok/s  "
         f"{x['latency_ms_per_token']:7.1f} ms/step  peak {x['peak_memory_bytes'] / 2**20:7.1f} MiB"
     )
 
@@ -61,18 +47,14 @@ class Measures:
     ppl_note: str = ""  # what the perplexity is of, where it is not next-token
 
 
-def _t5_speedup_rows(dense: dict, pruned: dict, dense_model, pruned_model) -> list[dict]:
-    return seq2seq_speedup_rows(dense, pruned)  # the FLOPs ideal is in each result (flops_per_token_phase)
-
-
 MEASURES = {
     "decoder-only": Measures(model_facts, perplexity, _decoder_speeds, _decoder_speed_line, speed_rows, generate),
     "t5": Measures(
         seq2seq_summary,
         seq2seq_perplexity,
         measure_seq2seq_speeds,
-        _t5_speed_line,
-        _t5_speedup_rows,
+        t5_speed_line,
+        t5_speedup_rows,
         generate_seq2seq,
         first_phase="encoder",
         ppl_note="  [continuation | prefix: each window's second half given its first]",

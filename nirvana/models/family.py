@@ -6,7 +6,8 @@ it, lm-eval's backend for it, and whether it has a decoder-only `ModelShape` (th
 models read one). The functions that differ per family live with their layer, in a table keyed by these
 names: `nirvana.measure.family.MEASURES` (measuring), `nirvana.pipeline.FAMILY_STEPS` (score, prune),
 `nirvana.checkpoints.pruned.SAVED` (a pruned folder's loading code and reader), `nirvana.checkpoints.facts`
-(what `info` prints), `nirvana.guard.memory` (the weights' memory). Nothing else asks which family a model is.
+(what `info` prints), `nirvana.pruning.allocation.RULES` (the allocation), `nirvana.guard.memory` (the weights'
+memory). Nothing else asks which family a model is. A family's own code is one folder (T5: `nirvana/t5/`).
 
     >>> family(AutoConfig.from_pretrained("google/t5-v1_1-small")).units
     ('enc_self', 'dec_self', 'cross', 'enc_ffn', 'dec_ffn')
@@ -19,8 +20,8 @@ from dataclasses import dataclass
 
 from nirvana.errors import InvalidInput
 from nirvana.models.architectures import get_architecture
-from nirvana.models.t5 import LABELS as T5_UNITS
-from nirvana.models.t5 import is_t5
+from nirvana.t5.anatomy import LABELS as T5_UNITS
+from nirvana.t5.anatomy import is_t5
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,6 @@ import numpy as np
 from nirvana.errors import InvalidInput
 from nirvana.models.family import FAMILIES
 from nirvana.models.shapes import ModelShape
-from nirvana.models.t5 import KINDS as T5_KINDS
 from nirvana.pruning.plan import (
     SCOPES,
     T5_GRID,
@@ -38,6 +37,7 @@ from nirvana.pruning.plan import (
     check_gamma,
 )
 from nirvana.scoring.scores import Scores
+from nirvana.t5.anatomy import KINDS as T5_KINDS
 
 EPS = 1e-9  # floor(0.3 * 10) must be 3, not 2
 

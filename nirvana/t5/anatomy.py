@@ -9,7 +9,8 @@ column j of `wo`. Five kinds of units, each `[layers of its stack, units]`:
 
     enc_self [L_enc, H]   dec_self [L_dec, H]   cross [L_dec, H]   enc_ffn [L_enc, I]   dec_ffn [L_dec, I]
 
-Scoring is `nirvana.scoring.seq2seq`, allocation and slicing `nirvana.pruning.seq2seq`.
+Scoring is `nirvana.t5.scoring`, slicing `nirvana.t5.slicing`; the allocation is every family's
+(`nirvana.pruning.allocation`).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ LABELS = {
 def _shipped():
     """The modeling file a pruned folder ships (`modeling_t5_sliced`), imported on first use: it imports
     transformers' T5 modeling (seconds), which `is_t5` and the CLI's argument checks must not wait for."""
-    return importlib.import_module("nirvana.models.modeling_t5_sliced")
+    return importlib.import_module("nirvana.t5.modeling_t5_sliced")
 
 
 @cache

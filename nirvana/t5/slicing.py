@@ -5,7 +5,7 @@
 
 A head's q/k/v rows and o columns go; the relative position bias table stays whole, because the
 first block computes it for the whole stack and later blocks still read the columns of heads the
-first block dropped (`nirvana.models.modeling_t5_sliced`: each layer adds its own columns). It is
+first block dropped (`nirvana.t5.modeling_t5_sliced`: each layer adds its own columns). It is
 `num_buckets x H` parameters per stack (32 x 12 = 384 on T5-base), so nothing is lost by keeping it.
 An FFN neuron's row of `wi` (or `wi_0` and `wi_1`) and column of `wo` go. Every layer keeps at
 least one head and one neuron (a layer with none would need its sublayer removed: not done).
@@ -20,7 +20,8 @@ import torch.nn as nn
 
 from nirvana.errors import InvalidInput
 from nirvana.models.fingerprint import model_fingerprint
-from nirvana.models.t5 import (
+from nirvana.pruning.plan import PruningPlan
+from nirvana.t5.anatomy import (
     KINDS,
     check_t5,
     column_linears,
@@ -30,7 +31,6 @@ from nirvana.models.t5 import (
     row_linears,
     unit_count,
 )
-from nirvana.pruning.plan import PruningPlan
 
 
 def _select(lin: nn.Linear, index: torch.Tensor, dim: int) -> nn.Linear:
@@ -67,7 +67,7 @@ def slice_t5(model: nn.Module, kept: dict[str, list[list[int]]], *, inplace: boo
     """The model with only the `kept` heads and neurons (indices of the dense model's units)."""
     # The pipeline is imported by the CLI's checks, which must not wait for transformers' modeling.
     # here, not at the top: the shipped modeling file imports transformers' T5 (seconds)
-    from nirvana.models.modeling_t5_sliced import ATTENTION, FFN_KEY, HEADS_KEY, kept_heads_buffer
+    from nirvana.t5.modeling_t5_sliced import ATTENTION, FFN_KEY, HEADS_KEY, kept_heads_buffer
 
     check_t5(model)
     if is_sliced(model):

@@ -1,10 +1,10 @@
 """Quality of a T5 encoder-decoder: perplexity of a continuation, KL to dense, generations (its FLOPs and
-measured speed: `nirvana.measure.seq2seq_speed`).
+measured speed: `nirvana.t5.speed`).
 
 One split everywhere (docs/METHOD-T5.md): a window of T tokens is a pair, its first `T // 2` tokens
 the encoder's input and the rest the decoder's target, read under teacher forcing (decoder inputs =
 targets shifted right by the decoder start token, `model._shift_right`). It is the split the saliency
-is computed on (`nirvana.scoring.seq2seq.split_windows`), so the units are scored on the function
+is computed on (`nirvana.t5.scoring.split_windows`), so the units are scored on the function
 they are measured on. The windows themselves are the decoder-only path's (`perplexity.make_windows`:
 the joined text, one BOS only when the tokenizer has one, which T5's has not; no `</s>` is added).
 
@@ -31,10 +31,10 @@ from nirvana.errors import InvalidInput, OutOfMemory
 from nirvana.measure.generation import Sampling, generate_one, normalize_prompts
 from nirvana.measure.kl import DEFAULT_MAX_CACHE_BYTES, token_kl
 from nirvana.measure.perplexity import PerplexityResult, WindowScorer, perplexity
-from nirvana.models.t5 import check_t5
 from nirvana.models.weights import input_device
 from nirvana.progress import Progress
-from nirvana.scoring.seq2seq import split_windows
+from nirvana.t5.anatomy import check_t5
+from nirvana.t5.scoring import split_windows
 
 PAIRING = "first seq_len // 2 tokens of each window -> encoder; the rest scored by the decoder under teacher forcing"
 T5_PROMPTS = files("nirvana") / "assets" / "prompts_t5.json"  # package data: {"flan-t5": [...], "t5": [...]}

@@ -14,24 +14,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from nirvana.errors import InvalidInput
-from nirvana.measure.seq2seq import (
+from nirvana.models.family import expect_family
+from nirvana.models.fingerprint import model_fingerprint
+from nirvana.progress import Progress, sub_progress
+from nirvana.pruning.allocation import Allocation, allocate
+from nirvana.pruning.plan import SCOPES
+from nirvana.scoring.scores import Scores, check_scores_match
+from nirvana.search.calibration import AnchorSpec, anchor_batch
+from nirvana.t5.anatomy import t5_shape
+from nirvana.t5.measure import (
     Seq2SeqReference,
     seq2seq_kl_to_dense,
     seq2seq_perplexity,
 )
-from nirvana.measure.seq2seq_speed import (
+from nirvana.t5.slicing import apply_t5_plan
+from nirvana.t5.speed import (
     measure_seq2seq_speed,
     seq2seq_summary,
 )
-from nirvana.models.family import expect_family
-from nirvana.models.fingerprint import model_fingerprint
-from nirvana.models.t5 import t5_shape
-from nirvana.progress import Progress, sub_progress
-from nirvana.pruning.allocation import Allocation, allocate
-from nirvana.pruning.plan import SCOPES
-from nirvana.pruning.seq2seq import apply_t5_plan
-from nirvana.scoring.scores import Scores, check_scores_match
-from nirvana.search.calibration import AnchorSpec, anchor_batch
 
 SEQ2SEQ_QUALITY = {
     "perplexity": "continuation perplexity",

@@ -6,7 +6,7 @@
 The decoder-only modules (`flops`, `speed`) keep their shapes of results; this module returns the same
 fields where they mean the same thing, under the names of the two phases T5 has (`encoder`, `decode`)
 where they do not (there is no causal prefill). The quality side (perplexity of a continuation, KL,
-generations) is `nirvana.measure.seq2seq`.
+generations) is `nirvana.t5.measure`.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 from nirvana.measure.perplexity import DEFAULT_SEQ_LEN
 from nirvana.measure.speed import PeakMemory, check_speed_settings, interleaved_runs, speed_header, weights_bytes
 from nirvana.measure.speed_check import phase_check, row_verdict
-from nirvana.models.t5 import block_weights, check_t5, kind_modules
 from nirvana.progress import Progress
+from nirvana.t5.anatomy import block_weights, check_t5, kind_modules
 
 DEFAULT_BATCH_SIZES = (1, 8)
 
@@ -224,3 +224,15 @@ def seq2seq_speedup_rows(dense: dict, pruned: dict) -> list[dict]:
         row |= {"total_speedup": d["total_seconds"] / p["total_seconds"], "total_ideal": ideal}
         rows.append(row | {"peak_memory_ratio": p["peak_memory_bytes"] / d["peak_memory_bytes"]})
     return rows
+
+
+def t5_speed_line(x: dict) -> str:
+    """One point of a T5 speed result, as `eval` prints it."""
+    return (
+        f"encoder {x['encoder_tokens_per_s']:8.1f} tok/s  decode {x['decode_tokens_per_s']:7.1f} tok/s  "
+        f"{x['latency_ms_per_token']:7.1f} ms/step  peak {x['peak_memory_bytes'] / 2**20:7.1f} MiB"
+    )
+
+
+def t5_speedup_rows(dense: dict, pruned: dict, dense_model, pruned_model) -> list[dict]:
+    return seq2seq_speedup_rows(dense, pruned)  # the FLOPs ideal is in each result (flops_per_token_phase)

@@ -1,4 +1,4 @@
-"""Unit scores of a T5 encoder-decoder: units of five kinds (`nirvana.models.t5`), cached on disk.
+"""Unit scores of a T5 encoder-decoder: units of five kinds (`nirvana.t5.anatomy`), cached on disk.
 
 Calibration: each window of T tokens is split in halves, the first as the encoder's input and
 the second as the decoder's target (a prefix -> continuation pair; the perplexity of T5 uses the
@@ -29,7 +29,9 @@ import torch.nn.functional as F
 
 from nirvana.errors import InvalidInput
 from nirvana.guard.memory import check_scoring_memory, estimate_t5_scoring
-from nirvana.models.t5 import (
+from nirvana.progress import Progress
+from nirvana.scoring.scores import Scores, cached_scores
+from nirvana.t5.anatomy import (
     KINDS,
     check_t5,
     column_linears,
@@ -40,8 +42,6 @@ from nirvana.models.t5 import (
     row_linears,
     unit_count,
 )
-from nirvana.progress import Progress
-from nirvana.scoring.scores import Scores, cached_scores
 
 
 def split_windows(input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
