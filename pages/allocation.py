@@ -267,12 +267,12 @@ def _interactive(lm, scores_key: str, scores, shape: ModelShape, chosen: dict) -
         uniform = resources.plan_for(scores, scores_key, shape.to_dict(), replace(allocation, kind="uniform"))
     if g.failed:
         return
-    state.put("plan", plan)
+    state.session.plan = plan
     _metrics(shape, plan, uniform)
     frame.show_calibration_note(scores)  # the CLI's default calibration plans differently
     text_box = st.container()  # filled last: the charts below answer the slider first, the text follows
     compare = None
-    second = state.get("scores2")
+    second = state.session.scores2
     if second is not None and second[1].criterion != scores.criterion:
         key2, scores2 = second
         with guard("allocating for the second criterion"):

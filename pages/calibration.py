@@ -100,7 +100,7 @@ def _run(lm, choice: dict) -> None:
             progress=progress,
         )
     if not g.failed:
-        state.put("kl_selection", selection)
+        state.session.kl_selection = selection
 
 
 def _results(lm, selection) -> None:
@@ -142,11 +142,11 @@ def _results(lm, selection) -> None:
             criterion = selection.settings["criterion"]
             with guard("scoring with the chosen batch"), progress_status("Scores of the chosen batch") as progress:
                 result = resources.scores_for(lm, spec, criterion, batch, selection.chosen_seed, 0, progress)
-                state.put("scores", result)
-                state.put("scores2", None)
-                state.put("calib_info", {**batch.describe(), "fallback_reason": batch.fallback_reason})
-                state.put("calib_batch", batch)  # the baseline methods score on the same batch
-                state.clear("plan", "pruned", "evals", "sweep")
+                state.session.scores = result
+                state.session.scores2 = None
+                state.session.calib_info = {**batch.describe(), "fallback_reason": batch.fallback_reason}
+                state.session.calib_batch = batch  # the baseline methods score on the same batch
+                state.session.forget("plan", "pruned", "evals", "sweep")
                 st.success("Scores now come from the chosen batch: the Allocation page uses them.")
         routing.next_step(
             ("allocation.py", "the plan from these scores (use the chosen batch first)"),
@@ -184,7 +184,7 @@ def main() -> None:
         )
     if st.button("Run KL selection", type="primary", key="run_kl"):
         _run(lm, choice)
-    selection = state.get("kl_selection")
+    selection = state.session.kl_selection
     if selection is not None:
         with guard("showing the selection"):
             _results(lm, selection)

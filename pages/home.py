@@ -31,7 +31,7 @@ def main() -> None:
     with right:
         fire = ":material/local_fire_department:"
         if st.button("Compute saliency now", type="primary", icon=fire, width="stretch", key="quick_start"):
-            state.put("autorun_saliency", True)
+            state.session.autorun_saliency = True
             st.switch_page("pages/saliency.py")
 
     st.subheader("The three ideas")

@@ -68,14 +68,14 @@ def _store(lm, result, request: dict | None = None) -> None:
     model_key = content_key(model_key, "reconstructed") if reconstructed else model_key
     copy = state.PrunedCopy(model, plan, evals.plan_key(plan), model_key, params, seconds, result.report, request,
                             run_id, reconstructed)  # fmt: skip
-    state.put("pruned", copy)
-    state.clear("evals")
+    state.session.pruned = copy
+    state.session.forget("evals")
     s = plan.settings
     if request is not None and methods.searches(s.method):  # the Allocation page draws what was searched
-        searched = dict(state.get("searched") or {})
+        searched = dict(state.session.searched or {})
         key = methods.searched_key(s.method, request["settings"])
         searched[key] = {**searched.get(key, {}), round(s.sparsity, 2): plan}
-        state.put("searched", searched)
+        state.session.searched = searched
 
 
 def _pruned_summary(lm, pruned: state.PrunedCopy, where) -> None:
@@ -99,7 +99,7 @@ def _apply(lm, plan, fits: bool = False) -> None:
         "dense layer's output on the calibration batch, layer by layer (Tyr-the-Pruner's reconstruction, beyond the "
         "paper; `prune --reconstruct`). The same units are kept; only their weights move. About 20 s for SmolLM2.",
     )
-    pruned = state.pruned()
+    pruned = state.session.pruned
     current = pruned is not None and pruned.plan_key == key and pruned.reconstructed == fit
     row = st.columns([2, 3])
     label = "Apply the plan again" if current else "Apply the plan (slice a copy)"
@@ -114,7 +114,7 @@ def _apply(lm, plan, fits: bool = False) -> None:
                 result.report["timings"]["reconstruct"] = time.perf_counter() - t
         if not g.failed:
             _store(lm, result)
-    pruned = state.pruned()
+    pruned = state.session.pruned
     if pruned is not None and pruned.plan_key != key:
         row[1].warning("The plan changed since the model was pruned: apply it again to compare the new plan.")
     elif pruned is not None and pruned.reconstructed != fit:
@@ -152,7 +152,7 @@ def _baseline(lm, name: str):
     if settings is None:
         return None
     request = {"method": name, "sparsity": float(sparsity), "settings": settings}
-    pruned = state.pruned()
+    pruned = state.session.pruned
     current = pruned is not None and pruned.request == request
     if c[2].button(f"Prune with {label}", type="secondary" if current else "primary", key="prune_with_method"):
         with guard(f"pruning with {label}") as g, progress_status(f"Pruning with {label}") as progress:
@@ -169,7 +169,7 @@ def _baseline(lm, name: str):
         if not g.failed:
             _store(lm, result, request)
             current = True
-    pruned = state.pruned()
+    pruned = state.session.pruned
     if pruned is not None and current:
         plan = pruned.plan
         st.markdown(
@@ -230,9 +230,9 @@ def _rotation_summary(lm, name: str, settings: dict, pruned: state.PrunedCopy) -
 
 
 def _evals() -> dict:
-    if "evals" not in st.session_state:
-        st.session_state.evals = {}
-    return st.session_state.evals
+    if state.session.evals is None:
+        state.session.evals = {}
+    return state.session.evals
 
 
 def _perplexity(lm, pruned) -> None:
@@ -598,7 +598,7 @@ def main() -> None:
             plan = _baseline(lm, name)
         if plan is not None:
             frame.show_calibration_note(plan.settings)
-    pruned = state.pruned()
+    pruned = state.session.pruned
     if plan is None or (pruned is not None and pruned.plan_key != evals.plan_key(plan)):
         pruned = None
     if pruned is not None:

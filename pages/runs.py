@@ -73,8 +73,8 @@ def main() -> None:
         with guard("loading the plan") as g:
             run.plan.check_model(model_fingerprint(lm.model))
         if not g.failed:
-            state.clear("pruned", "evals")
-            state.put("plan", run.plan)
+            state.session.forget("pruned", "evals")
+            state.session.plan = run.plan
             st.success(f"Plan of run `{run.id}` loaded: apply it on the **Prune & compare** page.")
             st.page_link("pages/prune.py", label="Go to Prune & compare", icon=":material/content_cut:")
 

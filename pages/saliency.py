@@ -116,11 +116,11 @@ def _compute(lm, choice: dict) -> None:
             results.append(resources.scores_for(lm, spec, criterion, batch, choice["seed"], micro_batch, step))
     if g.failed:
         return
-    state.put("scores", results[0])
-    state.put("scores2", results[1] if len(results) > 1 else None)
-    state.put("calib_info", {**batch.describe(), "fallback_reason": batch.fallback_reason})
-    state.put("calib_batch", batch)  # the baseline methods score on the same batch
-    state.clear("plan", "pruned", "evals", "sweep")  # they were built on the previous scores
+    state.session.scores = results[0]
+    state.session.scores2 = results[1] if len(results) > 1 else None
+    state.session.calib_info = {**batch.describe(), "fallback_reason": batch.fallback_reason}
+    state.session.calib_batch = batch  # the baseline methods score on the same batch
+    state.session.forget("plan", "pruned", "evals", "sweep")  # they were built on the previous scores
 
 
 def _views(scores, mode: str, suffix: str, compact: bool) -> None:
@@ -167,9 +167,9 @@ def _neuron_mode() -> str:
 
 
 def _results(lm) -> None:
-    _, scores = state.get("scores")
-    second = state.get("scores2")
-    info = state.get("calib_info") or {}
+    _, scores = state.session.scores
+    second = state.session.scores2
+    info = state.session.calib_info or {}
     if info.get("fallback_reason"):
         st.warning(f"Calibrated on the embedded Python docs instead: {info['fallback_reason']}")
     if seq2seq.is_seq2seq(lm):
@@ -201,16 +201,17 @@ def _results(lm) -> None:
 
 def main() -> None:
     st.title("2 · Saliency")
-    frame.explain(EXPLANATION, expanded=state.get("scores") is None)
+    frame.explain(EXPLANATION, expanded=state.session.scores is None)
     lm = state.model()
     if lm is None:
         return
     choice = _controls(lm)
     _estimate(lm, choice)
     clicked = st.button("Compute saliency", type="primary", key="compute_saliency")
-    if clicked or st.session_state.pop("autorun_saliency", False):
+    autorun, state.session.autorun_saliency = state.session.autorun_saliency, None
+    if clicked or autorun:
         _compute(lm, choice)
-    if state.get("scores") is not None:
+    if state.session.scores is not None:
         with guard("drawing the saliency charts"):
             _results(lm)
         routing.next_step(("allocation.py", "choose the sparsity and γ, and see which units go"))

@@ -196,7 +196,7 @@ def _pareto(frame_: pd.DataFrame, rows: list[dict], metric: str, selected: int |
 
 def _recommended(frame_: pd.DataFrame, x_col: str):
     """(x, y, label) of the Evidence page's recommendation among this sweep's points, when it is one of them."""
-    best = state.get("recommendation")
+    best = state.session.recommendation
     if best is None:
         return None
     hits = frame_[(frame_["method"] == best.method) & (frame_["sparsity"].round(6) == round(best.sparsity, 6))]
@@ -225,7 +225,7 @@ def _load(row: dict) -> None:
     if row["gamma"] is not None:  # the dense point of a sweep without NIRVANA has none
         st.session_state.gamma = float(row["gamma"])
     st.session_state.prune_method = methods.DEFAULT
-    state.clear("pruned", "evals")
+    state.session.forget("pruned", "evals")
     st.session_state.pop("plan", None)
     st.switch_page("pages/allocation.py")
 
@@ -297,7 +297,7 @@ def _run(lm, nirvana_scores, settings: SweepSettings, chosen: dict[str, dict], w
             rows += run_sweep(lm, scores, s, step, cluster=where, on_row=on_row, batch=batch)
             done += n
     if not g.failed:
-        state.put("sweep", (rows, {**settings.__dict__, "methods": [name for name, _ in series]}))
+        state.session.sweep = (rows, {**settings.__dict__, "methods": [name for name, _ in series]})
         st.session_state.pop("sweep_pick", None)
 
 
@@ -349,7 +349,7 @@ def main() -> None:
         )
     if st.button("Run sweep", type="primary", key="run_sweep"):
         _run(lm, nirvana_scores, settings, chosen, where)
-    result = state.get("sweep")
+    result = state.session.sweep
     if result is not None:
         with guard("drawing the sweep"):
             _charts(result[0], result[1])

@@ -227,6 +227,17 @@ def _scores_of_another_shape(inputs, tiny):
     return allocate(scores, shape, Allocation(0.5))
 
 
+def _baseline_scores_of_another_shape(inputs, tiny):
+    """A baseline's own allocator (LLM-Pruner's) is guarded by the same check as `allocate`."""
+    import dataclasses
+
+    from nirvana.methods import get_method, method_config
+
+    scores, shape = _scores(tiny, attn=torch.rand(3, 1))
+    scores = dataclasses.replace(scores, criterion="llm-pruner")
+    return get_method("llm-pruner").allocate(scores, shape, 0.5, method_config("llm-pruner", {}))
+
+
 ACCEPTS_SPARSITY = "sparsity must be a number in [0, 0.95]"
 ACCEPTS_GAMMA = "gamma must be a positive number"
 ACCEPTS_ALIGN = "align must be a power of two between 1 and the MLP width"  # the width once the model is known
@@ -251,6 +262,11 @@ LIBRARY_CASES = {
     "align-float": (_allocate(align=8.0), InvalidInput, [ACCEPTS_ALIGN, "got 8.0"]),
     "allocation-unknown": (_allocate(kind="local"), InvalidInput, ["global, uniform", "got 'local'"]),
     "scores-of-another-model": (_scores_of_another_shape, InvalidInput, ["computed for another model"]),
+    "baseline-scores-of-another-model": (
+        _baseline_scores_of_another_shape,
+        InvalidInput,
+        ["shapes attn (3, 1)", "computed for another model"],
+    ),
     "N-zero": (_calibrate(samples=0), InvalidInput, [ACCEPTS_N, "got 0"]),
     "N-too-large": (_calibrate(samples=5000), InvalidInput, [ACCEPTS_N, "got 5000"]),
     "N-not-an-integer": (_calibrate(samples=2.5), InvalidInput, [ACCEPTS_N, "got 2.5"]),

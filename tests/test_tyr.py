@@ -22,9 +22,10 @@ from nirvana.methods.tyr.run import initial_centres, level_steps, search_tokens
 from nirvana.methods.tyr.search import Grid, dense_topk, minibatch, mutate, offspring, sparse_kl_sum
 from nirvana.methods.tyr.supernet import Supernet, modules_of
 from nirvana.models.architectures import decoder_layers, layer_projections
+from nirvana.models.capture import layer_inputs
 from nirvana.models.shapes import model_shape
 from nirvana.pipeline import PruneSettings, prune
-from nirvana.pruning.reconstruct import Gram, layer_inputs
+from nirvana.pruning.reconstruct import Gram
 from tests.tiny import TINY_FAMILIES, tiny_model
 
 SMALL = {"generations": 2, "offspring": 4, "stage_tokens": [32, 64], "survivors": [2, 1], "kl_topk": 16,

@@ -27,7 +27,7 @@ def sidebar() -> None:
         st.markdown("#### This session")
         current = state.spec()
         st.caption(f"**Model:** `{current.label()}`")
-        scores = state.get("scores")
+        scores = state.session.scores
         if scores:
             _, s = scores
             calib = s.calibration or {}
@@ -35,7 +35,7 @@ def sidebar() -> None:
             st.caption(f"**Scores:** {s.criterion}{size}")
         else:
             st.caption("**Scores:** none yet (Saliency page)")
-        pruned = state.pruned()
+        pruned = state.session.pruned
         if pruned:
             st.caption(f"**Pruned copy:** {pruned.params / 1e6:.1f} M parameters")
         st.divider()
@@ -47,7 +47,7 @@ def sidebar() -> None:
 
 def need_scores() -> tuple[str, object] | None:
     """The session's primary scores, or an info box pointing to the Saliency page."""
-    scores = state.get("scores")
+    scores = state.session.scores
     if scores is None:
         st.info("No saliency scores yet: compute them on the **Saliency** page first (one click with the defaults).")
         st.page_link("pages/saliency.py", label="Go to Saliency", icon=":material/local_fire_department:")
@@ -149,7 +149,7 @@ def achieved_metric(where, achieved: float, target: float) -> None:
 
 
 def need_plan():
-    plan = state.get("plan")
+    plan = state.session.plan
     if plan is None:
         st.info("No pruning plan yet: choose a sparsity on the **Allocation** page first.")
         st.page_link("pages/allocation.py", label="Go to Allocation", icon=":material/tune:")

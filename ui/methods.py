@@ -64,7 +64,7 @@ def searched_key(name: str, settings: dict) -> str:
 
 def searched_plans(name: str, settings: dict) -> dict:
     """{sparsity (2 decimals): plan} this session's prunes with `name` and `settings` searched."""
-    return (state.get("searched") or {}).get(searched_key(name, settings), {})
+    return (state.session.searched or {}).get(searched_key(name, settings), {})
 
 
 def has_sliders(name: str) -> bool:
@@ -183,7 +183,7 @@ def check(lm, name: str, settings: dict, sparsity: float) -> None:
 def calibration_batch(lm):
     """The batch the session's saliency was computed on (so every method sees the same data), else the
     Saliency page's defaults (WikiText-2 validation, the CPU-sized N x T, seed 0)."""
-    batch = state.get("calib_batch")
+    batch = state.session.calib_batch
     if batch is not None:
         return batch
     d = state.default_calibration()

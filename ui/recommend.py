@@ -83,7 +83,7 @@ def _quality_points(file: str, mtime: float) -> tuple[list[dict], dict]:
 
 def sweep_points() -> tuple[list[dict], dict]:
     """(points, {source: dense}) of the session's sweep, when its quality axis is perplexity or the 7-task error."""
-    result = state.get("sweep")
+    result = state.session.sweep
     if not result:
         return [], {}
     rows, settings = result
@@ -128,7 +128,7 @@ def section(model: str) -> None:
             points, dense = points + more, dense | more_dense
         best = recommend(points, dense, tolerance)
         rows = evidence(points, dense, tolerance)
-        state.put("recommendation", best)  # the Sweep page marks it on its Pareto chart
+        state.session.recommendation = best  # the Sweep page marks it on its Pareto chart
     if g.failed:
         return
     if not rows:

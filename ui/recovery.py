@@ -44,7 +44,6 @@ DATA_CHOICES = {
     "alpaca": "Alpaca-cleaned instructions (hub)",
     "pydoc": "Python docs shipped with CPython",
 }
-STATE_KEY = "recovery_job"
 LOSS_CHOICES = {
     "lm": "next-token loss (the reference recipe)",
     "kd": "distillation: KL to the dense model",
@@ -203,20 +202,20 @@ def settings_form(on_cpu: bool) -> tuple[RecoveryConfig, str]:
 
 def render(lm, pruned: state.PrunedCopy) -> None:
     """The tab: settings, estimate, start/stop, live curve, perplexity before/after, save."""
-    job: RecoveryJob | None = state.get(STATE_KEY)
+    job: RecoveryJob | None = state.session.recovery_job
     if job is not None and job.plan_key != pruned.plan_key:
         job.stop.set()
-        state.clear(STATE_KEY, "recovered")
+        state.session.forget("recovery_job", "recovered")
         job = None
     with guard("the recovery settings") as g:
         config, data = settings_form(state.on_cpu())
     if g.failed:
         return
-    seconds = estimate_training_seconds(pruned.params, config, state.get("recovery_rate"))
+    seconds = estimate_training_seconds(pruned.params, config, state.session.recovery_rate)
     st.caption(
         f"Budget: {config.total_steps} steps x {config.batch_size} x {config.seq_len} = "
         f"**{config.total_tokens:,} tokens**; estimated {seconds / 60:.1f} min of training here "
-        f"({'measured in this session' if state.get('recovery_rate') else 'from the speed measured on a 2-core CPU'})"
+        f"({'measured in this session' if state.session.recovery_rate else 'from the speed measured on a 2-core CPU'})"
         ", plus held-out evaluations. LoRA adapters and optimizer state are fp32."
     )
     keep_logits = False
@@ -243,8 +242,8 @@ def render(lm, pruned: state.PrunedCopy) -> None:
                 cache = TeacherCache(default_directory(), teacher) if keep_logits and teacher is not None else None
                 job = start(pruned.model, lm.tokenizer, pruned.plan_key, config, data, teacher, lm.name, cache)
             if not g.failed:
-                state.put(STATE_KEY, job)
-                state.clear("recovered")
+                state.session.recovery_job = job
+                state.session.forget("recovered")
     elif row[0].button("Stop", key="rec_stop", help="stops after the current micro-batch; keeps the last step"):
         job.stop.set()
     if job is not None:
@@ -264,7 +263,7 @@ def _live(job: RecoveryJob) -> None:
     else:
         st.info(job.message or "starting…")
     st.plotly_chart(loss_chart(job.steps), key="rec_chart")
-    if job.status == "done" and state.get("recovered") is None:
+    if job.status == "done" and state.session.recovered is None:
         st.rerun()  # the whole page: the before/after and save parts appear
 
 
@@ -272,25 +271,25 @@ def _collect(lm, pruned: state.PrunedCopy, job: RecoveryJob) -> None:
     """Once the job is done: its merged model into the session, its measured speed for the next
     estimate, and the run recorded (Runs page)."""
     result = job.result
-    if job.status != "done" or result is None or state.get("recovered") is not None:
+    if job.status != "done" or result is None or state.session.recovered is not None:
         return
     if result.tokens_trained:
-        state.put("recovery_rate", 4 * pruned.params * result.tokens_per_second)
+        state.session.recovery_rate = 4 * pruned.params * result.tokens_per_second
     key = content_key("recovered", pruned.model_key, job.config.to_dict(), job.data_source, result.steps_done)
     settings = {"recovery": job.config.to_dict(), "data": job.data_source}
-    plan = pruned.plan or state.get("plan")  # the pruned copy's plan (another method's too)
+    plan = pruned.plan or state.session.plan  # the pruned copy's plan (another method's too)
     run_id = runs.record_session_run(
         "recover", lm, plan, brief_summary(result), metrics=result.summary(), settings=settings
     )
-    state.put("recovered", {"model": result.model, "key": key, "run_id": run_id})
-    state.clear("rec_ppl_result")
+    state.session.recovered = {"model": result.model, "key": key, "run_id": run_id}
+    state.session.forget("rec_ppl_result")
 
 
 def _finish(lm, pruned: state.PrunedCopy, job: RecoveryJob) -> None:
     result = job.result
     if job.status != "done" or result is None:
         return
-    run_id = (state.get("recovered") or {}).get("run_id")
+    run_id = (state.session.recovered or {}).get("run_id")
     (st.warning if result.status != "complete" else st.success)(
         f"{result.message}: {result.tokens_trained:,} tokens in {result.train_seconds:.0f} s "
         f"({result.tokens_per_second:.0f} tokens/s), data {result.data.get('origin')}."
@@ -303,7 +302,7 @@ def _finish(lm, pruned: state.PrunedCopy, job: RecoveryJob) -> None:
             f"written ({cache['bytes_written'] / 2**30:.2f} GiB; {cache['bytes_total'] / 2**30:.2f} GiB for this "
             f"budget) in `{cache['directory']}`."
         )
-    _perplexity(lm, pruned, state.get("recovered"))
+    _perplexity(lm, pruned, state.session.recovered)
     _save(lm, pruned, result)
 
 
@@ -314,8 +313,8 @@ def _perplexity(lm, pruned: state.PrunedCopy, recovered: dict) -> None:
         with guard("measuring perplexity"):
             before = evals.perplexity(pruned.model, lm.tokenizer, pruned.model_key, "wikitext2", int(tokens), 512)
             after = evals.perplexity(recovered["model"], lm.tokenizer, recovered["key"], "wikitext2", int(tokens), 512)
-            state.put("rec_ppl_result", (before, after))
-    result = state.get("rec_ppl_result")
+            state.session.rec_ppl_result = (before, after)
+    result = state.session.rec_ppl_result
     if result:
         pair = perplexity_pair(*result)
         m = st.columns(3)
@@ -332,7 +331,7 @@ def _save(lm, pruned: state.PrunedCopy, result: RecoveryResult) -> None:
     folder = st.text_input("Save the recovered model to", value=str(default), key="rec_save_dir")
     if st.button("Save recovered model", key="rec_save"):
         with guard("saving the recovered model") as g, st.spinner("Writing safetensors…"):
-            plan = pruned.plan or state.get("plan")
+            plan = pruned.plan or state.session.plan
             path = save_recovered(result, lm.tokenizer, plan, folder, base_model=lm.name, allow_partial=True)
         if not g.failed:
             st.success(f"Saved to `{path}` (model/, plan.json, recovery.json). Load it on the Model page.")

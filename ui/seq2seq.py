@@ -214,7 +214,7 @@ def allocation(lm, scores_key: str, scores) -> None:
         plan = _plan(scores, scores_key, lm.model, state.spec().key, sparsity, gamma, scope, align)
     if g.failed:
         return
-    state.put("plan", plan)
+    state.session.plan = plan
     stats, widths = plan.stats, plan.dense_widths
     counts = plan.kept_counts
     row = st.columns(4)
@@ -358,8 +358,8 @@ def sweep(lm, scores_key: str, scores) -> None:
         ):
             rows = run_seq2seq_sweep(lm, scores, settings, progress)
         if not g.failed:
-            state.put("t5_sweep", {"rows": rows, "metric": metric, "scores_key": scores_key})
-    result = state.get("t5_sweep")
+            state.session.t5_sweep = {"rows": rows, "metric": metric, "scores_key": scores_key}
+    result = state.session.t5_sweep
     if not result or result.get("scores_key") != scores_key:
         return
     rows, quality = sweep_checked(result["rows"]), SEQ2SEQ_QUALITY[result["metric"]]
@@ -396,5 +396,5 @@ def sweep(lm, scores_key: str, scores) -> None:
         st.session_state.t5_gamma_star = not given
         if given:
             st.session_state.t5_gamma = float(np.clip(chosen["gamma"], 0.05, 10.0))
-        state.clear("pruned", "evals", "plan")
+        state.session.forget("pruned", "evals", "plan")
         st.switch_page("pages/allocation.py")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import streamlit as st
 import torch
@@ -22,6 +23,8 @@ from nirvana.methods import METHODS
 from nirvana.pruning.allocation import Allocation
 from ui.errors import guard
 from ui.resources import ModelSpec, is_loaded, load, mark_loaded
+
+T = TypeVar("T")
 
 # Keys of widgets whose values must survive page switches (streamlit drops the state of widgets
 # that are not drawn on a run; app.py re-assigns these each run to keep them).
@@ -37,11 +40,6 @@ PERSISTENT_WIDGETS = (
     *("alloc_methods", "prune_method", "method_sparsity", "sweep_methods", "reconstruct"),
     *("t5_gamma", "t5_gamma_star", "t5_scope", "t5_sweep_metric", "t5_sweep_sparsities", "t5_sweep_gammas"),
     *(f"method_settings_{name}" for name in METHODS),  # ui.methods.settings_key: one box per method
-)
-RESULT_KEYS = (
-    *("scores", "scores2", "calib_info", "calib_batch", "plan", "pruned", "evals", "kl_selection", "sweep"),
-    "searched",  # {method:settings -> {sparsity: plan}}: the plans a searching method (Tyr) found this session
-    "t5_sweep",
 )
 
 
@@ -65,8 +63,67 @@ class PrunedCopy:
     reconstructed: bool = False
 
 
+class Slot(Generic[T]):
+    """One of the session's results, kept under its attribute's name in `st.session_state` (AppTests and the
+    widgets see the same key); assigning None removes it. `of_model`: computed for the session's model, so
+    forgotten when the model changes."""
+
+    def __init__(self, of_model: bool = True):
+        self.of_model = of_model
+
+    def __set_name__(self, owner, name: str) -> None:
+        self.key = name
+
+    def __get__(self, obj, owner=None) -> T | None:
+        return self if obj is None else st.session_state.get(self.key)
+
+    def __set__(self, obj, value: T | None) -> None:
+        if value is None:
+            st.session_state.pop(self.key, None)
+        else:
+            st.session_state[self.key] = value
+
+
+class Session:
+    """The session's results as typed attributes: `state.session.plan = plan`, `state.session.scores`. Every
+    page reads and writes them here, never by a key of its own; `forget` drops some, `set_spec` all those of
+    the previous model."""
+
+    scores = Slot[tuple]()  # (scores key, Scores) of the Saliency or Calibration page
+    scores2 = Slot[tuple]()  # (key, Scores) of the second criterion, when the Saliency page compares two
+    calib_info = Slot[dict]()  # the calibration batch described, with its fallback reason
+    calib_batch = Slot[object]()  # the CalibrationBatch: the baseline methods score on the same batch
+    kl_selection = Slot[object]()  # the Calibration page's KL-guided selection
+    plan = Slot[object]()  # the PruningPlan the Allocation page (or a run reloaded) made
+    pruned = Slot[PrunedCopy]()  # the Prune & compare page's pruned copy
+    evals = Slot[dict]()  # memoised evaluations of the pruned copy: {key: result}
+    sweep = Slot[tuple]()  # (rows, settings) of the Sweep page
+    searched = Slot[dict]()  # {method:settings -> {sparsity: plan}}: the plans a searching method (Tyr) found
+    t5_sweep = Slot[dict]()  # the T5 Sweep: {"rows", "metric", "scores_key"}
+    recommendation = Slot[object](of_model=False)  # the Recommend box's choice, marked on the Sweep chart
+    recovered = Slot[dict](of_model=False)  # {"model", "key", "run_id"}: the recovered copy (Recover tab)
+    rec_ppl_result = Slot[tuple](of_model=False)  # (before, after) perplexity of the recovery
+    recovery_rate = Slot[float](of_model=False)  # training FLOPs per second measured, for the next estimate
+    recovery_job = Slot[object](of_model=False)  # the Recover tab's RecoveryJob (a training thread), if one ran
+    autorun_saliency = Slot[bool](of_model=False)  # the Overview's "start here" asks the Saliency page to score
+
+    @classmethod
+    def slots(cls) -> dict[str, Slot]:
+        return {name: v for name, v in vars(cls).items() if isinstance(v, Slot)}
+
+    def forget(self, *names: str) -> None:
+        """Drop these results (they were built on something that changed)."""
+        unknown = set(names) - set(self.slots())
+        assert not unknown, f"not a session result: {sorted(unknown)}"
+        for name in names:
+            setattr(self, name, None)
+
+
+session = Session()
+
+
 def pruned() -> PrunedCopy | None:
-    return st.session_state.get("pruned")
+    return session.pruned
 
 
 def default_spec() -> ModelSpec:
@@ -113,8 +170,8 @@ def spec() -> ModelSpec:
 def set_spec(new: ModelSpec) -> None:
     """Switch model: results of the previous model no longer apply."""
     if st.session_state.get("model_spec") != new:
-        for key in (*RESULT_KEYS, "gamma"):
-            st.session_state.pop(key, None)
+        session.forget(*(name for name, slot in Session.slots().items() if slot.of_model))
+        st.session_state.pop("gamma", None)
     st.session_state.model_spec = new
 
 
@@ -138,16 +195,3 @@ def model():
         mark_loaded(current)
         st.session_state.load_seconds = lm.load_seconds
     return lm
-
-
-def get(key: str, default=None):
-    return st.session_state.get(key, default)
-
-
-def put(key: str, value) -> None:
-    st.session_state[key] = value
-
-
-def clear(*keys: str) -> None:
-    for key in keys:
-        st.session_state.pop(key, None)

@@ -23,7 +23,7 @@ from nirvana.errors import InvalidInput, PlanMismatch
 from nirvana.guard.memory import check_scoring_memory, choose_micro_batch, oom_guard
 from nirvana.models.fingerprint import model_fingerprint
 from nirvana.models.shapes import ModelShape, model_shape
-from nirvana.pruning.allocation import default_gamma, plan_stats
+from nirvana.pruning.allocation import check_scores_fit, default_gamma, plan_stats
 from nirvana.pruning.plan import PlanSettings, PruningPlan
 from nirvana.pruning.slicing import add_output_biases, apply_plan
 from nirvana.scoring.objectives import output_head
@@ -282,12 +282,7 @@ class ScoredMethod(Method):
             raise InvalidInput(
                 f"these scores were computed by {scores.criterion!r}, not by method {self.name!r}; rescore."
             )
-        L, hkv, inter = shape.num_layers, shape.num_kv_heads[0], shape.intermediate[0]
-        if tuple(scores.attn.shape) != (L, hkv) or tuple(scores.mlp.shape) != (L, inter):
-            raise InvalidInput(
-                f"scores have shapes attn {tuple(scores.attn.shape)}, mlp {tuple(scores.mlp.shape)} "
-                f"but the model needs ({L}, {hkv}) and ({L}, {inter}); were they computed for another model?"
-            )
+        check_scores_fit(scores, shape)
         return self.allocator(scores, shape, sparsity, config)
 
     def take_plan(self, plan: PruningPlan, model: nn.Module, batch) -> None:

@@ -192,6 +192,20 @@ class Ranking:
         return "+".join(self.kinds)
 
 
+def check_scores_fit(scores: Scores, shape) -> dict[str, UnitKind]:
+    """The unit kinds of `shape` (its family's), once `scores` has one [layers, width] array per kind of them;
+    otherwise the scores were computed for another model, and this says so."""
+    kinds = RULES[scores.family].kinds(shape)
+    have = {kind: tuple(scores.units[kind].shape) for kind in kinds}
+    if any(have[k] != (u.layers, u.width) for k, u in kinds.items()):
+        need = " and ".join(str((u.layers, u.width)) for u in kinds.values())
+        raise InvalidInput(
+            f"scores have shapes {', '.join(f'{k} {v}' for k, v in have.items())} but the model needs {need}; "
+            "were they computed for another model?"
+        )
+    return kinds
+
+
 def allocate(scores: Scores, shape, allocation: Allocation) -> PruningPlan:
     """Turn scores into a plan at `allocation` (resolved here for `shape` unless it already is).
 
@@ -209,15 +223,8 @@ def allocate(scores: Scores, shape, allocation: Allocation) -> PruningPlan:
         raise InvalidInput(f"allocate needs an Allocation (sparsity, gamma, align, kind), got {allocation!r}.")
     rules = RULES[scores.family]
     allocation = rules.resolve(allocation, shape)
-    kinds = rules.kinds(shape)
+    kinds = check_scores_fit(scores, shape)
     arrays = {kind: scores.units[kind].detach().cpu().numpy().astype(np.float64) for kind in kinds}
-    wrong = {k: tuple(a.shape) for k, a in arrays.items() if a.shape != (kinds[k].layers, kinds[k].width)}
-    if wrong:
-        have = ", ".join(f"{k} {tuple(a.shape)}" for k, a in arrays.items())
-        need = " and ".join(str((u.layers, u.width)) for u in kinds.values())
-        raise InvalidInput(
-            f"scores have shapes {have} but the model needs {need}; were they computed for another model?"
-        )
     if not all(np.isfinite(a).all() for a in arrays.values()):
         raise InvalidInput("scores contain NaN or inf (the forward pass overflowed?); recompute them in float32.")
     if allocation.kind == "uniform":

@@ -22,25 +22,19 @@ module's output. Example:
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 import torch.nn as nn
 
 from nirvana.data.calibration import CalibrationBatch
 from nirvana.errors import InvalidInput
 from nirvana.models.architectures import decoder_layers, layer_projections
+from nirvana.models.capture import first_output, layer_inputs
 from nirvana.models.shapes import model_shape
-from nirvana.models.weights import input_device
 from nirvana.progress import Progress
 from nirvana.pruning.plan import PruningPlan
 from nirvana.pruning.slicing import _group_rows
 
 DAMP = 0.01  # the reference's damping: a fraction of the mean of diag H
-
-
-class _Stop(Exception):
-    """Raised by the first layer's pre-hook once it has its inputs: the rest of the forward is not needed."""
 
 
 @torch.no_grad()
@@ -81,41 +75,6 @@ class Gram:
         self.H += x.t() @ x
         self.sums += x.sum(0)
         self.count += x.shape[0]
-
-
-def layer_inputs(model: nn.Module, ids: torch.Tensor, micro_batch: int) -> tuple[list, list]:
-    """The first decoder layer's hidden states per micro-batch, and every layer's other call arguments (masks,
-    position embeddings: they do not depend on the hidden states), from one forward stopped at layer 0 per
-    micro-batch and one that records each layer's keyword arguments."""
-    layers = decoder_layers(model)
-    hidden, kwargs = [], [[] for _ in layers]
-
-    def first(module, args, kw):
-        hidden.append(args[0] if args else kw["hidden_states"])
-
-    def record(i):
-        def hook(module, args, kw):
-            kwargs[i].append({k: v for k, v in kw.items() if k != "hidden_states"})
-            if i == len(layers) - 1:
-                raise _Stop
-            return None
-
-        return hook
-
-    handles = [layers[0].register_forward_pre_hook(first, with_kwargs=True)]
-    handles += [layer.register_forward_pre_hook(record(i), with_kwargs=True) for i, layer in enumerate(layers)]
-    try:
-        for chunk in ids.split(micro_batch):
-            with contextlib.suppress(_Stop):
-                model(input_ids=chunk.to(input_device(model)), use_cache=False)
-    finally:
-        for h in handles:
-            h.remove()
-    return hidden, kwargs
-
-
-def first_output(out):
-    return out[0] if isinstance(out, tuple) else out
 
 
 @torch.no_grad()
@@ -178,4 +137,4 @@ def reconstruct(
     return pruned
 
 
-__all__ = ["DAMP", "Gram", "first_output", "layer_inputs", "reconstruct", "solve_kept"]
+__all__ = ["DAMP", "Gram", "reconstruct", "solve_kept"]

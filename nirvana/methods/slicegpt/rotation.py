@@ -27,7 +27,6 @@ hard-coded 1e-5; the calibration sequences are unpadded, so the reference's padd
 
 from __future__ import annotations
 
-import contextlib
 from typing import TYPE_CHECKING
 
 import torch
@@ -37,15 +36,11 @@ from nirvana.errors import InvalidInput
 from nirvana.methods.slicegpt.budget import HiddenDims
 from nirvana.methods.slicegpt.config import SliceGPTConfig
 from nirvana.models.architectures import decoder_layers, get_architecture, text_config
-from nirvana.models.weights import input_device
+from nirvana.models.capture import first_output, layer_inputs
 from nirvana.progress import Progress
 
 if TYPE_CHECKING:
     from nirvana.models.modeling_nirvana import ShortcutDecoderLayer
-
-
-class _Stop(Exception):
-    """Raised by the layer-0 hook once it has the layer's inputs: the rest of the forward is not needed."""
 
 
 def _norm_eps(norm: nn.Module, default: float) -> float:
@@ -129,27 +124,6 @@ def pca(signals: list[torch.Tensor], damp: float) -> tuple[torch.Tensor, torch.T
     return values[order] - shift, vectors[:, order]
 
 
-def layer0_inputs(model: nn.Module, input_ids: torch.Tensor, micro_batch: int) -> list[tuple[torch.Tensor, dict]]:
-    """(hidden states [B, T, D], the keyword arguments the decoder passes its layers), per micro-batch."""
-    first = decoder_layers(model)[0]
-    caught: list[tuple[torch.Tensor, dict]] = []
-
-    def hook(_module, args, kwargs):
-        hidden = args[0] if args else kwargs.pop("hidden_states")
-        caught.append((hidden.detach(), dict(kwargs)))
-        raise _Stop
-
-    handle = first.register_forward_pre_hook(hook, with_kwargs=True)
-    try:
-        for start in range(0, input_ids.shape[0], micro_batch):
-            chunk = input_ids[start : start + micro_batch].to(input_device(model))
-            with contextlib.suppress(_Stop):
-                model.get_decoder()(input_ids=chunk, use_cache=False)
-    finally:  # hooks are global state: always removed
-        handle.remove()
-    return caught
-
-
 def _run(layer: ShortcutDecoderLayer, inputs: list[torch.Tensor], kwargs: list[dict]):
     """(inputs of the MLP norm, outputs) of `layer` on every micro-batch."""
     mids, outs = [], []
@@ -157,7 +131,7 @@ def _run(layer: ShortcutDecoderLayer, inputs: list[torch.Tensor], kwargs: list[d
     try:
         for x, kw in zip(inputs, kwargs):
             out = layer(x, **kw)
-            outs.append((out[0] if isinstance(out, tuple) else out).detach())
+            outs.append(first_output(out).detach())
     finally:
         handle.remove()
     return mids, outs
@@ -200,8 +174,7 @@ def rotate_and_slice(
     arch = get_architecture(model)
     model.eval()
     eps = fold_norms(model)
-    captured = layer0_inputs(model, input_ids, micro_batch or n)
-    inputs, kwargs = [x for x, _ in captured], [kw for _, kw in captured]
+    inputs, layer_kwargs = layer_inputs(model, input_ids, micro_batch or n)  # each layer's own masks and rotary
     record = eigenvalues if eigenvalues is not None else {}
     record.update(embedding=[], attention=[], mlp=[])
     values, q = pca(inputs, config.damp)
@@ -216,6 +189,7 @@ def rotate_and_slice(
     layers = decoder_layers(model)
     for idx, layer in enumerate(layers):
         attn_in, attn_out, mlp_in, mlp_out = dims.layers[idx]
+        kwargs = layer_kwargs[idx]
         attn, mlp = getattr(layer, arch.attn), getattr(layer, arch.mlp)
         dtype, dev = layer.attn_shortcut_Q.dtype, layer.attn_shortcut_Q.device
         shortcut = q.T[:attn_in, :]  # (a_in, D): back from the previous basis

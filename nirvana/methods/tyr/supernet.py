@@ -24,9 +24,10 @@ from nirvana.methods.tyr.config import TyrConfig
 from nirvana.methods.tyr.local import local_prune, rows_of
 from nirvana.methods.tyr.search import Grid
 from nirvana.models.architectures import decoder_layers, layer_projections
+from nirvana.models.capture import first_output, layer_inputs
 from nirvana.models.shapes import ModelShape
 from nirvana.progress import Progress
-from nirvana.pruning.reconstruct import Gram, first_output, layer_inputs
+from nirvana.pruning.reconstruct import Gram
 
 MODULES = {"attn": "o_proj", "mlp": "down_proj"}  # the unit kind -> the module whose input columns are pruned
 
