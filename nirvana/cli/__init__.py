@@ -27,6 +27,7 @@ COMMANDS = {
     "sweep_cmds": ("sweep",),
     "bench_cmds": ("bench",),
     "export_cmds": ("push", "card", "export-gguf"),
+    "serve_cmds": ("serve",),
 }
 
 

@@ -29,6 +29,7 @@ from nirvana.bench.recovery import RECOVERY, RecoveryBenchConfig
 from nirvana.bench.scale import ScaleConfig, run_scale_bench
 from nirvana.bench.scale import write_outputs as write_scale_outputs
 from nirvana.bench.scale_up import ScaleUpConfig, run_scale_up, table
+from nirvana.bench.serve import ServeConfig, run_serve
 from nirvana.bench.speed import SpeedBenchConfig
 from nirvana.checkpoints.options import resolve_device
 from nirvana.cli.checks import check_device, check_model
@@ -165,6 +166,17 @@ SCALE_UP_FLAGS = {
     "seq_len": "calibration tokens per sequence T",
     "out": "output folder (default benchmarks/scale-up)",
 }
+SERVE_FLAGS = {
+    "model": "",
+    "methods": "comma-separated methods of the pruned rows (the dense row is always measured)",
+    "sparsities": "",
+    "new_tokens": "greedy tokens per prompt compared with transformers",
+    "batch_sizes": "requests per speed run",
+    "prompt_len": "prompt tokens per request of the speed runs",
+    "gen_tokens": "new tokens per request of the speed runs",
+    "repeats": "timed runs per batch size (the median is reported)",
+    "out": "output folder (default benchmarks/serve)",
+}
 NOTE_FLAG = {"note": "a line of context for the report header"}
 METHOD_FLAGS = {
     "method": f"pruning method of the pruned models: {', '.join(METHODS)} (docs/BASELINES.md)",
@@ -186,6 +198,7 @@ def register(sub) -> None:
         _add_baselines,
         _add_scale,
         _add_scale_up,
+        _add_serve,
     ):
         add(bench_sub)
 
@@ -500,4 +513,23 @@ def cmd_scale_up(args) -> int:
     check_models(args)
     rows = run_scale_up(config, log)
     print(table(rows))
+    return 0
+
+
+def _add_serve(bench_sub) -> None:
+    p = bench_sub.add_parser(
+        "serve", help="pruned models through vLLM: greedy text against transformers, tokens/s (make serve-env)"
+    )
+    add_config_flags(p, ServeConfig, SERVE_FLAGS)
+    p.set_defaults(func=cmd_serve)
+
+
+def cmd_serve(args) -> int:
+    config = config_from_args(ServeConfig, args)
+    unknown = [m for m in config.methods if m not in METHODS]
+    if unknown:
+        raise InvalidInput(f"unknown method(s) {', '.join(unknown)}; accepted: {', '.join(METHODS)}.")
+    check_models(args)
+    rows = run_serve(config, log)
+    print((config.out / "serve.md").read_text() if rows else "no rows")
     return 0

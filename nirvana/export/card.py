@@ -351,10 +351,16 @@ def _how_to_load(repo: str, uniform: bool = False) -> list[str]:
         "",
         *(same_widths if uniform else []),
         *_explorer_loading(repo, "..."),
-        "**Serving engines**: the Llama / Qwen / Gemma code paths of vLLM, SGLang, TGI and TensorRT-LLM build "
-        "every layer from one global width, so they cannot serve this folder as it is. llama.cpp can, for a "
-        "Llama: `python -m nirvana export-gguf --model FOLDER --out model.gguf` writes its `deci` architecture "
-        "with per-layer widths. NIRVANA Explorer's `docs/EXPORT.md` says what was verified and what to do instead.",
+        "**Serving with vLLM**: vLLM's stock classes build every layer from one global width; NIRVANA Explorer's "
+        "vLLM plugin builds each layer at its own widths. With its serving environment (`make serve-env`), "
+        "`python -m nirvana serve --model FOLDER` starts vLLM's OpenAI-compatible server on this folder (not a "
+        "SliceGPT folder, whose rotated stream no vLLM layer has; it passes "
+        '`--hf-overrides \'{"architectures": ["Nirvana<Family>ForCausalLM"]}\'`).',
+        "",
+        "**Other engines**: SGLang, TGI and TensorRT-LLM build every layer from one global width, so they cannot "
+        "serve this folder as it is. llama.cpp can, for a Llama: `python -m nirvana export-gguf --model FOLDER "
+        "--out model.gguf` writes its `deci` architecture with per-layer widths. NIRVANA Explorer's "
+        "`docs/EXPORT.md` says what was verified and what to do instead.",
         "",
     ]
 
