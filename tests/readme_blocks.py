@@ -130,6 +130,114 @@ def front_results(model: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _recipe_label(v: dict) -> str:
+    """ "NIRVANA γ* + recon" from the variant "nirvana s=0.2 gamma* + recon"."""
+    from nirvana.methods import METHODS
+
+    rest = v["variant"].split(" ", 2)[2] if v["variant"].count(" ") >= 2 else ""
+    rest = rest.replace("gamma*", "γ*").replace("gamma=", "γ=")
+    return f"{METHODS[v['method']].label} {rest}".strip()
+
+
+def _order(entries: list[dict], key: str, lower_better: bool) -> str:
+    """The methods of `entries`, best first on `key`: "A < B < C" (lower is better) or "A > B > C"."""
+    from nirvana.methods import METHODS
+
+    ranked = sorted(entries, key=lambda v: v[key] if lower_better else -v[key])
+    return (" < " if lower_better else " > ").join(METHODS[v["method"]].label for v in ranked)
+
+
+def recipes(model: str) -> str:
+    """docs/BASELINES.md's answer to "does reconstruction change the ranking, and which recipe is best?": at each
+    sparsity of the grid, every recipe without LoRA (each method plain and with `--reconstruct`, Tyr, NIRVANA at
+    its KL-best gamma) by perplexity, seven-task average and MBPP bits per byte; the methods' order plain and
+    reconstructed; the best recipe on each measure, and whether its lead over the next is more than twice the
+    standard error of the difference. A recipe whose rows are still to run says so."""
+    import math
+
+    from nirvana.bench.base import pending
+    from nirvana.bench.baselines import BASELINES, BaselinesConfig, recorded_config
+    from nirvana.bench.baselines_report import variants
+    from nirvana.bench.rows import read_rows
+
+    config = recorded_config(BaselinesConfig(model=model).csv_path, model)
+    measured = [
+        v for v in variants(read_rows(config.csv_path))
+        if v["method"] != "dense" and "+ LoRA" not in v["variant"] and v.get("matched") is not False
+    ]  # fmt: skip
+    for v in measured:
+        bpb = v.get("bpb", {}).get("mbpp_bpb")
+        v["bpb_value"], v["bpb_se"] = (bpb[0], bpb[1]) if bpb and bpb[0] is not None else (None, None)
+    to_run = [job.variant for job in pending(BASELINES, config) if not job.variant.lora]
+    lines = []
+    for sparsity in config.sparsities:
+        here = [v for v in measured if abs(float(v["sparsity"]) - sparsity) < 1e-9 and v.get("ppl_wikitext2")]
+        here.sort(key=lambda v: v["ppl_wikitext2"])
+        waiting = sorted({_recipe_label({"variant": x.name, "method": x.method}) for x in to_run
+                          if abs(x.sparsity - sparsity) < 1e-9})  # fmt: skip
+        lines += [
+            f"**{sparsity:.0%}** (best first by perplexity"
+            + (
+                f"; rows still to run for {', '.join(waiting)}, so the answers below are of the recipes measured)"
+                if waiting
+                else ")"
+            )
+            + ":",
+            "",
+            "| recipe | WikiText-2 perplexity | 7-task average (%) | MBPP bits/byte |",
+            "|---|---:|---:|---:|",
+        ]
+        for v in here:
+            cells = [
+                _recipe_label(v),
+                f"{v['ppl_wikitext2']:.2f}",
+                _pm(v.get("average"), v.get("average_se"), 100, 1),
+                _pm(v["bpb_value"], v["bpb_se"], 1, 3),
+            ]
+            lines.append("| " + " | ".join(cells) + " |")
+        plain = {v["method"]: v for v in here if " + recon" not in v["variant"] and "KL-best" not in v["variant"]}
+        recon = {v["method"]: v for v in here if v["variant"].endswith(" + recon")}
+        both = sorted(set(plain) & set(recon))
+        lines.append("")
+        for key, what, lower in (("ppl_wikitext2", "perplexity", True), ("average", "7-task average", False),
+                                 ("bpb_value", "MBPP bits/byte", True)):  # fmt: skip
+            if both and all(plain[m].get(key) is not None and recon[m].get(key) is not None for m in both):
+                before = _order([plain[m] for m in both], key, lower)
+                after = _order([recon[m] for m in both], key, lower)
+                same = "the same order" if before == after else "the order changes"
+                lines.append(f"- Order by {what}: plain {before}; reconstructed {after} ({same}).")
+            else:
+                lines.append(f"- Order by {what}: not all reconstructed rows are measured yet.")
+        for key, se_key, what, lower, scale, digits in (
+            ("ppl_wikitext2", None, "perplexity", True, 1, 2),
+            ("average", "average_se", "7-task average", False, 100, 1),
+            ("bpb_value", "bpb_se", "MBPP bits/byte", True, 1, 3),
+        ):
+            ranked = sorted((v for v in here if v.get(key) is not None), key=lambda v: v[key] if lower else -v[key])
+            if len(ranked) < 2:
+                continue
+            first, second = ranked[:2]
+            text = (
+                f"- Best on {what}: {_recipe_label(first)} ({first[key] * scale:.{digits}f}; next "
+                f"{_recipe_label(second)} {second[key] * scale:.{digits}f})"
+            )
+            if se_key and first.get(se_key) is not None and second.get(se_key) is not None:
+                gap, se = abs(first[key] - second[key]), math.hypot(first[se_key], second[se_key])
+                text += ": a lead of more than two standard errors" if gap > 2 * se else ": within two standard errors"
+            missing = [_recipe_label(v) for v in here if v.get(key) is None]
+            lines.append(text + (f"; not measured yet: {', '.join(missing)}." if missing else "."))
+        lines.append("")
+    source = config.csv_path.relative_to(ROOT)
+    lines.append(
+        f"From `{source}` (`python -m nirvana bench baselines --model {model} --reconstruct-sparsities ...`): the "
+        f"grid's protocol ({config.tokens:,} WikiText-2 tokens, {config.limit} examples per task ± one standard "
+        f'error, MBPP gold bits per byte on {config.bpb_limit} problems); "+ recon" is `--reconstruct`, Tyr '
+        "always reconstructs. The 7-task standard errors treat the recipes as independent samples (they share the "
+        "examples, so the true error of a difference is smaller)."
+    )
+    return "\n".join(lines) + "\n"
+
+
 class Block(NamedTuple):
     file: Path  # where the block lives: README.md or a docs page
     make: Callable[[], str]  # its text now, from the committed benchmark files
@@ -140,6 +248,7 @@ BLOCKS = {
     "distill-smollm2-135m": Block(DOCS / "RECOVERY.md", lambda: distill("smollm2-135m")),
     "baselines-smollm2-135m": Block(DOCS / "RESULTS-BASELINES.md", lambda: baselines("smollm2-135m")),
     "baselines-gemma3-270m": Block(DOCS / "RESULTS-BASELINES.md", lambda: baselines("gemma3-270m")),
+    "recipes-smollm2-135m": Block(DOCS / "BASELINES.md", lambda: recipes("smollm2-135m")),
 }
 MARKER = re.compile(r"<!-- generated: (\S+) -->")
 
