@@ -238,6 +238,15 @@ def recipes(model: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def serve() -> str:
+    """docs/EXPORT.md's table of `bench serve`: pruned models through vLLM against transformers and dense."""
+    from nirvana.bench.serve import ServeConfig, read_rows, table
+
+    config = ServeConfig()
+    text = table(read_rows(config.out), config)
+    return text[text.index("| model |") :]  # the table and its note, without the page's title and preamble
+
+
 class Block(NamedTuple):
     file: Path  # where the block lives: README.md or a docs page
     make: Callable[[], str]  # its text now, from the committed benchmark files
@@ -249,6 +258,7 @@ BLOCKS = {
     "baselines-smollm2-135m": Block(DOCS / "RESULTS-BASELINES.md", lambda: baselines("smollm2-135m")),
     "baselines-gemma3-270m": Block(DOCS / "RESULTS-BASELINES.md", lambda: baselines("gemma3-270m")),
     "recipes-smollm2-135m": Block(DOCS / "BASELINES.md", lambda: recipes("smollm2-135m")),
+    "serve-smollm2-135m": Block(DOCS / "EXPORT.md", serve),
 }
 MARKER = re.compile(r"<!-- generated: (\S+) -->")
 

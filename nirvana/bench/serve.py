@@ -25,6 +25,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from nirvana.bench.baselines import METHOD_SETTINGS
 from nirvana.bench.environment import machine_label
 from nirvana.checkpoints.loading import embedded_model_dir, load_model
 from nirvana.errors import NirvanaError
@@ -52,7 +53,7 @@ class ServeConfig:
     new_tokens: int = 24  # greedy tokens per prompt compared with transformers
     batch_sizes: tuple[int, ...] = (1, 32)
     prompt_len: int = 64  # prompt tokens per request of the speed runs
-    gen_tokens: int = 64  # new tokens per request of the speed runs
+    gen_tokens: int = 32  # new tokens per request of the speed runs
     repeats: int = 3
     out: Path = DEFAULT_OUT
 
@@ -67,8 +68,13 @@ def read_rows(out: Path) -> list[dict]:
 
 
 def _prune(config: ServeConfig, method: str, sparsity: float, where: Path) -> Path:
+    """The folder `prune --out` writes, with the baselines grid's settings for this method and sparsity (LLM-Pruner
+    at 50% on SmolLM2 needs its layer range: `nirvana.bench.baselines.METHOD_SETTINGS`)."""
     argv = [sys.executable, "-m", "nirvana", "prune", "--model", config.model, "--method", method,
             "--sparsity", str(sparsity), "--out", str(where)]  # fmt: skip
+    settings = METHOD_SETTINGS.get(config.model, {}).get((method, sparsity))
+    if settings:
+        argv += ["--method-settings", json.dumps(settings, sort_keys=True)]
     done = subprocess.run(argv, capture_output=True, text=True)
     if done.returncode != 0:
         raise NirvanaError(f"`{' '.join(argv[1:])}` failed: {done.stderr.strip()[-500:]}")
@@ -103,6 +109,7 @@ def measure_one(config: ServeConfig, method: str, sparsity: float, folder: Path)
         "model": config.model,
         "method": method,
         "sparsity": sparsity,
+        "method_settings": METHOD_SETTINGS.get(config.model, {}).get((method, sparsity)),
         "key": _key(config.model, method, sparsity),
         "architecture": served["architecture"],
         "parameters": params,
@@ -180,8 +187,9 @@ def table(rows: list[dict], config: ServeConfig) -> str:
     lines += [
         "",
         f"Speed runs: {settings.get('prompt_len')} prompt tokens and {settings.get('gen_tokens')} new tokens per "
-        f"request, EOS ignored, fp32, eager mode, median of {settings.get('repeats')} after a warm-up. Where a "
-        "greedy text differs, serve.jsonl holds both.",
+        f"request, EOS ignored, fp32, eager mode, median of {settings.get('repeats')} after a warm-up; tokens/s is "
+        "new tokens over the whole requests' time (their prefill included), vLLM's own thread settings (it sets "
+        "torch to one thread for serving). Where a greedy text differs, serve.jsonl holds both.",
     ]
     return "\n".join(lines) + "\n"
 
