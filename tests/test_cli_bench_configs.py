@@ -18,6 +18,7 @@ from nirvana.bench.quality_config import QualityConfig
 from nirvana.bench.recovery import RecoveryBenchConfig
 from nirvana.bench.scale import ScaleConfig
 from nirvana.bench.scale_up import ScaleUpConfig
+from nirvana.bench.serve import ServeConfig
 from nirvana.bench.speed import SpeedBenchConfig
 from nirvana.cli import build_parser
 from nirvana.cli.bench_cmds import accuracy_config, gamma_config, quality_config, speed_config
@@ -62,6 +63,7 @@ CONFIGS = {
     "distill": DistillConfig,
     "scale": ScaleConfig,
     "scale-up": ScaleUpConfig,
+    "serve": ServeConfig,
 }
 NOT_FIELDS = {"help", "report_only", "json", "ray"}  # flags that steer the command, not the benchmark
 
@@ -132,5 +134,5 @@ def test_every_grid_runs_on_a_ray_cluster_when_asked():
     scale-up measures each row's own peak memory in a fresh process on this machine."""
     parsers = bench_parsers()
     with_ray = {name for name, parser in parsers.items() if any(a.dest == "ray" for a in parser._actions)}
-    assert with_ray == set(CONFIGS) - {"gpu", "scale", "scale-up"}
+    assert with_ray == set(CONFIGS) - {"gpu", "scale", "scale-up", "serve"}
     assert parse("distill", "--ray", "auto").ray == "auto"

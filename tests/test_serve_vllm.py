@@ -1,7 +1,8 @@
 """A pruned SmolLM2 served by the real vLLM engine (`make serve-env`; skipped, with the reason, without it):
 `python -m nirvana serve` on a `prune --out` folder, asked over HTTP (`/v1/completions`, greedy), answers with
-the text `python -m nirvana generate` gives. NIRVANA at 50% (every layer's KV groups and MLP width its own) and
-FLAP at 20% (its o_proj and down_proj biases: the plugin's bias-only-on-down MLP)."""
+the text `python -m nirvana generate` gives: NIRVANA at 50%, every layer's KV groups and MLP width its own.
+One engine start costs about a minute here, so FLAP's biases (the plugin's bias-only-on-down MLP) and LLM-Pruner
+are checked the same way by `python -m nirvana bench serve` (benchmarks/serve/: 5/5 texts equal for each)."""
 
 from __future__ import annotations
 
@@ -64,7 +65,7 @@ def _wait_ready(port: int, process: subprocess.Popen, log: Path, limit: float = 
     pytest.fail(f"the server was not ready in {limit:.0f} s:\n{log.read_text()[-3000:]}")
 
 
-@pytest.mark.parametrize(("method", "sparsity"), [("nirvana", 0.5), ("flap", 0.2)])
+@pytest.mark.parametrize(("method", "sparsity"), [("nirvana", 0.5)])
 def test_vllm_serves_a_pruned_folder_with_the_text_transformers_gives(method, sparsity, tmp_path):
     out = tmp_path / f"{method}-{sparsity}"
     assert main(["prune", "--model", "smollm2-135m", "--method", method, "--sparsity", str(sparsity),
