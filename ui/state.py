@@ -122,10 +122,6 @@ class Session:
 session = Session()
 
 
-def pruned() -> PrunedCopy | None:
-    return session.pruned
-
-
 def default_spec() -> ModelSpec:
     return ModelSpec(os.environ.get("NIRVANA_APP_MODEL", DEFAULT_MODEL))
 
