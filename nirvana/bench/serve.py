@@ -32,6 +32,7 @@ from nirvana.errors import NirvanaError
 from nirvana.export.serve import SERVER_ENV, read_config, serve_python, serving_architecture
 from nirvana.measure.flops import phase_flops
 from nirvana.measure.generation import generate
+from nirvana.models.shapes import count_parameters
 from nirvana.store.atomic import atomic_write_text
 from nirvana.store.paths import benchmarks_dir
 
@@ -101,7 +102,7 @@ def measure_one(config: ServeConfig, method: str, sparsity: float, folder: Path)
     hf = [r["output"] for r in generate(lm.model, lm.tokenizer, list(PROMPTS), max_new_tokens=config.new_tokens,
                                         chat=False)]  # fmt: skip
     flops = phase_flops(lm.model, config.prompt_len, config.gen_tokens)["decode"]
-    params = sum(p.numel() for p in lm.model.parameters())
+    params = count_parameters(lm.model)
     del lm
     served = _through_vllm(folder, config)
     texts = [g["text"].strip() for g in served["greedy"]]
