@@ -102,9 +102,17 @@ def test_bpb_of_two_problems_equals_a_hand_computation(tiny_long, name):
     assert "OLMES" in row["reference"] and row["bpb"] > 1.0  # a random model is far worse than 1 bit/byte
 
 
-def test_gsm8k_exact_match_runs_through_the_harness(tiny_long):
+def test_gsm8k_exact_match_runs_through_the_harness_and_honours_the_token_cap(tiny_long):
     model, tok = tiny_long
-    row = run_accuracy(model, tok, "gsm8k", limit=1, source="local", use_cache=False, max_gen_toks=4)["tasks"]["gsm8k"]
+    forwards = []
+    hook = model.register_forward_hook(lambda *_: forwards.append(1))
+    try:
+        out = run_accuracy(model, tok, "gsm8k", limit=1, source="local", use_cache=False, max_gen_toks=4)
+    finally:
+        hook.remove()
+    row = out["tasks"]["gsm8k"]
+    # one forward per new token (the first reads the prompt): lm-eval's own HFLM would run 256
+    assert 1 <= len(forwards) <= 4
     assert row["n"] == 1 and row["num_fewshot"] == 8 and row["exact_match"] in (0.0, 1.0)
     assert row["exact_match_flexible"] in (0.0, 1.0) and row["split"] == "test"
 

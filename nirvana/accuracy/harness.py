@@ -90,9 +90,18 @@ def _lm_class():
     from lm_eval.models.huggingface import HFLM  # heavy, and optional for the rest of the package
 
     class MeteredHFLM(HFLM):
-        """HFLM that reports each forward batch to a `_Meter` (progress and stop)."""
+        """HFLM that reports each forward batch to a `_Meter` (progress and stop), and honours `max_gen_toks`:
+        lm-eval 0.4.13's HFLM fixes that property at 256 and drops the keyword of an already-built model."""
 
         meter: _Meter | None = None
+
+        def __init__(self, *args, max_gen_toks: int | None = None, **kwargs):
+            super().__init__(*args, **kwargs)
+            self._gen_cap = max_gen_toks
+
+        @property
+        def max_gen_toks(self) -> int:
+            return self._gen_cap or super().max_gen_toks
 
         def _model_call(self, inps, attn_mask=None, labels=None):
             if self.meter is not None:
@@ -384,8 +393,9 @@ def run_accuracy(
 
     `tasks`: names, groups (`zeroshot7`) or aliases (`lambada`), as a list or comma string.
     `limit`: the first N examples of each task (None: all). `max_gen_toks` caps generated tokens of
-    code tasks (None: the harness's 256). Generated code runs only in OS isolation (bubblewrap) unless
-    `allow_unsandboxed` (CLI --unsafe-exec-without-sandbox); each code task's row records which. Example:
+    code and chain-of-thought tasks (None: the harness's 256). Generated code runs only in OS isolation
+    (bubblewrap) unless `allow_unsandboxed` (CLI --unsafe-exec-without-sandbox); each code task's row records
+    which. Example:
         >>> r = run_accuracy(lm.model, lm.tokenizer, "zeroshot7", limit=200, source="local")
         >>> r["tasks"]["piqa"]["acc"], r["average"]["value"]
     """
@@ -419,6 +429,8 @@ def run_accuracy(
         if spec.kind == "code":  # a result is reused only under the same limits and the same isolation
             iso = sandbox.isolation(allow_unsandboxed)["isolation"]
             extra = {"sandbox": limits.__dict__, "max_gen_toks": max_gen_toks, "isolation": iso}
+        elif spec.kind == "generate" and max_gen_toks:  # a capped run is its own result; uncapped keys unchanged
+            extra = {"max_gen_toks": max_gen_toks}
         task_where = sources[name]
         path = _cache_path(fingerprint, name, limit, spec.default_fewshot, version, task_where, extra)
         cached = load_cached(path) if use_cache else None
