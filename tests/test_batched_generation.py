@@ -27,7 +27,7 @@ def _completions(lm, task: str, batch_size: int, limit: int, **kw) -> list[str]:
     ("task", "limit", "kw"),
     [
         ("mbpp", 3, {"allow_code_execution": True, "max_gen_toks": 32}),
-        ("gsm8k", 2, {"max_gen_toks": 32}),
+        ("gsm8k", 2, {"max_gen_toks": 16}),
     ],
 )
 def test_batched_greedy_completions_equal_one_at_a_time(smollm2, task, limit, kw):

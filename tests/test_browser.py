@@ -85,18 +85,18 @@ def _wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 60) -> None
     raise TimeoutError("streamlit did not become healthy")
 
 
-@pytest.fixture
-def server(tmp_path, smollm2_dir):
-    """A fresh `streamlit run app.py` process per test, on loopback, on the embedded default model and a fresh
-    score cache. Only /_stcore/health is requested before the test's own first request."""
-    cache = tmp_path / "cache"
+@contextlib.contextmanager
+def _streamlit(folder: Path, smollm2_dir):
+    """`streamlit run app.py` on loopback, on the embedded default model and a score cache in `folder`; yields
+    its URL. Only /_stcore/health is requested before the test's own first request."""
+    cache = folder / "cache"
     (cache / "models").mkdir(parents=True)
     # The converted SmolLM2 is reused (the GGUF conversion is not what this test measures).
     (cache / "models" / "smollm2-135m").symlink_to(Path(smollm2_dir), target_is_directory=True)
     port = _free_port()
     env = {**os.environ, "NIRVANA_CACHE_DIR": str(cache), "PYTHONUNBUFFERED": "1"}
     env.pop("NIRVANA_APP_MODEL", None)
-    log = (tmp_path / "streamlit.log").open("w")  # closed after the server stops
+    log = (folder / "streamlit.log").open("w")  # closed after the server stops
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -120,7 +120,7 @@ def server(tmp_path, smollm2_dir):
     )
     url = f"http://127.0.0.1:{port}"
     SERVER_PIDS[f"127.0.0.1:{port}"] = proc.pid
-    SERVER_LOGS[f"127.0.0.1:{port}"] = tmp_path / "streamlit.log"
+    SERVER_LOGS[f"127.0.0.1:{port}"] = folder / "streamlit.log"
     try:
         _wait_healthy(url, proc)
         yield url
@@ -131,7 +131,27 @@ def server(tmp_path, smollm2_dir):
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
-        print((tmp_path / "streamlit.log").read_text()[-3000:])
+        print((folder / "streamlit.log").read_text()[-3000:])
+
+
+@pytest.fixture
+def server(tmp_path, smollm2_dir):
+    """A fresh server for this test alone, with a fresh score cache: its first request and its first scoring are
+    this test's."""
+    with _streamlit(tmp_path, smollm2_dir) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def shared_server(tmp_path_factory, smollm2_dir):
+    """One server for the tests that only need a working app: each opens its own browser session (its own
+    session state); the loaded model and the score cache on disk carry over, as on a demo machine."""
+    with _streamlit(tmp_path_factory.mktemp("shared-server"), smollm2_dir) as url:
+        yield url
+
+
+def _server_log(url: str) -> str:
+    return SERVER_LOGS[url.removeprefix("http://")].read_text()
 
 
 # Console errors after which streamlit's page gives up its connection for good (DISCONNECTED_FOREVER): the page
@@ -585,7 +605,7 @@ def test_demo_path_in_a_real_browser(server):
     print(json.dumps(timings, indent=2))
 
 
-def test_a_tolerance_sets_the_allocation_sliders(server):
+def test_a_tolerance_sets_the_allocation_sliders(shared_server):
     """Evidence page: the recommendation for the default tolerance (perplexity <= 1.5x dense, from the committed
     benchmarks of SmolLM2) names a sparsity and a method, and its button puts that sparsity on the Allocation
     page's slider, away from where the user had left it."""
@@ -596,7 +616,7 @@ def test_a_tolerance_sets_the_allocation_sliders(server):
     SHOTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:
         page = _new_page(p)
-        _load_and_score(page, server)
+        _load_and_score(page, shared_server)
 
         # The user had the slider elsewhere: 0.20 -> 0.30.
         _nav(page, "3 · Allocation")
@@ -638,14 +658,14 @@ def test_a_tolerance_sets_the_allocation_sliders(server):
     print(json.dumps({"recommended": {"sparsity": sparsity, "method": method, "gamma": gamma and gamma[1]}}))
 
 
-def test_a_bad_sweep_entry_gets_a_message_not_a_traceback(server, tmp_path):
+def test_a_bad_sweep_entry_gets_a_message_not_a_traceback(shared_server):
     """Sweep page: a sparsity out of range ("0.1, 1.5") is refused with a message naming it; no traceback."""
     from playwright.sync_api import expect, sync_playwright
 
     SHOTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:
         page = _new_page(p)
-        _load_and_score(page, server)
+        _load_and_score(page, shared_server)
         _nav(page, "6 · Sweep")
         expect(page.locator("h1").first).to_have_text("6 · Sweep", timeout=60_000)
         box = page.locator(".st-key-sweep_sparsities input")
@@ -673,7 +693,7 @@ def test_a_bad_sweep_entry_gets_a_message_not_a_traceback(server, tmp_path):
         assert "unexpectedly" not in text and "bug" not in text, text  # a message about the input, not a crash
         assert re.search(r"sparsit", text, re.IGNORECASE), text
         page.context.browser.close()
-    log = (tmp_path / "streamlit.log").read_text()
+    log = _server_log(shared_server)
     assert "Traceback" not in log, log[-3000:]
 
 
@@ -691,7 +711,7 @@ FORMULAS = r"""() => {
 }"""
 
 
-def test_the_formulas_render(server):
+def test_the_formulas_render(shared_server):
     """Overview, Saliency, Allocation and Calibration: with the "how to read it" box open, every formula is rendered by
     KaTeX (`.katex` present, no `.katex-error`) and no TeX source shows as plain text."""
     from playwright.sync_api import expect, sync_playwright
@@ -701,7 +721,7 @@ def test_the_formulas_render(server):
     with sync_playwright() as p:
         page = _new_page(p)
         for entry in (e for e in MENU if e.url_path in ("home", "saliency", "allocation", "calibration")):
-            page.goto(f"{server}/{'' if entry is MENU[0] else entry.url_path}")
+            page.goto(f"{shared_server}/{'' if entry is MENU[0] else entry.url_path}")
             _assert_routed(page, entry)
             boxes = page.locator('[data-testid="stMain"] [data-testid="stExpander"] details')
             for i in range(boxes.count()):

@@ -41,15 +41,6 @@ FAMILIES = {  # name -> (config class, extra config, output biases)
     "mistral": (tf.MistralConfig, {}, ()),
     "gemma3_text (sliding + full)": (tf.Gemma3TextConfig, {"sliding_window": 8, "layer_types": [S, S, F]}, ()),
 }
-VLLM_GREEDY = """
-import json, sys
-from vllm import LLM, SamplingParams
-spec = json.loads(sys.argv[1])
-llm = LLM(model=spec["model"], dtype="float32", max_model_len=256, enforce_eager=True, max_num_seqs=2, seed=0,
-          hf_overrides={"architectures": [spec["architecture"]]})
-outs = llm.generate(spec["prompts"], SamplingParams(temperature=0, max_tokens=spec["new"], ignore_eos=True))
-print("GREEDY " + json.dumps([list(o.outputs[0].token_ids) for o in outs]))
-"""
 
 
 def build(folder: Path, name: str, tokenizer) -> None:
@@ -88,14 +79,16 @@ def transformers_greedy(folder: Path, tokenizer) -> list[list[int]]:
 
 
 def vllm_greedy(folder: Path) -> tuple[str, list[list[int]]]:
+    """The plugin's greedy token ids through `nirvana_vllm.measure` (the script `bench serve` runs), no timing."""
     architecture = serving_architecture(read_config(folder)[1])
-    spec = {"model": str(folder), "architecture": architecture, "prompts": PROMPTS, "new": NEW}
-    done = subprocess.run([str(serve_python()), "-c", VLLM_GREEDY, json.dumps(spec)], capture_output=True, text=True,
-                          env={**os.environ, **SERVER_ENV})  # fmt: skip
-    line = next((x for x in done.stdout.splitlines() if x.startswith("GREEDY ")), None)
+    spec = {"model": str(folder), "architecture": architecture, "prompts": PROMPTS, "new_tokens": NEW,
+            "ignore_eos": True, "batch_sizes": [], "max_model_len": 256}  # fmt: skip
+    done = subprocess.run([str(serve_python()), "-m", "nirvana_vllm.measure", json.dumps(spec)], capture_output=True,
+                          text=True, env={**os.environ, **SERVER_ENV})  # fmt: skip
+    line = next((x for x in done.stdout.splitlines() if x.startswith("NIRVANA-MEASURE ")), None)
     if line is None:
         raise RuntimeError(f"vLLM failed on {folder}:\n{done.stderr[-2000:]}")
-    return architecture, json.loads(line.split(" ", 1)[1])
+    return architecture, [g["token_ids"] for g in json.loads(line.split(" ", 1)[1])["greedy"]]
 
 
 def main() -> None:

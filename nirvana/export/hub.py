@@ -8,14 +8,20 @@ The card's loading examples name the local folder; the uploaded copy names the r
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from nirvana.errors import CorruptCheckpoint, InvalidInput, PublishFailed
 from nirvana.export.card import CARD_FILE, read_report, write_model_card
-from nirvana.export.modeling import MODELING_FILE, add_stock_loading, has_per_layer_widths, is_stock_loadable
+from nirvana.export.modeling import (
+    MODELING_FILE,
+    add_stock_loading,
+    has_per_layer_widths,
+    is_stock_loadable,
+    model_folder,
+    read_config,
+)
 
 TOKEN_HELP = "https://huggingface.co/settings/tokens"
 
@@ -33,14 +39,12 @@ class Upload:
 def pruned_model_folder(path: str | Path) -> Path:
     """The model folder itself (a `prune --out` folder holding `model/` is accepted), or a clear error."""
 
-    folder = Path(path).expanduser()
-    if not folder.is_dir():
+    if not Path(path).expanduser().is_dir():
         raise InvalidInput(f"--model {str(path)!r} is not a folder; pass the folder written by `nirvana prune --out`.")
-    if (folder / "model" / "config.json").exists() and not (folder / "config.json").exists():
-        folder = folder / "model"
+    folder = model_folder(path)
     try:
-        config = json.loads((folder / "config.json").read_text())
-    except (OSError, json.JSONDecodeError):
+        config = read_config(folder)
+    except CorruptCheckpoint:
         config = None
     if not config or not has_per_layer_widths(config):
         raise CorruptCheckpoint(

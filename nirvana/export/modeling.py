@@ -34,13 +34,23 @@ def auto_map_entry(model_type: str) -> str:
     return f"{MODELING_FILE[:-3]}.{CLASS_FOR_MODEL_TYPE[model_type]}"
 
 
-def _read_config(folder: Path) -> dict:
-    path = folder / "config.json"
+def model_folder(path: str | Path) -> Path:
+    """The model folder of `path`: a `prune --out` folder holding `model/` is accepted for its `model/`."""
+    folder = Path(path).expanduser()
+    if (folder / "model" / "config.json").exists() and not (folder / "config.json").exists():
+        return folder / "model"
+    return folder
+
+
+def read_config(folder: str | Path, missing: type[Exception] = CorruptCheckpoint, hint: str = "") -> dict:
+    """config.json of a model folder; a missing one raises `missing` (with `hint`), an unreadable one
+    CorruptCheckpoint."""
+    folder = Path(folder)
     try:
-        return json.loads(path.read_text())
+        return json.loads((folder / "config.json").read_text())
     except FileNotFoundError as exc:
-        raise CorruptCheckpoint(
-            f"{str(folder)!r} has no config.json; pass a folder written by `nirvana prune`."
+        raise missing(
+            f"{str(folder)!r} has no config.json; {hint or 'pass a folder written by `nirvana prune`.'}"
         ) from exc
     except (OSError, json.JSONDecodeError) as exc:
         raise CorruptCheckpoint(f"config.json in {str(folder)!r} is unreadable ({exc}).") from exc
@@ -61,7 +71,7 @@ def add_stock_loading(folder: str | Path) -> Path:
         >>> add_stock_loading("out/model")
     """
     folder = Path(folder)
-    config = _read_config(folder)
+    config = read_config(folder)
     if not has_per_layer_widths(config):
         raise CorruptCheckpoint(
             f"config.json in {str(folder)!r} has no per-layer widths (nirvana_layer_shapes, or modified_head_num "
@@ -132,7 +142,7 @@ def add_t5_stock_loading(folder: str | Path) -> Path:
     """Copy `modeling_t5_sliced.py` into a pruned T5 folder and point `auto_map` at its class, so
     `AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True)` rebuilds it. Idempotent."""
     folder = Path(folder)
-    config = _read_config(folder)
+    config = read_config(folder)
     if not (config.get("nirvana_t5_kept_heads") and config.get("nirvana_t5_ffn_widths")):
         raise CorruptCheckpoint(
             f"config.json in {str(folder)!r} has no per-layer T5 widths (nirvana_t5_kept_heads, "

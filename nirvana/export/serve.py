@@ -25,8 +25,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nirvana.errors import CorruptCheckpoint, InvalidInput, UnsupportedArchitecture
-from nirvana.export.modeling import has_per_layer_widths
+from nirvana.errors import InvalidInput, UnsupportedArchitecture
+from nirvana.export import modeling
+from nirvana.export.modeling import has_per_layer_widths, model_folder
 
 # model_type -> the vLLM class of `vllm_plugin/nirvana_vllm` that builds each layer at its own widths (its
 # ARCHITECTURES table; tests/test_serve.py checks the two agree).
@@ -71,18 +72,9 @@ def serve_python() -> Path:
 
 def read_config(folder: str | Path) -> tuple[Path, dict]:
     """(the model folder, its config.json): a `prune --out` folder holding model/ is accepted."""
-    folder = Path(folder).expanduser()
-    if (folder / "model" / "config.json").exists() and not (folder / "config.json").exists():
-        folder = folder / "model"
-    try:
-        return folder, json.loads((folder / "config.json").read_text())
-    except FileNotFoundError as exc:
-        raise InvalidInput(
-            f"--model {str(folder)!r} has no config.json; pass a model folder (one written by `prune --out`, or a "
-            "model name of the registry)."
-        ) from exc
-    except (OSError, json.JSONDecodeError) as exc:
-        raise CorruptCheckpoint(f"config.json in {str(folder)!r} is unreadable ({exc}).") from exc
+    folder = model_folder(folder)
+    hint = "pass a model folder (one written by `prune --out`, or a model name of the registry)."
+    return folder, modeling.read_config(folder, missing=InvalidInput, hint=hint)
 
 
 def serving_architecture(config: dict) -> str | None:

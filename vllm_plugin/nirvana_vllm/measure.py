@@ -4,7 +4,8 @@
     .venv-serve/bin/python -m nirvana_vllm.measure '{"model": DIR, "architecture": "NirvanaLlamaForCausalLM",
         "prompts": [...], "new_tokens": 24, "batch_sizes": [1, 32], "prompt_len": 64, "gen_tokens": 64}'
 
-prints one JSON line: each prompt's greedy token ids and text, and per batch size the output tokens per second
+prints one JSON line: each prompt's greedy token ids and text (`"ignore_eos": true` makes every prompt run its
+`new_tokens`), and per batch size (`"batch_sizes": []`: no timing) the output tokens per second
 of `generate` on that many prompts of `prompt_len` tokens with `gen_tokens` new tokens each (EOS ignored, so
 every request makes them all), the median of `repeats` timed runs after one untimed warm-up.
 """
@@ -24,9 +25,11 @@ def measure(spec: dict) -> dict:
     batches = [int(b) for b in spec.get("batch_sizes", [1, 32])]
     start = time.perf_counter()
     llm = LLM(model=spec["model"], dtype=spec.get("dtype", "float32"), enforce_eager=True, seed=0,
-              max_model_len=int(spec.get("max_model_len", 512)), max_num_seqs=max(batches), **overrides)  # fmt: skip
+              max_model_len=int(spec.get("max_model_len", 512)),
+              max_num_seqs=max(batches, default=len(spec["prompts"])), **overrides)  # fmt: skip
     start_s = time.perf_counter() - start
-    greedy = SamplingParams(temperature=0.0, max_tokens=int(spec["new_tokens"]))
+    ignore_eos = bool(spec.get("ignore_eos"))
+    greedy = SamplingParams(temperature=0.0, max_tokens=int(spec["new_tokens"]), ignore_eos=ignore_eos)
     outputs = llm.generate(spec["prompts"], greedy, use_tqdm=False)
     texts = [{"text": o.outputs[0].text, "token_ids": list(o.outputs[0].token_ids)} for o in outputs]
     vocab = llm.get_tokenizer().vocab_size
