@@ -36,6 +36,10 @@ import streamlit as st  # noqa: E402
 if hasattr(signal, "SIGUSR1"):  # `kill -USR1 <server pid>` writes every thread's stack to the server's stderr
     faulthandler.register(signal.SIGUSR1, all_threads=True)
 
+from nirvana.guard.heap import pin_mmap_threshold  # noqa: E402  (light: ctypes only)
+
+pin_mmap_threshold()  # CPU scoring's RSS stays near the memory plan (nirvana/guard/heap.py)
+
 from ui import routing  # noqa: E402  (streamlit only)
 
 st.set_page_config(page_title="NIRVANA Explorer", page_icon=":material/content_cut:", layout="wide")

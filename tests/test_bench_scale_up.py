@@ -29,7 +29,7 @@ def test_rows_resume_and_a_missing_model_is_skipped(tmp_path, monkeypatch):
         calls.append((model, method))
         row = {"model": model, "method": method, "samples": 2, "seq_len": 8, "parameters": 1e6, "scoring_s": 1.0}
         row |= {"micro_batch": 2, "activation_checkpointing": False, "added_gib": 0.5, "planned_gib": 0.55}
-        row |= {"plan_error": 0.1, "peak_rss_gib": 1.0}
+        row |= {"plan_error": 0.1, "peak_rss_gib": 1.0, "heap": scale_up.heap_setting()}
         return subprocess.CompletedProcess(cmd, 0, stdout=json.dumps(row) + "\n", stderr="")
 
     monkeypatch.setattr(scale_up, "installed", lambda name: name != "qwen2.5-coder-1.5b")
@@ -40,6 +40,27 @@ def test_rows_resume_and_a_missing_model_is_skipped(tmp_path, monkeypatch):
     assert any("skipped qwen2.5-coder-1.5b" in x and "make models-large" in x for x in logs)
     assert run_scale_up(config, logs.append, fake_run) == rows and len(calls) == 2  # resumed: nothing run again
     assert "+10%" in (tmp_path / "scale-up.md").read_text()
+
+
+def test_a_row_measured_under_another_heap_setting_is_measured_again_and_the_table_shows_the_latest(
+    tmp_path, monkeypatch
+):
+    old = {"model": "smollm2-135m", "method": "flap", "samples": 2, "seq_len": 8, "parameters": 1e6, "scoring_s": 1.0}
+    old |= {"micro_batch": 2, "activation_checkpointing": False, "added_gib": 0.9, "planned_gib": 0.6}
+    old |= {"plan_error": -0.333, "peak_rss_gib": 1.0}  # no "heap": written before it was recorded
+    (tmp_path / "scale-up.jsonl").write_text(json.dumps(old) + "\n")
+    new = old | {"added_gib": 0.62, "plan_error": -0.032, "heap": scale_up.heap_setting()}
+    ran = []
+
+    def fake_run(cmd, **kwargs):
+        ran.append(cmd[-3])
+        return subprocess.CompletedProcess(cmd, 0, stdout=json.dumps(new) + "\n", stderr="")
+
+    monkeypatch.setattr(scale_up, "installed", lambda name: True)
+    rows = run_scale_up(ScaleUpConfig(("smollm2-135m",), ("flap",), 2, 8, tmp_path), lambda _: None, fake_run)
+    assert ran == ["flap"] and len(rows) == 2  # the old row stays in the .jsonl
+    table = (tmp_path / "scale-up.md").read_text()
+    assert "-3%" in table and "-33%" not in table and table.count("| smollm2-135m |") == 1
 
 
 def test_an_unknown_method_is_refused_with_the_accepted_ones(capsys):

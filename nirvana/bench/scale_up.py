@@ -25,8 +25,6 @@ with the command that installs it.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import ctypes
 import datetime as dt
 import gc
 import json
@@ -44,6 +42,8 @@ import torch
 import nirvana.guard.memory as memory
 from nirvana.bench.environment import machine_label
 from nirvana.checkpoints.loading import load_model
+from nirvana.guard.heap import pin_mmap_threshold, trim_heap
+from nirvana.guard.heap import setting as heap_setting
 from nirvana.guard.memory import estimate_load
 from nirvana.models.registry import REGISTRY, installed
 from nirvana.pipeline import PruneSettings, calibration_for, score
@@ -76,13 +76,6 @@ def fault_in(model) -> None:
     with torch.no_grad():
         for p in model.parameters():
             p.sum()
-
-
-def trim_heap() -> None:
-    """Give the C heap's free pages back to the system (glibc `malloc_trim`), so that RSS counts live memory
-    only: a model converted in this process leaves gigabytes of freed heap that scoring would reuse unseen."""
-    with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to trim this way
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def reset_peak() -> bool:
@@ -150,12 +143,33 @@ def measure_one(model: str, method: str, samples: int, seq_len: int) -> dict:
         "plan_error": round(planned / added - 1, 3) if planned and added > 0 else None,
         "plan": {k: round(v / GIB, 3) for k, v in plans[-1].components.items()} if plans else None,
         "threads": torch.get_num_threads(),
+        "heap": heap_setting(),
         "peak_since": "reset (VmHWM)" if reset else "process start (ru_maxrss)",
     }
 
 
 def _done(path: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+
+
+# Rows before 2026-12-06 ran on glibc's sliding mmap threshold (nirvana/guard/heap.py); they stay in the .jsonl, and
+# the table shows the latest row of each (model, method, N x T) with its heap setting.
+SLIDING = "glibc default (sliding mmap threshold)"
+
+
+def _key(row: dict) -> tuple:
+    return row["model"], row["method"], row["samples"], row["seq_len"], row.get("heap", SLIDING)
+
+
+def _heap_cell(heap: str) -> str:
+    return "sliding" if heap == SLIDING else heap.removeprefix("glibc mmap threshold ")
+
+
+def latest(rows: list[dict]) -> list[dict]:
+    """The last row of each (model, method, N, T), in the order the first of each came."""
+    last = {_key(r)[:4]: r for r in rows}
+    order = dict.fromkeys(_key(r)[:4] for r in rows)
+    return [last[k] for k in order]
 
 
 def table(rows: list[dict]) -> str:
@@ -165,19 +179,23 @@ def table(rows: list[dict]) -> str:
         "Written by `python -m nirvana bench scale-up`: one fresh process per row; `added` is the peak RSS during "
         "scoring above the RSS just before it (the weights read once first, so they are resident, and the peak "
         "reset just before scoring), `planned` what the memory guard planned for the same pass "
-        "(`nirvana.guard.memory`), error = planned / added - 1. Each row's machine and load are in the .jsonl.",
+        "(`nirvana.guard.memory`), error = planned / added - 1. Each row's machine and load are in the .jsonl. "
+        "`heap`: how the C heap served large tensors; pinned (the CLI's and the app's setting since 2026-12-06) "
+        "keeps freed temporaries from staying resident (`nirvana/guard/heap.py`). The latest row of each model "
+        "and method is shown; earlier ones stay in the .jsonl.",
         "",
         "| model | parameters | method | N x T | micro-batch | scoring (s) | added (GiB) | planned (GiB) | error "
-        "| peak RSS (GiB) |",
-        "|---|---:|---|---|---:|---:|---:|---:|---:|---:|",
+        "| peak RSS (GiB) | threads | heap |",
+        "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
-    for r in rows:
+    for r in latest(rows):
         mb = f"{r['micro_batch']}{' + ckpt' if r['activation_checkpointing'] else ''}" if r["micro_batch"] else "-"
         err = f"{100 * r['plan_error']:+.0f}%" if r["plan_error"] is not None else "-"
         planned = f"{r['planned_gib']:.2f}" if r["planned_gib"] is not None else "-"
         lines.append(
             f"| {r['model']} | {r['parameters'] / 1e6:,.0f} M | {r['method']} | {r['samples']} x {r['seq_len']} | {mb} "
-            f"| {r['scoring_s']:.1f} | {r['added_gib']:.2f} | {planned} | {err} | {r['peak_rss_gib']:.2f} |"
+            f"| {r['scoring_s']:.1f} | {r['added_gib']:.2f} | {planned} | {err} | {r['peak_rss_gib']:.2f} "
+            f"| {r.get('threads', '-')} | {_heap_cell(r.get('heap', SLIDING))} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -193,8 +211,8 @@ def run_scale_up(config: ScaleUpConfig, log=print, runner=subprocess.run) -> lis
             log(f"skipped {model}: not installed ({REGISTRY[model].install_hint})")
             continue
         for method in config.methods:
-            key = (model, method, config.samples, config.seq_len)
-            if any((r["model"], r["method"], r["samples"], r["seq_len"]) == key for r in _done(path)):
+            key = (model, method, config.samples, config.seq_len, heap_setting())
+            if any(_key(r) == key for r in _done(path)):
                 continue
             cmd = [sys.executable, "-m", "nirvana.bench.scale_up", "--child", model, method]
             cmd += [str(config.samples), str(config.seq_len)]
@@ -218,6 +236,7 @@ def _child(argv: list[str]) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--child", nargs=4, metavar=("MODEL", "METHOD", "N", "T"), required=True)
     model, method, n, t = p.parse_args(argv).child
+    pin_mmap_threshold()  # as the CLI does, so the row measures what a user's `score` adds
     print(json.dumps(measure_one(model, method, int(n), int(t))))
     return 0
 

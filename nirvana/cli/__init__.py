@@ -57,7 +57,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser(argv[0] if argv and argv[0] in known else None)
     args = parser.parse_args(argv)
     # here, not at the top: `--help` and argparse's own errors need none of the library
+    from nirvana.guard.heap import pin_mmap_threshold
     from nirvana.guard.memory import oom_guard
+
+    pin_mmap_threshold()  # CPU scoring's RSS stays near the memory plan (nirvana/guard/heap.py)
 
     try:
         with oom_guard(f"`{args.command}`"):  # an OOM anywhere becomes the same numbers-and-options message

@@ -24,11 +24,9 @@ on a shared CPU the other processes change the figures.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import platform
 import statistics
-import sys
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -37,6 +35,7 @@ import psutil
 import torch
 
 from nirvana.errors import InvalidInput, OutOfMemory
+from nirvana.guard.heap import trim_heap
 from nirvana.measure.flops import phase_flops
 from nirvana.measure.speed_check import phase_check, row_verdict, worst
 from nirvana.models.weights import input_device
@@ -125,9 +124,7 @@ class PeakMemory:
             torch.cuda.reset_peak_memory_stats(self.device)
             self._base = torch.cuda.memory_allocated(self.device)
             return self
-        if sys.platform.startswith("linux"):
-            with contextlib.suppress(OSError):
-                ctypes.CDLL("libc.so.6").malloc_trim(0)  # give freed heap back so growth shows in RSS
+        trim_heap()  # give freed heap back so growth shows in RSS
         self._clear_refs = False
         with contextlib.suppress(OSError), open("/proc/self/clear_refs", "w") as f:
             f.write("5")  # resets VmHWM (the peak RSS) to the current RSS
