@@ -169,6 +169,7 @@ def recipes(model: str) -> str:
         bpb = v.get("bpb", {}).get("mbpp_bpb")
         v["bpb_value"], v["bpb_se"] = (bpb[0], bpb[1]) if bpb and bpb[0] is not None else (None, None)
     to_run = [job.variant for job in pending(BASELINES, config) if not job.variant.lora]
+    bpb = config.bpb_limit > 0  # a grid without gold bits per byte (Gemma-3's) gets no column for them
     lines = []
     for sparsity in config.sparsities:
         here = [v for v in measured if abs(float(v["sparsity"]) - sparsity) < 1e-9 and v.get("ppl_wikitext2")]
@@ -184,23 +185,22 @@ def recipes(model: str) -> str:
             )
             + ":",
             "",
-            "| recipe | WikiText-2 perplexity | 7-task average (%) | MBPP bits/byte |",
-            "|---|---:|---:|---:|",
+            "| recipe | WikiText-2 perplexity | 7-task average (%) |" + (" MBPP bits/byte |" if bpb else ""),
+            "|---|---:|---:|" + ("---:|" if bpb else ""),
         ]
         for v in here:
             cells = [
                 _recipe_label(v),
                 f"{v['ppl_wikitext2']:.2f}",
                 _pm(v.get("average"), v.get("average_se"), 100, 1),
-                _pm(v["bpb_value"], v["bpb_se"], 1, 3),
-            ]
+            ] + ([_pm(v["bpb_value"], v["bpb_se"], 1, 3)] if bpb else [])
             lines.append("| " + " | ".join(cells) + " |")
         plain = {v["method"]: v for v in here if " + recon" not in v["variant"] and "KL-best" not in v["variant"]}
         recon = {v["method"]: v for v in here if v["variant"].endswith(" + recon")}
         both = sorted(set(plain) & set(recon))
         lines.append("")
-        for key, what, lower in (("ppl_wikitext2", "perplexity", True), ("average", "7-task average", False),
-                                 ("bpb_value", "MBPP bits/byte", True)):  # fmt: skip
+        orders = [("ppl_wikitext2", "perplexity", True), ("average", "7-task average", False)]
+        for key, what, lower in orders + ([("bpb_value", "MBPP bits/byte", True)] if bpb else []):
             if both and all(plain[m].get(key) is not None and recon[m].get(key) is not None for m in both):
                 before = _order([plain[m] for m in both], key, lower)
                 after = _order([recon[m] for m in both], key, lower)
@@ -208,11 +208,10 @@ def recipes(model: str) -> str:
                 lines.append(f"- Order by {what}: plain {before}; reconstructed {after} ({same}).")
             else:
                 lines.append(f"- Order by {what}: not all reconstructed rows are measured yet.")
-        for key, se_key, what, lower, scale, digits in (
+        for key, se_key, what, lower, scale, digits in [
             ("ppl_wikitext2", None, "perplexity", True, 1, 2),
             ("average", "average_se", "7-task average", False, 100, 1),
-            ("bpb_value", "bpb_se", "MBPP bits/byte", True, 1, 3),
-        ):
+        ] + ([("bpb_value", "bpb_se", "MBPP bits/byte", True, 1, 3)] if bpb else []):
             ranked = sorted((v for v in here if v.get(key) is not None), key=lambda v: v[key] if lower else -v[key])
             if len(ranked) < 2:
                 continue
@@ -231,7 +230,8 @@ def recipes(model: str) -> str:
     lines.append(
         f"From `{source}` (`python -m nirvana bench baselines --model {model} --reconstruct-sparsities ...`): the "
         f"grid's protocol ({config.tokens:,} WikiText-2 tokens, {config.limit} examples per task ± one standard "
-        f'error, MBPP gold bits per byte on {config.bpb_limit} problems); "+ recon" is `--reconstruct`, Tyr '
+        f"error, {f'MBPP gold bits per byte on {config.bpb_limit} problems' if bpb else 'no MBPP bits per byte'}); "
+        '"+ recon" is `--reconstruct`, Tyr '
         "always reconstructs. The 7-task standard errors treat the recipes as independent samples (they share the "
         "examples, so the true error of a difference is smaller)."
     )
@@ -258,6 +258,7 @@ BLOCKS = {
     "baselines-smollm2-135m": Block(DOCS / "RESULTS-BASELINES.md", lambda: baselines("smollm2-135m")),
     "baselines-gemma3-270m": Block(DOCS / "RESULTS-BASELINES.md", lambda: baselines("gemma3-270m")),
     "recipes-smollm2-135m": Block(DOCS / "BASELINES.md", lambda: recipes("smollm2-135m")),
+    "recipes-gemma3-270m": Block(DOCS / "BASELINES.md", lambda: recipes("gemma3-270m")),
     "serve-smollm2-135m": Block(DOCS / "EXPORT.md", serve),
 }
 MARKER = re.compile(r"<!-- generated: (\S+) -->")
