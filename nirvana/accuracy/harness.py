@@ -96,8 +96,8 @@ def _lm_class():
         meter: _Meter | None = None
 
         def __init__(self, *args, max_gen_toks: int | None = None, **kwargs):
+            self._gen_cap = max_gen_toks  # before HFLM's own __init__, which may read the property
             super().__init__(*args, **kwargs)
-            self._gen_cap = max_gen_toks
 
         @property
         def max_gen_toks(self) -> int:
