@@ -8,7 +8,7 @@ the holes they leave stay resident. The memory plan counts live tensors, so on C
 scoring Gemma-3-270M at micro-batch 2 (4 x 128 tokens, one thread) added 0.99 GiB of RSS where the plan says
 0.71 GiB (-28%; the scale-up benchmark's row said -31% at 32 x 128). With the threshold pinned at 4 MiB the
 same pass adds 0.76 GiB (-7%) in the same time (9.3 s both); SmolLM2's default scoring (32 x 128) peaks at
-1.84 GB instead of 1.87 GB, 44.6 s against 44.9 s.
+1.76 GiB instead of 1.78 GiB (maximum RSS), 44.6 s against 44.9 s.
 
 `pin_mmap_threshold()` pins it (glibc's `mallopt(M_MMAP_THRESHOLD)`, which also stops the sliding). The
 entry points call it: the CLI, the app, the scale-up benchmark's rows. The library does not, since allocator
