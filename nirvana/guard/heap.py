@@ -22,12 +22,14 @@ import contextlib
 import ctypes
 import os
 import sys
+from functools import lru_cache
 
 M_MMAP_THRESHOLD = -3  # glibc's malloc.h
 PINNED_THRESHOLD = 4 << 20  # 4 MiB: the smallest of those measured with no time cost (256 KiB cost 14%)
 ENV = "MALLOC_MMAP_THRESHOLD_"
 
 
+@lru_cache(maxsize=1)  # the app calls pin_mmap_threshold on every rerun: load libc once
 def _libc():
     if not sys.platform.startswith("linux"):
         return None
