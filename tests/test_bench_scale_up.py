@@ -3,6 +3,7 @@ scoring added), rows resumed from the output, a model that is not installed skip
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 
@@ -40,6 +41,8 @@ def test_rows_resume_and_a_missing_model_is_skipped(tmp_path, monkeypatch):
     assert any("skipped qwen2.5-coder-1.5b" in x and "make models-large" in x for x in logs)
     assert run_scale_up(config, logs.append, fake_run) == rows and len(calls) == 2  # resumed: nothing run again
     assert "+10%" in (tmp_path / "scale-up.md").read_text()
+    again = run_scale_up(dataclasses.replace(config, rerun=True), logs.append, fake_run)  # --rerun: measured again
+    assert len(calls) == 4 and len(again) == 4 and again[:2] == rows
 
 
 def test_a_row_measured_under_another_heap_setting_is_measured_again_and_the_table_shows_the_latest(

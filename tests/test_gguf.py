@@ -4,6 +4,7 @@ generates like a model folder."""
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 import torch
@@ -12,7 +13,7 @@ from nirvana.checkpoints import gguf_cache
 from nirvana.checkpoints.loading import load_model
 from nirvana.checkpoints.pruned import load_pruned
 from nirvana.cli import main
-from nirvana.errors import CorruptCheckpoint
+from nirvana.errors import CorruptCheckpoint, NirvanaError
 from tests.tiny import tiny_model
 from tests.tiny_gguf import FAMILIES, VOCAB, write_gguf
 
@@ -57,6 +58,36 @@ def test_a_damaged_gguf_is_a_clear_error(tmp_path):
     with pytest.raises(CorruptCheckpoint, match=r"bad\.gguf"):
         load_model(str(bad), device="cpu")
     assert main(["info", "--model", str(bad)]) == 2
+
+
+def test_a_child_process_converts_to_the_same_folder_and_its_errors_cross_over(tiny_gguf, tmp_path, monkeypatch):
+    # files above ISOLATE_ABOVE convert in a child, so the de-quantization's freed heap never reaches the
+    # process that then scores; the result is the same safetensors, and its errors are the same errors
+    path, _ = tiny_gguf
+    here = gguf_cache.convert_gguf(path, tmp_path / "here", isolate=False)
+    child = gguf_cache.convert_gguf(path, tmp_path / "child", isolate=True)
+    a, b = load_model(str(here), device="cpu"), load_model(str(child), device="cpu")
+    with torch.no_grad():
+        assert torch.equal(a.model(IDS).logits, b.model(IDS).logits)
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF\x03\x00\x00\x00")
+    with pytest.raises(CorruptCheckpoint, match=r"bad\.gguf"):
+        gguf_cache.convert_gguf(bad, tmp_path / "bad", isolate=True)
+    assert not (tmp_path / "bad").exists()
+    monkeypatch.setattr(gguf_cache, "ISOLATE_ABOVE", 0)  # any file is "large": the default isolates it
+    calls = []
+    monkeypatch.setattr(gguf_cache, "_convert_in_child", lambda *args: calls.append(args))
+    gguf_cache.convert_gguf(path, tmp_path / "default")
+    assert calls == [(path, tmp_path / "default")]
+
+
+def test_a_child_that_dies_is_a_clear_error(tmp_path, monkeypatch):
+    def killed(cmd, **kwargs):
+        return subprocess.CompletedProcess(cmd, -9, stdout="", stderr="")
+
+    monkeypatch.setattr(gguf_cache.subprocess, "run", killed)
+    with pytest.raises(NirvanaError, match=r"child process \(exit status -9\).*memory for the fp32 model"):
+        gguf_cache.convert_gguf(tmp_path / "big.gguf", tmp_path / "out", isolate=True)
 
 
 def _prune(model: str, out, capsys) -> dict:

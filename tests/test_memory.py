@@ -42,6 +42,22 @@ def test_scoring_estimate_components():
     assert auto.components["logits"] == 8 * 16 * sizes.vocab_size * 4 * 3
 
 
+@pytest.mark.parametrize("attention, scores", [("eager", 3), ("sdpa", 0)])
+def test_forward_by_layer_known_answer(attention, scores):
+    # per token: six hidden widths of residual stream, beside the larger of the attention (four query widths,
+    # k and v, and three [Hq, T] score copies unless the kernel is fused) and the MLP (gate, up, product)
+    config = tiny_model("llama", attn_implementation=attention).config
+    a = memory.ArchSizes.from_config(config)
+    est = memory.estimate_forward_by_layer(config, samples=8, seq_len=16, micro_batch=2)
+    attn = 4 * a.num_heads * a.head_dim + 2 * a.num_kv_heads * a.head_dim + scores * a.num_heads * 16
+    per_token = 6 * a.hidden_size + max(attn, 3 * a.intermediate_size)
+    assert est.total == 2 * 16 * per_token * 4
+    # a wide MLP dominates whatever the attention kernel
+    wide = tiny_model("llama", attn_implementation=attention, intermediate_size=4096).config
+    mlp_only = memory.estimate_forward_by_layer(wide, samples=2, seq_len=16)
+    assert mlp_only.total == 2 * 16 * (6 * a.hidden_size + 3 * 4096) * 4
+
+
 def test_sharded_estimate_per_rank_with_checkpointing_and_llm_pruners_squared_gradients():
     from transformers import LlamaConfig
 

@@ -63,6 +63,7 @@ class ScaleUpConfig:
     samples: int = 32
     seq_len: int = 128
     out: Path = DEFAULT_OUT
+    rerun: bool = False  # measure rows already in the output again (appended; the table shows the latest)
 
 
 def _rss() -> int:
@@ -212,7 +213,7 @@ def run_scale_up(config: ScaleUpConfig, log=print, runner=subprocess.run) -> lis
             continue
         for method in config.methods:
             key = (model, method, config.samples, config.seq_len, heap_setting())
-            if any(_key(r) == key for r in _done(path)):
+            if not config.rerun and any(_key(r) == key for r in _done(path)):
                 continue
             cmd = [sys.executable, "-m", "nirvana.bench.scale_up", "--child", model, method]
             cmd += [str(config.samples), str(config.seq_len)]

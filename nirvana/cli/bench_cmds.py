@@ -165,6 +165,7 @@ SCALE_UP_FLAGS = {
     "samples": "calibration sequences N",
     "seq_len": "calibration tokens per sequence T",
     "out": "output folder (default benchmarks/scale-up)",
+    "rerun": "measure the rows already in the output again (appended; the table shows the latest of each)",
 }
 SERVE_FLAGS = {
     "model": "",

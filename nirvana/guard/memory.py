@@ -205,6 +205,16 @@ def estimate_scoring(
     return est
 
 
+# Attention kernels that never form the [Hq, T, T] scores (fused: one block of them at a time); any other
+# implementation ("eager", or none recorded) is counted with three copies of them: raw, masked and softmaxed.
+FUSED_ATTENTION = frozenset({"sdpa", "flash_attention_2", "flash_attention_3", "flex_attention"})
+# Hidden widths per token alive beside a layer's attention or MLP in a no-grad pass: four referenced (the
+# embeddings' output, which the decoder keeps for the whole pass; the layer's input; the residual; the norm's
+# output) and about two more that the allocator keeps resident between layers (read at every module's entry
+# and exit, with the heap pinned: 5.7 widths on Qwen2.5-Coder-0.5B, 6.9 on SmolLM2-135M, 32 x 128 tokens).
+RESIDUAL_WIDTHS = 6
+
+
 def estimate_forward_by_layer(
     config,
     *,
@@ -217,17 +227,22 @@ def estimate_forward_by_layer(
 ) -> MemoryEstimate:
     """Planned peak of a no-grad pass through the decoder layers only (no lm_head, so no logits).
 
-    Only one layer's tensors are alive at a time, and within it the attention's and then the MLP's: the
-    residual stream and its norm, beside the larger of q/k/v (and after RoPE), repeated k/v, the attention
-    scores [Hq, T] (raw, masked and softmaxed: three copies while the attention runs) and the attention output;
-    or the MLP's gate, up and their product; for `micro_batch` (or all) sequences. (Counting both at once planned
-    60% above what FLAP's statistics pass adds on SmolLM2-135M and Gemma-3-270M: `bench scale-up`, 2026-12-06.)
+    Only one layer's tensors are alive at a time, and within it the attention's and then the MLP's, beside the
+    residual stream (`RESIDUAL_WIDTHS` hidden widths per token): for the attention, k and v beside four query
+    widths (q and three RoPE temporaries; later q, k/v repeated to the query heads and the output), plus the
+    [Hq, T] scores three times unless the kernel is fused (`FUSED_ATTENTION`: SDPA on CPU never forms them);
+    for the MLP, its gate, up and their product; for `micro_batch` (or all) sequences. The larger of the two
+    phases counts. Against FLAP's statistics pass (`bench scale-up`, heap pinned, 2026-12-06), the earlier count
+    (three widths; the scores whatever the kernel) was 20% low on Qwen2.5-Coder-0.5B, where the MLP phase
+    dominates, and high on attention-heavy configs under SDPA.
     """
     a = ArchSizes.from_config(config)
     n = min(micro_batch or samples, samples)
     d, hq, hkv = a.head_dim, a.num_heads, a.num_kv_heads
-    attention = 3 * hq * d + 2 * hkv * d + 2 * hq * d + 3 * hq * seq_len
-    per_token = 3 * a.hidden_size + max(attention, 3 * a.intermediate_size)
+    attention = 4 * hq * d + 2 * hkv * d  # q's RoPE (q, q cos, rotated q, its sin product), or q, k/v repeated, output
+    if getattr(text_config(config), "_attn_implementation", None) not in FUSED_ATTENTION:
+        attention += 3 * hq * seq_len
+    per_token = RESIDUAL_WIDTHS * a.hidden_size + max(attention, 3 * a.intermediate_size)
     est = MemoryEstimate("scoring", device)
     est.components["activations (one layer)"] = n * seq_len * per_token * dtype_bytes(dtype)
     if quantization:
