@@ -89,6 +89,14 @@ def test_a_child_that_dies_is_a_clear_error(tmp_path, monkeypatch):
     with pytest.raises(NirvanaError, match=r"child process \(exit status -9\).*memory for the fp32 model"):
         gguf_cache.convert_gguf(tmp_path / "big.gguf", tmp_path / "out", isolate=True)
 
+    def crashed(cmd, **kwargs):
+        bars = "Converting GGUF tensors:  40%|####      | 2/5\rConverting GGUF tensors:  60%|######    | 3/5"
+        return subprocess.CompletedProcess(cmd, 1, stdout="", stderr=f"{bars}\nRuntimeError: disk full\n")
+
+    monkeypatch.setattr(gguf_cache.subprocess, "run", crashed)
+    with pytest.raises(NirvanaError, match=r"child process \(RuntimeError: disk full\)"):
+        gguf_cache.convert_gguf(tmp_path / "big.gguf", tmp_path / "out", isolate=True)
+
 
 def _prune(model: str, out, capsys) -> dict:
     argv = ["prune", "--model", model, "--sparsity", "0.3", "--samples", "2", "--seq-len", "16", "--out", str(out)]

@@ -93,7 +93,8 @@ def _convert_in_child(path: Path, target: Path) -> None:
     error = _reported_error(done.stdout)
     if error is not None:
         raise error
-    tail = " | ".join(done.stderr.strip().splitlines()[-3:]) or f"exit status {done.returncode}"
+    lines = [x for x in done.stderr.strip().splitlines() if x.strip() and "%|" not in x]  # no progress bars
+    tail = " | ".join(lines[-3:]) or f"exit status {done.returncode}"
     raise NirvanaError(
         f"converting {str(path)!r} to safetensors failed in its child process ({tail}). Nothing was cached; "
         "check that the machine has memory for the fp32 model (4 bytes per weight) and try again."

@@ -65,7 +65,9 @@ def setting() -> str:
 
 def trim_heap() -> None:
     """Give the C heap's free pages back to the system (glibc `malloc_trim`), so that RSS counts live memory
-    only: a model converted in this process leaves gigabytes of freed heap that scoring would reuse unseen."""
+    only. Trimming returns the pages, not the free chunks: tensors later carved from them become resident again
+    and stay so after they are freed, which is why a large GGUF is converted in a child process
+    (`nirvana.checkpoints.gguf_cache`)."""
     libc = _libc()
     if libc is not None and hasattr(libc, "malloc_trim"):
         libc.malloc_trim(0)
