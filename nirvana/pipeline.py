@@ -284,6 +284,8 @@ def _prune_decoder(lm, settings, *, scores=None, plan=None, inplace=False, progr
     timings["plan"] = time.perf_counter() - t
     t = time.perf_counter()
     micro_batch = settings.micro_batch if settings is not None else 0
+    if settings is not None and settings.reconstruct:
+        inplace = False  # reconstruction fits each pruned module to the dense one's output: the dense model stays
     pruned = method.apply(
         lm.model, plan, scores=scores, batch=batch, inplace=inplace, micro_batch=micro_batch, progress=progress
     )

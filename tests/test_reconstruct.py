@@ -178,6 +178,24 @@ def test_prune_reconstructs_saves_and_reloads(tiny_with_tokenizer_dir, tmp_path)
     torch.testing.assert_close(again(ids).logits, fitted.model(ids).logits)
 
 
+def test_in_place_pruning_keeps_the_dense_model_that_reconstruction_fits_to(tiny_with_tokenizer_dir):
+    """The CLI prunes in place; reconstruction needs the dense modules as its target, so it slices a copy
+    (once an IndexError: the 'dense' o_proj was already sliced)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_with_tokenizer_dir)
+    models = [AutoModelForCausalLM.from_pretrained(tiny_with_tokenizer_dir).eval() for _ in range(2)]
+    dense = {k: v.clone() for k, v in models[0].state_dict().items()}
+    settings = PruneSettings(sparsity=0.5, criterion="magnitude", samples=4, seq_len=16, reconstruct=True)
+    results = [
+        prune(LoadedModel(m, tok, name="tiny", source="test", load_seconds=0), settings, inplace=inplace)
+        for m, inplace in zip(models, (True, False))
+    ]
+    ids = torch.randint(0, 64, (2, 9))
+    torch.testing.assert_close(results[0].model(ids).logits, results[1].model(ids).logits)
+    assert all(v.equal(dense[k]) for k, v in models[0].state_dict().items())
+
+
 def test_what_reconstruction_cannot_fit_is_refused():
     with pytest.raises(InvalidInput, match="rotates and slices the residual stream"):
         PruneSettings(sparsity=0.2, method="slicegpt", reconstruct=True)
