@@ -13,7 +13,7 @@ from nirvana.checkpoints import gguf_cache
 from nirvana.checkpoints.loading import load_model
 from nirvana.checkpoints.pruned import load_pruned
 from nirvana.cli import main
-from nirvana.errors import CorruptCheckpoint, NirvanaError
+from nirvana.errors import CorruptCheckpoint, NirvanaError, OutOfMemory
 from tests.tiny import tiny_model
 from tests.tiny_gguf import FAMILIES, VOCAB, write_gguf
 
@@ -86,12 +86,19 @@ def test_a_child_that_dies_is_a_clear_error(tmp_path, monkeypatch):
         return subprocess.CompletedProcess(cmd, -9, stdout="", stderr="")
 
     monkeypatch.setattr(gguf_cache.subprocess, "run", killed)
-    with pytest.raises(NirvanaError, match=r"child process \(exit status -9\).*memory for the fp32 model"):
+    with pytest.raises(OutOfMemory, match=r"was killed \(SIGKILL\).*out-of-memory killer.*Nothing was cached"):
         gguf_cache.convert_gguf(tmp_path / "big.gguf", tmp_path / "out", isolate=True)
 
     def crashed(cmd, **kwargs):
         bars = "Converting GGUF tensors:  40%|####      | 2/5\rConverting GGUF tensors:  60%|######    | 3/5"
         return subprocess.CompletedProcess(cmd, 1, stdout="", stderr=f"{bars}\nRuntimeError: disk full\n")
+
+    def segfault(cmd, **kwargs):
+        return subprocess.CompletedProcess(cmd, -11, stdout="", stderr="")
+
+    monkeypatch.setattr(gguf_cache.subprocess, "run", segfault)
+    with pytest.raises(NirvanaError, match=r"child process \(exit status -11\).*memory for the fp32 model"):
+        gguf_cache.convert_gguf(tmp_path / "big.gguf", tmp_path / "out", isolate=True)
 
     monkeypatch.setattr(gguf_cache.subprocess, "run", crashed)
     with pytest.raises(NirvanaError, match=r"child process \(RuntimeError: disk full\)"):

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import signal
 import struct
 import subprocess
 import sys
@@ -31,7 +32,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from nirvana.errors import CorruptCheckpoint, NirvanaError, UnsupportedArchitecture
+from nirvana.errors import CorruptCheckpoint, NirvanaError, OutOfMemory, UnsupportedArchitecture
 from nirvana.store.atomic import atomic_path
 from nirvana.store.paths import cache_dir
 
@@ -93,6 +94,12 @@ def _convert_in_child(path: Path, target: Path) -> None:
     error = _reported_error(done.stdout)
     if error is not None:
         raise error
+    if done.returncode == -signal.SIGKILL:  # what the kernel's out-of-memory killer sends
+        raise OutOfMemory(
+            f"converting {str(path)!r} to safetensors was killed (SIGKILL), most likely by the out-of-memory "
+            "killer: the fp32 model takes 4 bytes per weight beside the GGUF file. Nothing was cached; close "
+            "other models or convert on a machine with more memory, then try again."
+        )
     lines = [x for x in done.stderr.strip().splitlines() if x.strip() and "%|" not in x]  # no progress bars
     tail = " | ".join(lines[-3:]) or f"exit status {done.returncode}"
     raise NirvanaError(
