@@ -130,6 +130,87 @@ def front_results(model: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+POSTER_MBPP = {"nirvana": 23.8, "llm-pruner": 4.4}  # the poster's MBPP pass@1 (%) at 20%, Llama-3.1-8B
+
+
+def poster_answer(nirvana: tuple, llm_pruner: tuple) -> str:
+    """NIRVANA against LLM-Pruner on MBPP pass@1 at 20%, each (value, standard error) as fractions or (None, None)
+    when not measured: the difference, whether it is more than two standard errors, or what is still to run."""
+    import math
+
+    from nirvana.methods import METHODS
+
+    sides = (nirvana, llm_pruner)
+    poster = f"the poster, on Llama-3.1-8B: {POSTER_MBPP['nirvana']} against {POSTER_MBPP['llm-pruner']}"
+    if not all(x[0] is not None and x[1] is not None for x in sides):
+        missing = [f"{METHODS[m].label}'s row" for m, x in zip(POSTER_MBPP, sides) if x[0] is None or x[1] is None]
+        return (
+            f"**The poster's question here** (MBPP pass@1 at 20%, NIRVANA against LLM-Pruner; {poster}) is not "
+            f"answered yet: {' and '.join(missing)} still to run."
+        )
+    (a, sa), (b, sb) = sides
+    d, se = a - b, math.hypot(sa, sb)
+    verdict = (
+        f"resolved: {'NIRVANA' if d > 0 else 'LLM-Pruner'} higher" if abs(d) > 2 * se
+        else "within two standard errors: not resolved"
+    )  # fmt: skip
+    return (
+        f"**The poster's question here**: MBPP pass@1 at 20%, NIRVANA {100 * a:.1f} against LLM-Pruner "
+        f"{100 * b:.1f}, a difference of {100 * d:+.1f} ± {100 * se:.1f} points ({verdict}; {poster}). The error "
+        "treats the two as independent samples; they share the problems, so the error of the difference is smaller."
+    )
+
+
+def code_results(model: str) -> str:
+    """The README's answer to the poster's code question at a code model's scale: dense and every method at
+    FRONT_SPARSITIES (NIRVANA at gamma*, no LoRA) with MBPP and HumanEval pass@1, from the committed CSV of
+    `bench baselines --model MODEL`; then NIRVANA against LLM-Pruner on MBPP at 20%, or why not yet."""
+    from nirvana.bench.base import pending
+    from nirvana.bench.baselines import BASELINES, BaselinesConfig, Variant, recorded_config
+    from nirvana.bench.baselines_report import variants
+    from nirvana.bench.rows import read_rows
+    from nirvana.methods import METHODS
+
+    config = recorded_config(BaselinesConfig(model=model).csv_path, model)
+    measured = {v["variant"]: v for v in variants(read_rows(config.csv_path))}
+    wanted = [("dense", Variant("dense"))]
+    wanted += [(METHODS[m].label, Variant(m, s)) for s in FRONT_SPARSITIES for m in config.methods if m in METHODS]
+    lines = [
+        f"| method | sparsity | WikiText-2 perplexity | 7-task average (%) | MBPP pass@1 (%), {config.mbpp_limit} "
+        f"problems | HumanEval pass@1 (%), {config.humaneval_limit} problems |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for label, variant in wanted:
+        v = measured.get(variant.name, {})
+        ppl = v.get("ppl_wikitext2")
+        mbpp, human = v.get("mbpp", (None, None)), v.get("humaneval", (None, None))
+        cells = [
+            label + (" (not matched: another budget)" if v.get("matched") is False else ""),
+            "0%" if variant.method == "dense" else f"{variant.sparsity:.0%}",
+            NOT_MEASURED if ppl is None else f"{ppl:.2f}",
+            _pm(v.get("average"), v.get("average_se"), 100, 1),
+            _pm(mbpp[0], mbpp[1], 100, 1),
+            _pm(human[0], human[1], 100, 1),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    sides = [measured.get(Variant(m, 0.2).name, {}).get("mbpp", (None, None)) for m in POSTER_MBPP]
+    answer = poster_answer(*sides)
+    left = len(pending(BASELINES, config))
+    source = config.csv_path.relative_to(ROOT)
+    lines += [
+        "",
+        answer,
+        "",
+        f"From `{source}` (`python -m nirvana bench baselines --model {model} --allow-code-execution "
+        f"--code-first ...`): perplexity on the first {config.tokens:,} tokens of WikiText-2 test; the seven "
+        f"zero-shot tasks, the first {config.limit} examples of each; MBPP 3-shot and HumanEval, greedy, each "
+        "completion run in the sandbox; ± one standard error; NIRVANA at its analytic gamma*, no LoRA, every method "
+        f"on the same calibration batch. {left} rows of the grid are still to run"
+        + (": the grid resumes across sessions." if left else "."),
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def _recipe_label(v: dict) -> str:
     """ "NIRVANA γ* + recon" from the variant "nirvana s=0.2 gamma* + recon"."""
     from nirvana.methods import METHODS
@@ -254,6 +335,7 @@ class Block(NamedTuple):
 
 BLOCKS = {
     "results-smollm2-135m": Block(README, lambda: front_results("smollm2-135m")),
+    "code-qwen2.5-coder-0.5b": Block(README, lambda: code_results("qwen2.5-coder-0.5b")),
     "distill-smollm2-135m": Block(DOCS / "RECOVERY.md", lambda: distill("smollm2-135m")),
     "baselines-smollm2-135m": Block(DOCS / "RESULTS-BASELINES.md", lambda: baselines("smollm2-135m")),
     "baselines-gemma3-270m": Block(DOCS / "RESULTS-BASELINES.md", lambda: baselines("gemma3-270m")),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.readme_blocks import BLOCKS, DOCS, MARKER, README, ROOT, current
+from tests.readme_blocks import BLOCKS, DOCS, MARKER, README, ROOT, current, poster_answer
 
 
 @pytest.mark.parametrize("name", list(BLOCKS))
@@ -23,3 +23,13 @@ def test_every_generated_block_in_the_readme_and_docs_is_known():
             assert name in BLOCKS, f"{file.relative_to(ROOT)}: no generator for the block {name!r}"
             where = BLOCKS[name].file.relative_to(ROOT)
             assert BLOCKS[name].file == file, f"{name!r} is in {file.relative_to(ROOT)}; BLOCKS says {where}"
+
+
+def test_the_posters_code_question_is_answered_only_from_both_rows_and_with_its_error():
+    missing = (None, None)
+    assert "not answered yet: NIRVANA's row and LLM-Pruner's row still to run" in poster_answer(missing, missing)
+    assert "not answered yet: LLM-Pruner's row still to run" in poster_answer((0.3, 0.03), (None, None))
+    # sqrt(0.03^2 + 0.04^2) = 5.0 points of error: 8 points are within two, 12 and 20 are not
+    assert "+8.0 ± 5.0 points (within two standard errors: not resolved" in poster_answer((0.3, 0.03), (0.22, 0.04))
+    assert "-12.0 ± 5.0 points (resolved: LLM-Pruner higher" in poster_answer((0.2, 0.03), (0.32, 0.04))
+    assert "+20.0 ± 5.0 points (resolved: NIRVANA higher" in poster_answer((0.4, 0.03), (0.2, 0.04))
