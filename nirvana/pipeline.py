@@ -34,6 +34,7 @@ import torch.nn as nn
 from nirvana.checkpoints.loaded import LoadedModel
 from nirvana.data.calibration import CalibrationBatch, calibration_batch
 from nirvana.errors import InvalidInput
+from nirvana.guard.memory import check_scoring_memory
 from nirvana.methods import METHODS, get_method, method_config
 from nirvana.methods.nirvana import NIRVANA_FIELDS, NirvanaConfig
 from nirvana.models.architectures import layer_projections
@@ -42,7 +43,7 @@ from nirvana.models.shapes import ModelShape, count_block_parameters, count_para
 from nirvana.progress import Progress
 from nirvana.pruning.allocation import Allocation
 from nirvana.pruning.plan import PruningPlan, load_plan
-from nirvana.pruning.reconstruct import reconstruct
+from nirvana.pruning.reconstruct import reconstruct, reconstruct_memory
 from nirvana.scoring.criteria import DEFAULT_CRITERION
 from nirvana.scoring.distributed import ShardedScorer
 from nirvana.scoring.scores import Scores, check_scores_match
@@ -261,6 +262,8 @@ def _prune_decoder(lm, settings, *, scores=None, plan=None, inplace=False, progr
     if plan is not None:
         settings = method.settings_for_plan(plan, settings, batch, PruneSettings)
     shape = model_shape(lm.model)
+    if settings is not None and settings.reconstruct:  # before any scoring: the copy and the solves must fit
+        check_scoring_memory(lm.model, settings.samples, settings.seq_len, estimate=reconstruct_memory)
     timings: dict[str, float] = {}
     selection = None
     t = time.perf_counter()

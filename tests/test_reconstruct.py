@@ -203,3 +203,37 @@ def test_what_reconstruction_cannot_fit_is_refused():
         check_t5_settings(PruneSettings(sparsity=0.2, reconstruct=True))
     with pytest.raises(InvalidInput, match="reconstruct must be true or false"):
         PruneSettings(sparsity=0.2, reconstruct="yes")
+
+
+def test_the_memory_plan_counts_the_copy_the_hidden_states_the_grams_and_the_solve():
+    from transformers import LlamaConfig
+
+    from nirvana.pruning.reconstruct import reconstruct_memory
+
+    config = LlamaConfig(hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2,
+                         num_hidden_layers=2, vocab_size=100, tie_word_embeddings=True)  # fmt: skip
+    est = reconstruct_memory(config, samples=4, seq_len=8)
+    params = 100 * 64 + 2 * (64 * 64 * 2 + 2 * 64 * 32 + 3 * 64 * 96 + 2 * 64) + 64  # tied head; no q/k/v bias
+    c = est.components
+    assert est.step == "reconstruction"
+    assert c["pruned copy of the model (at most the dense one)"] == params * 4
+    assert c["block inputs and outputs, all sequences"] == 2 * 4 * 8 * 64 * 4
+    assert c["H of o_proj and down_proj (fp32)"] == 4 * (96**2 + 64**2)
+    assert c["the solve (fp64)"] == 8 * (3 * 96 * 96 + 2 * 96 * 64)
+
+
+def test_a_reconstruction_that_would_not_fit_is_refused_before_scoring(tiny_with_tokenizer_dir, monkeypatch):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    import nirvana.guard.memory as memory
+    from nirvana.errors import OutOfMemory
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_with_tokenizer_dir).eval()
+    tok = AutoTokenizer.from_pretrained(tiny_with_tokenizer_dir)
+    lm = LoadedModel(model, tok, name="tiny", source="test", load_seconds=0)
+    monkeypatch.setattr(memory, "available_bytes", lambda device="cpu": 1000)
+    monkeypatch.setattr("nirvana.pipeline._scored", lambda *a, **k: pytest.fail("scored before the memory check"))
+    with pytest.raises(OutOfMemory, match=r"reconstruction needs about .*pruned copy of the model"):
+        prune(lm, PruneSettings(sparsity=0.5, criterion="taylor", samples=4, seq_len=16, reconstruct=True))
+    monkeypatch.undo()  # the machine's own memory again: the same prune runs
+    assert prune(lm, PruneSettings(sparsity=0.5, criterion="magnitude", samples=4, seq_len=16, reconstruct=True))

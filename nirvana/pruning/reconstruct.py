@@ -27,6 +27,7 @@ import torch.nn as nn
 
 from nirvana.data.calibration import CalibrationBatch
 from nirvana.errors import InvalidInput
+from nirvana.guard.memory import ArchSizes, MemoryEstimate, dtype_bytes, estimate_forward_by_layer
 from nirvana.models.architectures import decoder_layers, layer_projections
 from nirvana.models.capture import first_output, layer_inputs
 from nirvana.models.shapes import model_shape
@@ -35,6 +36,26 @@ from nirvana.pruning.plan import PruningPlan
 from nirvana.pruning.slicing import _group_rows
 
 DAMP = 0.01  # the reference's damping: a fraction of the mean of diag H
+MICRO_BATCH = 8  # sequences per forward through a block
+
+
+def reconstruct_memory(config, **sizes) -> MemoryEstimate:
+    """Planned peak (bytes above the dense weights) of `reconstruct`, for the sizes `check_scoring_memory` passes
+    (samples, seq_len, micro_batch, dtype, ...): the pruned copy (at most the dense model's size), every
+    calibration sequence's hidden states at one block (its inputs and its outputs), the two modules' H (fp32),
+    the solve of the wider one in fp64 (H, its kept block, the identity; B and G), and one micro-batch through a
+    block."""
+    est = estimate_forward_by_layer(config, **{**sizes, "micro_batch": sizes.get("micro_batch") or MICRO_BATCH})
+    samples, seq_len = sizes["samples"], sizes["seq_len"]
+    est.step = "reconstruction"
+    a = ArchSizes.from_config(config)
+    act = dtype_bytes(sizes.get("dtype") or torch.float32)
+    attention, width = a.num_heads * a.head_dim, max(a.intermediate_size, a.num_heads * a.head_dim)
+    est.components["pruned copy of the model (at most the dense one)"] = a.total_params * act
+    est.components["block inputs and outputs, all sequences"] = 2 * samples * seq_len * a.hidden_size * act
+    est.components["H of o_proj and down_proj (fp32)"] = 4 * (a.intermediate_size**2 + attention**2)
+    est.components["the solve (fp64)"] = 8 * (3 * width * width + 2 * width * a.hidden_size)
+    return est
 
 
 @torch.no_grad()
@@ -84,7 +105,7 @@ def reconstruct(
     plan: PruningPlan,
     batch: CalibrationBatch,
     *,
-    micro_batch: int = 8,
+    micro_batch: int = MICRO_BATCH,
     damp: float = DAMP,
     progress: Progress = None,
 ) -> nn.Module:
@@ -137,4 +158,4 @@ def reconstruct(
     return pruned
 
 
-__all__ = ["DAMP", "Gram", "reconstruct", "solve_kept"]
+__all__ = ["DAMP", "MICRO_BATCH", "Gram", "reconstruct", "reconstruct_memory", "solve_kept"]
