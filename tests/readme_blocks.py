@@ -133,9 +133,10 @@ def front_results(model: str) -> str:
 POSTER_MBPP = {"nirvana": 23.8, "llm-pruner": 4.4}  # the poster's MBPP pass@1 (%) at 20%, Llama-3.1-8B
 
 
-def poster_answer(nirvana: tuple, llm_pruner: tuple) -> str:
+def poster_answer(nirvana: tuple, llm_pruner: tuple, dense: tuple = (None, None)) -> str:
     """NIRVANA against LLM-Pruner on MBPP pass@1 at 20%, each (value, standard error) as fractions or (None, None)
-    when not measured: the difference, whether it is more than two standard errors, or what is still to run."""
+    when not measured: the difference, whether it is more than two standard errors, or what is still to run;
+    with the dense model's, what share of it each keeps."""
     import math
 
     from nirvana.methods import METHODS
@@ -158,6 +159,11 @@ def poster_answer(nirvana: tuple, llm_pruner: tuple) -> str:
         f"**The poster's question here**: MBPP pass@1 at 20%, NIRVANA {100 * a:.1f} against LLM-Pruner "
         f"{100 * b:.1f}, a difference of {100 * d:+.1f} ± {100 * se:.1f} points ({verdict}; {poster}). The error "
         "treats the two as independent samples; they share the problems, so the error of the difference is smaller."
+        + (
+            f" Dense: {100 * dense[0]:.1f}; NIRVANA keeps {a / dense[0]:.0%} of it, LLM-Pruner {b / dense[0]:.0%}."
+            if dense[0]
+            else ""
+        )
     )
 
 
@@ -194,7 +200,7 @@ def code_results(model: str) -> str:
         ]
         lines.append("| " + " | ".join(cells) + " |")
     sides = [measured.get(Variant(m, 0.2).name, {}).get("mbpp", (None, None)) for m in POSTER_MBPP]
-    answer = poster_answer(*sides)
+    answer = poster_answer(*sides, dense=measured.get("dense", {}).get("mbpp", (None, None)))
     left = len(pending(BASELINES, config))
     source = config.csv_path.relative_to(ROOT)
     lines += [

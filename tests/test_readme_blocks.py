@@ -33,3 +33,5 @@ def test_the_posters_code_question_is_answered_only_from_both_rows_and_with_its_
     assert "+8.0 ± 5.0 points (within two standard errors: not resolved" in poster_answer((0.3, 0.03), (0.22, 0.04))
     assert "-12.0 ± 5.0 points (resolved: LLM-Pruner higher" in poster_answer((0.2, 0.03), (0.32, 0.04))
     assert "+20.0 ± 5.0 points (resolved: NIRVANA higher" in poster_answer((0.4, 0.03), (0.2, 0.04))
+    with_dense = poster_answer((0.4, 0.03), (0.2, 0.04), dense=(0.5, 0.03))
+    assert with_dense.endswith("Dense: 50.0; NIRVANA keeps 80% of it, LLM-Pruner 40%.")
