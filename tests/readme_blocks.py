@@ -71,21 +71,37 @@ def _speed(v: dict, dense: dict | None) -> str:
     return f"{shown} (ideal at most {flag['ideal']:.2f})"
 
 
-def front_results(model: str) -> str:
-    """The front page's one results table: dense and every method at FRONT_SPARSITIES (NIRVANA at its analytic
-    gamma*, no LoRA), from the committed CSV of `bench baselines --model MODEL`; what the CSV lacks says so."""
+def _front_grid(model: str, grid_methods: bool = False):
+    """(config, rows, measured variants by name, [(label, Variant)] for dense and each method at FRONT_SPARSITIES)
+    of the committed CSV of `bench baselines --model MODEL`; every method, or only the grid's (`grid_methods`)."""
     from nirvana.bench.baselines import BaselinesConfig, Variant, recorded_config
-    from nirvana.bench.baselines_report import speed_flag, variants
+    from nirvana.bench.baselines_report import variants
     from nirvana.bench.rows import read_rows
-    from nirvana.measure.speed_check import TOLERANCE
     from nirvana.methods import METHODS
 
     config = recorded_config(BaselinesConfig(model=model).csv_path, model)
     rows = read_rows(config.csv_path)
     measured = {v["variant"]: v for v in variants(rows)}
-    dense = measured.get("dense")
     wanted = [("dense", Variant("dense"))]
-    wanted += [(METHODS[m].label, Variant(m, s)) for s in FRONT_SPARSITIES for m in METHODS]
+    methods = [m for m in METHODS if not grid_methods or m in config.methods]
+    wanted += [(METHODS[m].label, Variant(m, s)) for s in FRONT_SPARSITIES for m in methods]
+    return config, rows, measured, wanted
+
+
+def _row_head(label: str, variant, v: dict) -> list[str]:
+    """The method and sparsity cells of a front-page row."""
+    name = label + (" (not matched: another budget)" if v.get("matched") is False else "")
+    return [name, "0%" if variant.method == "dense" else f"{variant.sparsity:.0%}"]
+
+
+def front_results(model: str) -> str:
+    """The front page's one results table: dense and every method at FRONT_SPARSITIES (NIRVANA at its analytic
+    gamma*, no LoRA), from the committed CSV of `bench baselines --model MODEL`; what the CSV lacks says so."""
+    from nirvana.bench.baselines_report import speed_flag
+    from nirvana.measure.speed_check import TOLERANCE
+
+    config, rows, measured, wanted = _front_grid(model)
+    dense = measured.get("dense")
     lines = [
         "| method | sparsity | WikiText-2 perplexity | 7-task average (%) | MBPP bits/byte | speed-up vs dense "
         "(prefill / decode) |",
@@ -96,13 +112,10 @@ def front_results(model: str) -> str:
         v = measured.get(variant.name, {"method": variant.method})
         ppl = v.get("ppl_wikitext2")
         bpb = v.get("bpb", {}).get("mbpp_bpb")
-        name = label + (" (not matched: another budget)" if v.get("matched") is False else "")
-        sparsity = "0%" if variant.method == "dense" else f"{variant.sparsity:.0%}"
         if variant.method != "dense" and dense is not None and variant.name in measured:
             flags.append(speed_flag(v, dense))
         cells = [
-            name,
-            sparsity,
+            *_row_head(label, variant, v),
             NOT_MEASURED if ppl is None else f"{ppl:.2f}",
             _pm(v.get("average"), v.get("average_se"), 100, 1),
             NOT_MEASURED if not bpb or bpb[0] is None else _pm(bpb[0], bpb[1], 1, 3),
@@ -172,15 +185,9 @@ def code_results(model: str) -> str:
     FRONT_SPARSITIES (NIRVANA at gamma*, no LoRA) with MBPP and HumanEval pass@1, from the committed CSV of
     `bench baselines --model MODEL`; then NIRVANA against LLM-Pruner on MBPP at 20%, or why not yet."""
     from nirvana.bench.base import pending
-    from nirvana.bench.baselines import BASELINES, BaselinesConfig, Variant, recorded_config
-    from nirvana.bench.baselines_report import variants
-    from nirvana.bench.rows import read_rows
-    from nirvana.methods import METHODS
+    from nirvana.bench.baselines import BASELINES, Variant
 
-    config = recorded_config(BaselinesConfig(model=model).csv_path, model)
-    measured = {v["variant"]: v for v in variants(read_rows(config.csv_path))}
-    wanted = [("dense", Variant("dense"))]
-    wanted += [(METHODS[m].label, Variant(m, s)) for s in FRONT_SPARSITIES for m in config.methods if m in METHODS]
+    config, _, measured, wanted = _front_grid(model, grid_methods=True)
     lines = [
         f"| method | sparsity | WikiText-2 perplexity | 7-task average (%) | MBPP pass@1 (%), {config.mbpp_limit} "
         f"problems | HumanEval pass@1 (%), {config.humaneval_limit} problems |",
@@ -191,8 +198,7 @@ def code_results(model: str) -> str:
         ppl = v.get("ppl_wikitext2")
         mbpp, human = v.get("mbpp", (None, None)), v.get("humaneval", (None, None))
         cells = [
-            label + (" (not matched: another budget)" if v.get("matched") is False else ""),
-            "0%" if variant.method == "dense" else f"{variant.sparsity:.0%}",
+            *_row_head(label, variant, v),
             NOT_MEASURED if ppl is None else f"{ppl:.2f}",
             _pm(v.get("average"), v.get("average_se"), 100, 1),
             _pm(mbpp[0], mbpp[1], 100, 1),
