@@ -146,10 +146,12 @@ def front_results(model: str) -> str:
 POSTER_MBPP = {"nirvana": 23.8, "llm-pruner": 4.4}  # the poster's MBPP pass@1 (%) at 20%, Llama-3.1-8B
 
 
-def poster_answer(nirvana: tuple, llm_pruner: tuple, dense: tuple = (None, None)) -> str:
+def poster_answer(nirvana: tuple, llm_pruner: tuple, dense: tuple = (None, None), paired: dict | None = None) -> str:
     """NIRVANA against LLM-Pruner on MBPP pass@1 at 20%, each (value, standard error) as fractions or (None, None)
     when not measured: the difference, whether it is more than two standard errors, or what is still to run;
-    with the dense model's, what share of it each keeps."""
+    with the dense model's, what share of it each keeps. `paired` (`nirvana.accuracy.gold.paired_difference` of
+    the two rows' per-problem outcomes): the difference's error over the same problems instead of the error of two
+    independent samples."""
     import math
 
     from nirvana.methods import METHODS
@@ -163,21 +165,41 @@ def poster_answer(nirvana: tuple, llm_pruner: tuple, dense: tuple = (None, None)
             f"answered yet: {' and '.join(missing)} still to run."
         )
     (a, sa), (b, sb) = sides
-    d, se = a - b, math.hypot(sa, sb)
+    d, se = (paired["mean"], paired["stderr"]) if paired else (a - b, math.hypot(sa, sb))
     verdict = (
         f"resolved: {'NIRVANA' if d > 0 else 'LLM-Pruner'} higher" if abs(d) > 2 * se
         else "within two standard errors: not resolved"
     )  # fmt: skip
+    error = (
+        f"The error is paired by problem (the standard error of the {paired['n']} per-problem differences, pass = 1, "
+        "fail = 0; `bench baselines` keeps each problem's outcome)."
+        if paired
+        else "The error treats the two as independent samples; they share the problems, so the error of the "
+        "difference is smaller."
+    )
     return (
         f"**The poster's question here**: MBPP pass@1 at 20%, NIRVANA {100 * a:.1f} against LLM-Pruner "
-        f"{100 * b:.1f}, a difference of {100 * d:+.1f} ± {100 * se:.1f} points ({verdict}; {poster}). The error "
-        "treats the two as independent samples; they share the problems, so the error of the difference is smaller."
+        f"{100 * b:.1f}, a difference of {100 * d:+.1f} ± {100 * se:.1f} points ({verdict}; {poster}). {error}"
         + (
             f" Dense: {100 * dense[0]:.1f}; NIRVANA keeps {a / dense[0]:.0%} of it, LLM-Pruner {b / dense[0]:.0%}."
             if dense[0]
             else ""
         )
     )
+
+
+def _paired_mbpp(config) -> dict | None:
+    """NIRVANA (gamma*) minus LLM-Pruner on MBPP at 20%, paired by problem, when both rows' outcomes are kept."""
+    from nirvana.accuracy.gold import paired_difference
+    from nirvana.bench.accuracy import read_per_problem
+    from nirvana.bench.baselines import Variant
+
+    per = read_per_problem(config.passes_path)
+    try:
+        a, b = (per[Variant(m, 0.2).name]["mbpp"]["values"] for m in POSTER_MBPP)
+    except KeyError:
+        return None
+    return paired_difference(a, b)
 
 
 def code_results(model: str) -> str:
@@ -206,7 +228,9 @@ def code_results(model: str) -> str:
         ]
         lines.append("| " + " | ".join(cells) + " |")
     sides = [measured.get(Variant(m, 0.2).name, {}).get("mbpp", (None, None)) for m in POSTER_MBPP]
-    answer = poster_answer(*sides, dense=measured.get("dense", {}).get("mbpp", (None, None)))
+    answer = poster_answer(
+        *sides, dense=measured.get("dense", {}).get("mbpp", (None, None)), paired=_paired_mbpp(config)
+    )
     left = len(pending(BASELINES, config))
     source = config.csv_path.relative_to(ROOT)
     lines += [

@@ -269,3 +269,23 @@ def test_reference_solutions_pass_through_the_harness_targets_and_the_sandbox():
     assert completed[0].startswith(doc["prompt"])
     assert metric(references=[human.doc_to_target(doc)], predictions=completed) == 1.0
     assert metric.statuses == {"passed": 4, "failed": 1}
+
+
+def test_replayed_completions_give_each_problems_outcome():
+    """A cached code row gets per-problem outcomes by replaying its completions through the task's filters and
+    the sandbox: MBPP's own solutions pass, a stub fails; a replay that disagrees with the row keeps none."""
+    from nirvana.accuracy.harness import with_passes
+    from nirvana.accuracy.mbpp import SandboxedPassAt1
+
+    docs = data.load_docs("mbpp")[:4]
+    recorded = [d["code"] for d in docs[:3]] + ["def nothing(): pass"]
+    row = {"task": "mbpp", "n": 4, "pass@1": 0.75, "completions": recorded}
+    out = with_passes(row, "mbpp", "local", 4, SandboxedPassAt1())
+    assert out["passed"] == [1, 1, 1, 0] and out["passed_note"] == "replayed from the cached completions"
+    assert out["completions"] == recorded and "passed" not in row  # the input row is not changed
+    wrong = with_passes({**row, "pass@1": 1.0}, "mbpp", "local", 4, SandboxedPassAt1())
+    assert wrong["passed"] is None and "gave pass@1 0.75 on 4, not 1.0" in wrong["passed_note"]
+    human = data.load_docs("humaneval")[:2]
+    body = [human[0]["canonical_solution"], "    return None\n"]
+    out = with_passes({"n": 2, "pass@1": 0.5, "completions": body}, "humaneval", "local", 2, SandboxedPassAt1())
+    assert out["passed"] == [1, 0]

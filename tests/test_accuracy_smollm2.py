@@ -49,3 +49,22 @@ def test_mbpp_runs_generated_code_only_in_the_sandbox(smollm2):
     assert row["n"] == 1 and row["pass@1"] in (0.0, 1.0) and row["num_fewshot"] == 3
     assert sum(row["sandbox"]["outcomes"].values()) == 1 and "bubblewrap" in row["sandbox"]["process"]
     assert row["sandbox"]["ran_under"] == ["bubblewrap"] and row["sandbox"]["line"].startswith("isolation: bubblewrap")
+
+
+def test_code_rows_keep_each_problems_outcome_and_old_cached_rows_get_them(smollm2):
+    """A fresh MBPP row records pass/fail per problem; a cached row from before that (no `passed`) gets the same
+    outcomes by replay, and the cache is updated so the replay happens once."""
+    import json
+
+    from nirvana.store.paths import cache_dir
+
+    kwargs = dict(limit=2, source="local", allow_code_execution=True, max_gen_toks=16)
+    row = run_accuracy(smollm2.model, smollm2.tokenizer, "mbpp", **kwargs)["tasks"]["mbpp"]
+    assert len(row["passed"]) == 2 and sum(row["passed"]) / 2 == row["pass@1"] and set(row["passed"]) <= {0, 1}
+    (path,) = (cache_dir() / "evals").glob("accuracy-*.json")
+    old = json.loads(path.read_text())
+    del old["passed"]
+    path.write_text(json.dumps(old))
+    again = run_accuracy(smollm2.model, smollm2.tokenizer, "mbpp", **kwargs)["tasks"]["mbpp"]
+    assert again["cache_hit"] and again["passed"] == row["passed"] and again["completions"] == row["completions"]
+    assert json.loads(path.read_text())["passed_note"] == "replayed from the cached completions"

@@ -392,3 +392,70 @@ def test_verdicts_compare_reconstructed_models_with_each_other(tmp_path):
     assert any("nirvana s=0.2 gamma* + recon − flap s=0.2 + recon" in v for v in verdicts)
     assert any("nirvana s=0.2 gamma* − flap s=0.2:" in v for v in verdicts)
     assert not any("gamma* − flap s=0.2 + recon" in v or "recon − flap s=0.2:" in v for v in verdicts)
+
+
+def test_pass_at_1_differences_paired_by_problem(tmp_path):
+    from nirvana.bench.accuracy import per_problem_text
+
+    config = BaselinesConfig(model="m", out_dir=tmp_path, sparsities=(0.2,), allow_code_execution=True)
+    outcomes = {  # eight problems: NIRVANA passes 2 of dense's 4, LLM-Pruner the same 2, FLAP 1 more
+        "dense": [1, 1, 1, 1, 0, 0, 0, 0],
+        "nirvana s=0.2 gamma*": [1, 1, 0, 0, 0, 0, 0, 0],
+        "llm-pruner s=0.2": [1, 1, 0, 0, 0, 0, 0, 0],
+        "flap s=0.2": [1, 1, 1, 0, 0, 0, 0, 0],
+    }
+    for variant, passed in outcomes.items():
+        row = {**_facts(variant.split()[0], 0.2, 0.2, variant), "measure": "mbpp", "limit": 8, "n": 8}
+        row.update(pass_at_1=sum(passed) / 8, pass_at_1_stderr=0.17)
+        store_row(config.csv_path, row, COLUMNS, KEY)
+        config.passes_path.write_text(per_problem_text(config.passes_path, variant, "mbpp", 8, passed))
+    text = markdown(read_rows(config.csv_path), config, extra=[])
+    section = text[text.index("## pass@1, paired by problem") :]
+    line = {r.split("|")[1].strip(): r for r in section.splitlines() if r.startswith("| ") and "| MBPP |" in r}
+    # nirvana − dense: d = (0,0,-1,-1,0,0,0,0), mean -0.25, sd sqrt(1.5/7), se sd / sqrt(8) = 0.1637
+    assert "-25.0 ± 16.4 (1.5 se)" in line["nirvana s=0.2 gamma*"]
+    # the same outcomes as NIRVANA: no difference and no error, not "resolved"
+    assert line["llm-pruner s=0.2"].rstrip(" |").endswith("+0.0 ± 0.0 (0.0 se)")
+    assert line["flap s=0.2"].rstrip(" |").endswith("-12.5 ± 12.5 (1.0 se)")
+
+
+def test_code_rows_write_outcomes_and_the_backfill_replays_only_cached_rows(
+    tiny_with_tokenizer_dir, tmp_path, monkeypatch
+):
+    """A code row's per-problem outcomes go beside the CSV; `--backfill-passes` asks the eval cache only
+    (`cached_only`), and writes only outcomes that give the row's pass@1 again."""
+    import nirvana.bench.baselines as baselines
+    from nirvana.bench.accuracy import read_per_problem
+    from nirvana.bench.baselines import BaselineJob, BaselinesWorker, backfill_passes
+
+    config = BaselinesConfig(
+        model=str(tiny_with_tokenizer_dir), out_dir=tmp_path, sparsities=(0.2,), allow_code_execution=True,
+        mbpp_limit=4, humaneval_limit=2, threads=1,
+    )  # fmt: skip
+    calls = []
+    cache = {"mbpp": {"pass@1": 0.5, "n": 4, "passed": [1, 0, 1, 0]}, "humaneval": {"passed": None, "passed_note": "x"}}
+
+    def fake_accuracy(model, tokenizer, tasks, **kwargs):
+        calls.append(kwargs)
+        return {"tasks": {t: cache[t] for t in tasks if t in cache}}  # a task not in `cache` is not cached
+
+    monkeypatch.setattr(baselines, "run_accuracy", fake_accuracy)
+    worker = BaselinesWorker(config, lambda m: None)
+    out = worker.run(BaselineJob(config.model, Variant("dense"), "mbpp", 4))
+    assert out.row["pass_at_1"] == 0.5 and "passed" not in out.row
+    assert json.loads(out.files[config.passes_path.name])["dense"]["mbpp"] == {"limit": 4, "values": [1, 0, 1, 0]}
+
+    dense = {**_facts("dense", 0.0, 0.0, "dense"), "model": config.model, "limit": 4, "n": 4}
+    for task, p in (("mbpp", 0.5), ("humaneval", 0.5), ("arc_easy", None)):
+        store_row(config.csv_path, {**dense, "measure": task, "pass_at_1": p, "acc": 0.3}, COLUMNS, KEY)
+    del cache["mbpp"]["n"]
+    calls.clear()
+    lines = backfill_passes(config, lambda m: None)
+    assert lines == ["dense mbpp: 2 of 4 passed, written", "dense humaneval: not written (x)"]
+    assert all(c["cached_only"] for c in calls) and len(calls) == 2  # the zero-shot row is not a code row
+    assert read_per_problem(config.passes_path) == {"dense": {"mbpp": {"limit": 4, "values": [1, 0, 1, 0]}}}
+    assert backfill_passes(config, lambda m: None) == ["dense humaneval: not written (x)"]
+    cache.pop("humaneval")
+    assert backfill_passes(config, lambda m: None) == [
+        "dense humaneval: its completions are not in this machine's eval cache; run the row again"
+    ]

@@ -63,6 +63,15 @@ def test_known_answers_on_made_up_measurements(pair):
     (acc,) = compare.accuracy_rows(d, p)
     assert (acc["metric"], acc["dense %"], acc["pruned %"], acc["± pruned"]) == ("acc_norm", 72.0, 62.0, 2.0)
     assert acc["pruned − dense"] == -10.0
+    assert acc["± paired"] is None  # no per-problem outcomes: no paired error
+
+    # code rows with each problem's outcome: the error of the difference over the same problems
+    d = {"tasks": {"mbpp": {"pass@1": 0.5, "pass@1_stderr": 0.19, "n": 8, "passed": [1, 1, 1, 1, 0, 0, 0, 0]}}}
+    p = {"tasks": {"mbpp": {"pass@1": 0.25, "pass@1_stderr": 0.16, "n": 8, "passed": [1, 1, 0, 0, 0, 0, 0, 0]}}}
+    deltas = compare.accuracy_deltas({**d, "average": None}, {**p, "average": None})
+    assert deltas["mbpp"]["pass_paired"] == pytest.approx({"mean": -0.25, "stderr": (1.5 / 7) ** 0.5 / 8**0.5, "n": 8})
+    (code,) = compare.accuracy_rows(d, p)
+    assert (code["pruned − dense"], code["± paired"]) == (-25.0, 16.4)
 
 
 def test_rows_of_a_real_tiny_dense_and_pruned_pair(pair, corpus):

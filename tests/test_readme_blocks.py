@@ -35,3 +35,11 @@ def test_the_posters_code_question_is_answered_only_from_both_rows_and_with_its_
     assert "+20.0 ± 5.0 points (resolved: NIRVANA higher" in poster_answer((0.4, 0.03), (0.2, 0.04))
     with_dense = poster_answer((0.4, 0.03), (0.2, 0.04), dense=(0.5, 0.03))
     assert with_dense.endswith("Dense: 50.0; NIRVANA keeps 80% of it, LLM-Pruner 40%.")
+
+
+def test_the_posters_code_question_uses_the_paired_error_when_outcomes_are_kept():
+    paired = {"mean": 0.08, "stderr": 0.03, "n": 200}  # the same +8 points, now with a paired error of 3
+    text = poster_answer((0.3, 0.03), (0.22, 0.04), paired=paired)
+    assert "+8.0 ± 3.0 points (resolved: NIRVANA higher" in text
+    assert "paired by problem (the standard error of the 200 per-problem differences" in text
+    assert "independent samples" not in text

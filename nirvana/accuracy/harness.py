@@ -11,7 +11,8 @@ harness version, the seconds taken and examples per second; then the 7-task aver
 paper's metric per task (`average_zeroshot7`). GSM8K (`gsm8k`) adds exact match (strict and
 flexible extraction); gold bits-per-byte tasks (`*_bpb`, `nirvana.accuracy.gold`) add `bpb`, its
 standard error and each problem's value (`bpb_per_example`, for differences paired by problem);
-code and GSM8K rows keep each problem's greedy generation (`completions`, in problem order).
+code and GSM8K rows keep each problem's greedy generation (`completions`, in problem order), and code
+rows each problem's outcome (`passed`, 1 or 0, for differences paired by problem).
 Generation is batched (`batch_size` problems per `generate`, left-padded by the harness): the
 same greedy outputs as one problem at a time (tests/test_batched_generation.py); 1.3-1.4x faster at 8 on
 SmolLM2 on 2 CPU cores (benchmarks/generation/batched-smollm2-135m.md).
@@ -35,7 +36,7 @@ from functools import lru_cache
 import torch
 
 from nirvana.accuracy import data, gold, prefix, sandbox
-from nirvana.accuracy.mbpp import SandboxedPassAt1
+from nirvana.accuracy.mbpp import SandboxedPassAt1, passes, replay_lm
 from nirvana.accuracy.tasks import (
     PAPER_METRIC,
     SOURCES,
@@ -281,6 +282,20 @@ def _run_one(lm, name: str, source: str, limit, code_metric, confirm_code: bool)
     return out, time.perf_counter() - start
 
 
+def with_passes(row: dict, name: str, source: str, limit, metric: SandboxedPassAt1) -> dict:
+    """A code row cached before per-problem outcomes were kept, with them: its own completions go through the
+    task's filters and the sandboxed `metric` again (no model; seconds per problem). They are kept only when they
+    give the cached pass@1 again; otherwise (a test near its time limit on a loaded machine) `passed` is None and
+    `passed_note` says why, so no paired difference rests on outcomes that differ from the row's."""
+    out, _ = _run_one(replay_lm(row["completions"]), name, source, limit, metric, confirm_code=True)
+    replayed = passes(out, name)
+    again = sum(replayed) / len(replayed) if replayed else None
+    if again is not None and len(replayed) == row.get("n") and math.isclose(again, row.get("pass@1") or 0.0):
+        return {**row, "passed": replayed, "passed_note": "replayed from the cached completions"}
+    note = f"replaying the cached completions gave pass@1 {again} on {len(replayed)}, not {row.get('pass@1')}"
+    return {**row, "passed": None, "passed_note": note}
+
+
 def _row(name: str, out: dict, seconds: float, source: str, version: str, fewshot: int, limit) -> dict:
     metrics = _metrics(out["results"].get(name, {}))
     n = out.get("n-samples", {}).get(name, {})
@@ -320,6 +335,8 @@ def _row(name: str, out: dict, seconds: float, source: str, version: str, fewsho
             row[k] = metrics.get(k)
     if spec.kind in ("code", "generate"):
         row["completions"] = completions(out, name)
+    if spec.kind == "code":
+        row["passed"] = passes(out, name)
     if spec.kind == "bpb":
         row["bpb"], row["bpb_stderr"] = metrics.get("bpb"), metrics.get("bpb_stderr")
         row["reference"] = f"OLMES {gold.GOLD_FORMATS[name].reference}, the request file's prompt and gold answer"
@@ -388,6 +405,7 @@ def run_accuracy(
     sandbox_limits: sandbox.Limits | None = None,
     max_gen_toks: int | None = None,
     allow_unsandboxed: bool = False,
+    cached_only: bool = False,
 ) -> dict:
     """Accuracy of `model` on lm-eval tasks: {"tasks": {name: {...}}, "average": {...} | None, ...}.
 
@@ -395,7 +413,8 @@ def run_accuracy(
     `limit`: the first N examples of each task (None: all). `max_gen_toks` caps generated tokens of
     code and chain-of-thought tasks (None: the harness's 256). Generated code runs only in OS isolation
     (bubblewrap) unless `allow_unsandboxed` (CLI --unsafe-exec-without-sandbox); each code task's row records
-    which. Example:
+    which. `cached_only`: only the tasks whose result is already cached (the others are left out of "tasks";
+    nothing generates). Example:
         >>> r = run_accuracy(lm.model, lm.tokenizer, "zeroshot7", limit=200, source="local")
         >>> r["tasks"]["piqa"]["acc"], r["average"]["value"]
     """
@@ -434,10 +453,17 @@ def run_accuracy(
         task_where = sources[name]
         path = _cache_path(fingerprint, name, limit, spec.default_fewshot, version, task_where, extra)
         cached = load_cached(path) if use_cache else None
+        if cached is not None and spec.kind == "code" and "passed" not in cached:
+            if progress:
+                progress(done_weight / weight, f"{name}: replaying {len(cached['completions'])} cached completions")
+            cached = with_passes(
+                cached, name, task_where, limit, SandboxedPassAt1(limits, allow_unsandboxed=allow_unsandboxed)
+            )
+            save_cached(path, cached)
         if cached is not None:
             rows[name] = {**cached, "cache_hit": True}
             hits.append(name)
-        else:
+        elif not cached_only:
             if should_stop is not None and should_stop():
                 raise Stopped(f"stopped before {name}; finished tasks stay cached.")
             if lm is None:

@@ -20,7 +20,9 @@ One CSV row per model x measure (`benchmarks/baselines/baselines-<model>.csv`, r
 - one row per zero-shot task (the seven, first `limit` examples), LAMBADA (acc and perplexity),
   gold bits per byte of MBPP (`mbpp_bpb`, the first `bpb_limit` problems; GSM8K's with
   `--gsm8k-bpb-limit`), each problem's value in `bpb-<model>.json` beside the CSV so the report pairs
-  differences by problem, and MBPP pass@1 (only with `--allow-code-execution`, in the sandbox).
+  differences by problem, and MBPP and HumanEval pass@1 (only with `--allow-code-execution`, in the
+  sandbox), each problem's outcome (1 passed, 0 not) in `pass-<model>.json` for the same pairing.
+  `--backfill-passes` gives rows measured before outcomes were kept theirs, from the eval cache.
 Then, at 20% (`lora_sparsities`), each method once more after the recovery module's default LoRA
 budget (`RecoveryConfig()`: 16 steps of 16 x 128 tokens, r 8, seed 0) on the same offline
 training windows (`--lora-data`, the calibration pool by default, as `bench recovery` uses):
@@ -41,6 +43,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import os
 import time
 from dataclasses import dataclass, field, replace
@@ -51,11 +54,12 @@ import torch
 
 from nirvana.accuracy.harness import run_accuracy
 from nirvana.accuracy.tasks import TASKS, ZEROSHOT7
-from nirvana.bench.accuracy import kl_best_gammas, per_problem_text
+from nirvana.bench.accuracy import kl_best_gammas, per_problem_text, read_per_problem
 from nirvana.bench.base import Benchmark, Measured
 from nirvana.bench.baselines_report import LORA, MATCH_TOLERANCE, RECONSTRUCT, matched, write_report
 from nirvana.bench.environment import machine_label
 from nirvana.bench.quality import evaluate_ppl, text_prefix
+from nirvana.bench.rows import read_rows
 from nirvana.checkpoints.loading import load_model
 from nirvana.data.text import load_text
 from nirvana.errors import InvalidInput, NirvanaError
@@ -66,6 +70,7 @@ from nirvana.pipeline import PruneSettings, prune
 from nirvana.recovery.config import RecoveryConfig
 from nirvana.recovery.data import load_documents
 from nirvana.recovery.run import run_recovery
+from nirvana.store.atomic import atomic_write_text
 from nirvana.store.paths import benchmarks_dir
 
 DEFAULT_OUT = benchmarks_dir("baselines")
@@ -237,6 +242,11 @@ class BaselinesConfig:
     @property
     def per_problem_path(self) -> Path:
         return Path(self.out_dir) / f"bpb-{self.model.replace('/', '_')}.json"
+
+    @property
+    def passes_path(self) -> Path:
+        """Each code row's per-problem outcomes (1 passed, 0 not), for pass@1 differences paired by problem."""
+        return Path(self.out_dir) / f"pass-{self.model.replace('/', '_')}.json"
 
     @property
     def code_tasks(self) -> list[tuple[str, int]]:
@@ -488,10 +498,11 @@ class BaselinesWorker:
             "machine": self.machine,
         }
         files = {}
-        if "bpb_per_example" in measured:  # each problem's value, beside the CSV, for differences paired by problem
-            path = self.config.per_problem_path
-            values = row.pop("bpb_per_example")
-            files[path.name] = per_problem_text(path, job.variant.name, job.measure, job.limit, values)
+        # each problem's gold BPB or code outcome, beside the CSV, for differences paired by problem
+        for key, path in (("bpb_per_example", self.config.per_problem_path), ("passed", self.config.passes_path)):
+            values = row.pop(key, None)
+            if values is not None:
+                files[path.name] = per_problem_text(path, job.variant.name, job.measure, job.limit, values)
         shown = {k: row.get(k) for k in ("ppl_wikitext2", "ppl_ptb", "acc", "perplexity", "pass_at_1", "bpb")}
         text = ", ".join(f"{k} {v}" for k, v in shown.items() if v not in (None, ""))
         return Measured(row, f"{job.variant.name} {job.measure}: {text} ({row['seconds']} s)", files)
@@ -548,7 +559,60 @@ class BaselinesWorker:
         }
         if gold:
             out["bpb_per_example"] = r["bpb_per_example"]
+        if TASKS[job.measure].kind == "code":
+            out["passed"] = r.get("passed")
         return out
+
+    def backfill_passes(self, rows: list[dict]) -> list[str]:
+        """Per-problem outcomes of code `rows` measured before they were kept: each row's model is built again and
+        its completions, from this machine's eval cache, replayed in the sandbox (nothing generates). Returns one
+        line per row: written, or why not (not cached here; the replay disagrees with the row's pass@1)."""
+        c = self.config
+        variants = {j.variant.name: j.variant for j in plan_jobs(c)}
+        lines = []
+        for r in rows:
+            task, name, limit = r["measure"], r["variant"], int(r["limit"])
+            if name not in variants:
+                lines.append(f"{name} {task}: not in this grid's plan (pass the grid's --methods and --sparsities)")
+                continue
+            model, _ = self.model(variants[name])
+            got = run_accuracy(
+                model,
+                self.lm.tokenizer,
+                [task],
+                limit=limit,
+                source="local",
+                allow_code_execution=True,
+                cached_only=True,
+            )["tasks"].get(task)
+            if got is None:
+                lines.append(f"{name} {task}: its completions are not in this machine's eval cache; run the row again")
+            elif got.get("passed") is None or not math.isclose(
+                sum(got["passed"]) / len(got["passed"]), float(r["pass_at_1"])
+            ):
+                lines.append(f"{name} {task}: not written ({got.get('passed_note') or 'pass@1 differs from the row'})")
+            else:
+                text = per_problem_text(c.passes_path, name, task, limit, got["passed"])
+                atomic_write_text(c.passes_path, text)
+                lines.append(f"{name} {task}: {sum(got['passed'])} of {len(got['passed'])} passed, written")
+        return lines
+
+
+def backfill_passes(config: BaselinesConfig, log) -> list[str]:
+    """`bench baselines --backfill-passes`: the code rows of the CSV without per-problem outcomes in
+    `config.passes_path` get them from this machine's eval cache (`BaselinesWorker.backfill_passes`)."""
+    have = read_per_problem(config.passes_path)
+    code = {name for name, spec in TASKS.items() if spec.kind == "code"}
+    rows = [
+        r
+        for r in read_rows(config.csv_path)
+        if r["measure"] in code
+        and r.get("pass_at_1") not in (None, "")
+        and r["measure"] not in have.get(r["variant"], {})
+    ]
+    if not rows:
+        return ["every code row already has its per-problem outcomes"]
+    return BaselinesWorker(config, log).backfill_passes(rows)
 
 
 def best_gammas(model: str, sparsities) -> dict[float, float]:
@@ -562,6 +626,7 @@ __all__ = [
     "BaselineJob",
     "BaselinesConfig",
     "Variant",
+    "backfill_passes",
     "best_gammas",
     "matched",
     "record_grid",

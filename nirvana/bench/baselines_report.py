@@ -30,6 +30,7 @@ ABLATIONS = (("taylor", "global"), ("wanda", "global"))  # criteria with NIRVANA
 MATCH_TOLERANCE = 0.01  # matched: achieved block-parameter sparsity within 1% of the block parameters of the target
 QUALITY_DIR = benchmarks_dir("quality")
 ACCURACY_DIR = benchmarks_dir("accuracy")
+CODE_TASKS = {"mbpp": "MBPP", "humaneval": "HumanEval"}  # the pass@1 tasks, as the tables name them
 
 
 SPEED_KEYS = (
@@ -273,6 +274,49 @@ def paired_bpb(measured: list[dict], extra: list[dict], config) -> list[str]:
     return lines
 
 
+def _points(p: dict | None) -> str:
+    """A pass@1 difference paired by problem, in points, with its standard errors (none between two models that
+    pass and fail the same problems: no error, nothing resolved)."""
+    if p is None:
+        return "-"
+    z = abs(p["mean"]) / p["stderr"] if p["stderr"] > 0 else (math.inf if p["mean"] else 0.0)
+    return f"{100 * p['mean']:+.1f} ± {100 * p['stderr']:.1f} ({z:.1f} se{', resolved' if z > 2 else ''})"
+
+
+def paired_passes(measured: list[dict], config) -> list[str]:
+    """pass@1 differences paired by problem, from each code row's outcomes (`pass-<model>.json`): every pruned
+    model minus dense, and NIRVANA (gamma*) minus every other model at its sparsity."""
+    path = getattr(config, "passes_path", None)
+    per = read_per_problem(Path(path)) if path else {}
+    tasks = [t for t in CODE_TASKS if any(t in d for d in per.values())]
+    if not tasks:
+        return []
+    lines = [
+        "",
+        "## pass@1, paired by problem",
+        "",
+        "Differences of pass@1 over the same problems, in points (mean ± standard error of the per-problem "
+        "differences of pass = 1 / fail = 0; 'resolved' = more than two standard errors). Smaller errors than the "
+        "table's independent ones when two models pass and fail the same problems. Rows measured before outcomes "
+        "were kept get them with `bench baselines --backfill-passes` (replayed from the eval cache).",
+        "",
+        "| model | task | − dense | NIRVANA gamma* − model |",
+        "|---|---|---:|---:|",
+    ]
+    for v in by_sparsity(measured):
+        if v.get("method") == "dense":
+            continue
+        ours = f"nirvana s={_f(v.get('sparsity')):g} gamma*"
+        for t in tasks:
+            if t not in per.get(v["variant"], {}):
+                continue
+            vs = "" if v["variant"] == ours else _points(_paired(per, ours, v["variant"], t))
+            lines.append(
+                f"| {v['variant']} | {CODE_TASKS[t]} | {_points(_paired(per, v['variant'], 'dense', t))} | {vs} |"
+            )
+    return lines
+
+
 def _disturbed_count(measured: list[dict]) -> str:
     """`N of M pruned rows with speeds are flagged disturbed.` for the table's note."""
     dense = next((v for v in measured if v.get("method") == "dense"), None)
@@ -327,6 +371,7 @@ def markdown(rows: list[dict], config, extra: list[dict] | None = None) -> str:
         ]
         lines.append("| " + " | ".join(cells) + " |")
     lines += paired_bpb(measured, extra, config)
+    lines += paired_passes(measured, config)
     lines += [
         "",
         "## Parameters, speed, memory, pruning time",

@@ -17,7 +17,7 @@ from nirvana.accuracy.tasks import check_limit
 from nirvana.bench import gpu, speed
 from nirvana.bench.accuracy import ACCURACY, AccuracyConfig, kl_best_gammas
 from nirvana.bench.base import Benchmark, run
-from nirvana.bench.baselines import BASELINES, BaselinesConfig, best_gammas, record_grid
+from nirvana.bench.baselines import BASELINES, BaselinesConfig, backfill_passes, best_gammas, record_grid
 from nirvana.bench.baselines import METHODS as BASELINES_METHODS
 from nirvana.bench.distill import DISTILL, DistillConfig
 from nirvana.bench.gamma import GammaBenchConfig, run_gamma_bench
@@ -442,6 +442,13 @@ def _add_baselines(bench_sub) -> None:
     )
     add_config_flags(p, BaselinesConfig, BASELINES_FLAGS)
     p.add_argument("--report-only", action="store_true", help="rebuild markdown and plot from the CSV")
+    p.add_argument(
+        "--backfill-passes",
+        action="store_true",
+        help="give the CSV's code rows measured before per-problem outcomes were kept their outcomes (for paired "
+        "differences): each row's model is built again and its completions, from this machine's eval cache, "
+        "replayed in the sandbox; nothing generates; then the report is rebuilt",
+    )
     add_config_flags(p, BaselinesConfig, NOTE_FLAG)
     add_ray_flag(p)
     p.set_defaults(func=cmd_baselines)
@@ -467,6 +474,14 @@ def baselines_config(args) -> BaselinesConfig:
 
 def cmd_baselines(args) -> int:
     config = baselines_config(args)
+    if args.backfill_passes:
+        if not config.allow_code_execution:
+            raise InvalidInput(
+                "--backfill-passes runs the cached completions in the sandbox: add --allow-code-execution."
+            )
+        for line in backfill_passes(config, log):
+            log(line)
+        args.report_only = True
     if not args.report_only:
         record_grid(config)  # what this grid plans, beside its CSV (the Evidence page reads it)
     md, text = run_or_report(BASELINES, config, args.report_only, args)

@@ -357,6 +357,9 @@ def print_ratios(r: dict) -> None:
         if "bpb_paired" in diffs:
             pd = diffs["bpb_paired"]
             parts.append(f"paired over {pd['n']} problems {pd['mean']:+.4f} ± {pd['stderr']:.4f} (lower bpb is better)")
+        if "pass_paired" in diffs:
+            pd = diffs["pass_paired"]
+            parts.append(f"pass@1 paired over {pd['n']} problems {pd['mean']:+.4f} ± {pd['stderr']:.4f}")
         w(f"task {name}: pruned - dense {'  '.join(parts)}\n")
     first = r.get("speed_first_phase", "prefill")  # a T5's is its encoder pass
     for x in r.get("speed", []):

@@ -35,7 +35,7 @@ SPEED_METHOD = (
 METRIC_BY_KIND = {"choice": "acc", "loglikelihood": "acc", "code": "pass@1", "generate": "exact_match", "bpb": "bpb"}
 ACCURACY_NOTE = (
     "pruned minus dense (accuracy, pass@1, exact match: higher is better; bpb: lower is better, "
-    "bpb_paired = mean and standard error of the per-problem differences)"
+    "bpb_paired, pass_paired = mean and standard error of the per-problem differences)"
 )
 # The speed table as the app shows it: (column, key of a `speed_rows` row, decimals; None = as is). The measured
 # speed-up is the median of the per-round ratios; `speed_table` leaves it empty where its verdict is not "ok".
@@ -117,15 +117,16 @@ def _speed_cell(row: dict, key: str, digits: int | None):
 
 def accuracy_deltas(dense: dict, pruned: dict) -> dict:
     """Pruned minus dense, per task and metric, and of the 7-task average: two `run_accuracy` results.
-    For gold BPB also `bpb_paired`, the mean and standard error of the per-problem differences (the
-    same problems in both, so their difficulty cancels)."""
+    For gold BPB also `bpb_paired`, for code tasks `pass_paired` (pass = 1, fail = 0): the mean and standard
+    error of the per-problem differences (the same problems in both, so their difficulty cancels)."""
     out = {}
     for name, d in dense["tasks"].items():
         p = pruned["tasks"].get(name, {})
         out[name] = {m: p[m] - d[m] for m in ACCURACY_METRICS if d.get(m) is not None and p.get(m) is not None}
-        a, b = p.get("bpb_per_example") or [], d.get("bpb_per_example") or []
-        if min(len(a), len(b)) >= 2:
-            out[name]["bpb_paired"] = paired_difference(a, b)
+        for key, values in (("bpb_paired", "bpb_per_example"), ("pass_paired", "passed")):
+            a, b = p.get(values) or [], d.get(values) or []
+            if min(len(a), len(b)) >= 2:
+                out[name][key] = paired_difference(a, b)
     if dense.get("average") and pruned.get("average"):
         out["zeroshot7_average"] = {"paper_metric": pruned["average"]["value"] - dense["average"]["value"]}
     return out
@@ -139,7 +140,8 @@ def paper_value(row: dict, task: str) -> tuple[float | None, float | None, str]:
 
 def accuracy_rows(dense: dict, pruned: dict) -> list[dict]:
     """One row per accuracy-like task (gold BPB has its own: `bpb_rows`): metric, dense and pruned value
-    ± se (in %), difference, n, source and split."""
+    ± se (in %), difference, its standard error paired by problem where both kept per-problem outcomes (code
+    tasks), n, source and split."""
     rows = []
     for task, d in dense["tasks"].items():
         if TASKS[task].kind == "bpb":
@@ -155,11 +157,19 @@ def accuracy_rows(dense: dict, pruned: dict) -> list[dict]:
                 "pruned %": _percent(pv),
                 "± pruned": _percent(pse),
                 "pruned − dense": None if dv is None or pv is None else round(100 * (pv - dv), 1),
+                "± paired": _paired_points(d.get("passed"), pruned["tasks"].get(task, {}).get("passed")),
                 "n": d.get("n"),
                 "data": f"{d.get('source')} · {d.get('split')}",
             }
         )
     return rows
+
+
+def _paired_points(dense: list | None, pruned: list | None) -> float | None:
+    """The standard error (in points) of pruned − dense over the same problems' outcomes, or None."""
+    if not dense or not pruned or min(len(dense), len(pruned)) < 2:
+        return None
+    return round(100 * paired_difference(pruned, dense)["stderr"], 1)
 
 
 def bpb_rows(dense: dict, pruned: dict) -> list[dict]:
