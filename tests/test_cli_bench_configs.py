@@ -65,7 +65,13 @@ CONFIGS = {
     "scale-up": ScaleUpConfig,
     "serve": ServeConfig,
 }
-NOT_FIELDS = {"help", "report_only", "backfill_passes", "json", "ray"}  # flags that steer the command, not the benchmark
+NOT_FIELDS = {
+    "help",
+    "report_only",
+    "backfill_passes",
+    "json",
+    "ray",
+}  # flags that steer the command, not the benchmark
 
 
 def bench_parsers() -> dict[str, argparse.ArgumentParser]:

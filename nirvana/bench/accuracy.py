@@ -253,7 +253,8 @@ ACCURACY = AccuracyBench()
 
 
 def read_per_problem(path: Path) -> dict:
-    """{variant: {task: {"limit": n, "values": [bpb of problem 0, 1, ...]}}} ({} when absent)."""
+    """{variant: {task: {"limit": n, "values": [value of problem 0, 1, ...]}}} ({} when absent): gold BPB, or a
+    code task's outcomes (1 passed, 0 not)."""
     try:
         return json.loads(Path(path).read_text())
     except (OSError, ValueError):
@@ -261,7 +262,7 @@ def read_per_problem(path: Path) -> dict:
 
 
 def per_problem_text(path: Path, variant: str, task: str, limit: int, values: list[float]) -> str:
-    """The per-problem file with one row's gold BPB values added (the driver writes it, atomically)."""
+    """The per-problem file with one row's values added (the driver writes it, atomically)."""
     data = read_per_problem(path)
     data.setdefault(variant, {})[task] = {"limit": limit, "values": values}
     return json.dumps(data, indent=1, sort_keys=True) + "\n"

@@ -586,7 +586,10 @@ class BaselinesWorker:
                 cached_only=True,
             )["tasks"].get(task)
             if got is None:
-                lines.append(f"{name} {task}: its completions are not in this machine's eval cache; run the row again")
+                lines.append(
+                    f"{name} {task}: its completions are not in this machine's eval cache (measured elsewhere?); "
+                    "the row keeps its pass@1 without per-problem outcomes"
+                )
             elif got.get("passed") is None or not math.isclose(
                 sum(got["passed"]) / len(got["passed"]), float(r["pass_at_1"])
             ):
