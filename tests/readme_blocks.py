@@ -190,16 +190,12 @@ def poster_answer(nirvana: tuple, llm_pruner: tuple, dense: tuple = (None, None)
 
 def _paired_mbpp(config) -> dict | None:
     """NIRVANA (gamma*) minus LLM-Pruner on MBPP at 20%, paired by problem, when both rows' outcomes are kept."""
-    from nirvana.accuracy.gold import paired_difference
     from nirvana.bench.accuracy import read_per_problem
+    from nirvana.bench.accuracy_report import paired_between
     from nirvana.bench.baselines import Variant
 
-    per = read_per_problem(config.passes_path)
-    try:
-        a, b = (per[Variant(m, 0.2).name]["mbpp"]["values"] for m in POSTER_MBPP)
-    except KeyError:
-        return None
-    return paired_difference(a, b)
+    a, b = (Variant(m, 0.2).name for m in POSTER_MBPP)
+    return paired_between(read_per_problem(config.passes_path), a, b, "mbpp")
 
 
 def code_results(model: str) -> str:

@@ -13,7 +13,7 @@ import math
 import re
 from pathlib import Path
 
-from nirvana.accuracy.gold import paired_difference
+from nirvana.accuracy.gold import paired_or_none, paired_text
 from nirvana.accuracy.tasks import BPB_TASKS, PAPER_METRIC, ZEROSHOT7
 from nirvana.charts import CRITERION_COLORS, METHOD_COLORS
 
@@ -184,19 +184,9 @@ def _per_problem(config) -> dict:
         return {}
 
 
-def _paired(per: dict, a: str, b: str, task: str) -> dict | None:
-    """a - b over the problems both variants have for `task`, or None."""
-    try:
-        return paired_difference(per[a][task]["values"], per[b][task]["values"])
-    except (KeyError, ValueError):
-        return None
-
-
-def _diff(p: dict | None) -> str:
-    if p is None:
-        return "-"
-    z = abs(p["mean"]) / p["stderr"] if p["stderr"] > 0 else math.inf
-    return f"{p['mean']:+.4f} ± {p['stderr']:.4f} ({z:.1f} se{', resolved' if z > 2 else ''})"
+def paired_between(per: dict, a: str, b: str, task: str) -> dict | None:
+    """a - b over the problems both variants have for `task` in a per-problem file, or None."""
+    return paired_or_none(*(per.get(v, {}).get(task, {}).get("values") for v in (a, b)))
 
 
 def bpb_section(summary: list[dict], per: dict) -> list[str]:
@@ -223,7 +213,7 @@ def bpb_section(summary: list[dict], per: dict) -> list[str]:
         for t in tasks:
             value, se, n, *_ = v["bpb"].get(t, (None, None, 0))
             cells.append("-" if value is None else f"{value:.4f} ± {se or 0:.4f} ({n})")
-            cells.append("-" if v["variant"] == "dense" else _diff(_paired(per, v["variant"], "dense", t)))
+            cells.append("-" if v["variant"] == "dense" else paired_text(paired_between(per, v["variant"], "dense", t)))
         cost = "; ".join(
             f"{BPB_SHORT[t]} {x[3]:.0f} s ({x[4]:.1f})" for t, x in v["bpb"].items() if x[3] is not None and x[4]
         )
@@ -237,7 +227,7 @@ def bpb_section(summary: list[dict], per: dict) -> list[str]:
     for sparsity in sorted({v["sparsity"] for v in with_bpb if v["sparsity"] > 0}):
         a, b = f"nirvana s={sparsity:g} gamma*", f"taylor s={sparsity:g} gamma*"
         for t in tasks:
-            lines.append(f"- s={sparsity:g}, {BPB_SHORT[t]}: {_diff(_paired(per, a, b, t))}")
+            lines.append(f"- s={sparsity:g}, {BPB_SHORT[t]}: {paired_text(paired_between(per, a, b, t))}")
     return [*lines, ""]
 
 

@@ -17,9 +17,10 @@ import json
 import math
 from pathlib import Path
 
+from nirvana.accuracy.gold import paired_text
 from nirvana.accuracy.tasks import ZEROSHOT7
 from nirvana.bench.accuracy import read_per_problem
-from nirvana.bench.accuracy_report import BPB_SHORT, BPB_TASKS, SHORT, _diff, _f, _paired, _pm, summarize
+from nirvana.bench.accuracy_report import BPB_SHORT, BPB_TASKS, SHORT, _f, _pm, paired_between, summarize
 from nirvana.bench.rows import read_rows
 from nirvana.measure.speed_check import DISTURBED, MESSAGES, TOLERANCE, judge
 from nirvana.methods import METHODS, is_baseline
@@ -268,19 +269,10 @@ def paired_bpb(measured: list[dict], extra: list[dict], config) -> list[str]:
         for t in tasks:
             if t not in v["bpb"]:
                 continue
-            vs = "" if v["variant"] == ours else _diff(_paired(per, ours, v["variant"], t))
-            dense = _diff(_paired(per, v["variant"], "dense", t))
+            vs = "" if v["variant"] == ours else paired_text(paired_between(per, ours, v["variant"], t))
+            dense = paired_text(paired_between(per, v["variant"], "dense", t))
             lines.append(f"| {v['variant']} | {BPB_SHORT[t]} | {dense} | {vs} |")
     return lines
-
-
-def _points(p: dict | None) -> str:
-    """A pass@1 difference paired by problem, in points, with its standard errors (none between two models that
-    pass and fail the same problems: no error, nothing resolved)."""
-    if p is None:
-        return "-"
-    z = abs(p["mean"]) / p["stderr"] if p["stderr"] > 0 else (math.inf if p["mean"] else 0.0)
-    return f"{100 * p['mean']:+.1f} ± {100 * p['stderr']:.1f} ({z:.1f} se{', resolved' if z > 2 else ''})"
 
 
 def paired_passes(measured: list[dict], config) -> list[str]:
@@ -310,10 +302,9 @@ def paired_passes(measured: list[dict], config) -> list[str]:
         for t in tasks:
             if t not in per.get(v["variant"], {}):
                 continue
-            vs = "" if v["variant"] == ours else _points(_paired(per, ours, v["variant"], t))
-            lines.append(
-                f"| {v['variant']} | {CODE_TASKS[t]} | {_points(_paired(per, v['variant'], 'dense', t))} | {vs} |"
-            )
+            vs = "" if v["variant"] == ours else paired_text(paired_between(per, ours, v["variant"], t), 100, 1)
+            dense = paired_text(paired_between(per, v["variant"], "dense", t), 100, 1)
+            lines.append(f"| {v['variant']} | {CODE_TASKS[t]} | {dense} | {vs} |")
     return lines
 
 
@@ -503,9 +494,9 @@ def _versus(a: dict, b: dict, per: dict) -> list[str]:
             f"resolved, {'NIRVANA' if d > 0 else 'baseline'} higher" if abs(d) > 2 * se else "within 2 se: not resolved"
         )
         out.append(f"7-task average {100 * d:+.1f} ± {100 * se:.1f} points ({word})")
-    p = _paired(per, a["variant"], b["variant"], "mbpp_bpb")
+    p = paired_between(per, a["variant"], b["variant"], "mbpp_bpb")
     if p is not None:
-        out.append(f"MBPP bits/byte {_diff(p)}, paired ({'NIRVANA' if p['mean'] < 0 else 'baseline'} lower)")
+        out.append(f"MBPP bits/byte {paired_text(p)}, paired ({'NIRVANA' if p['mean'] < 0 else 'baseline'} lower)")
     return out
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch.nn as nn
 
-from nirvana.accuracy.gold import paired_difference
+from nirvana.accuracy.gold import paired_or_none
 from nirvana.accuracy.tasks import PAPER_METRIC, TASKS
 from nirvana.measure.flops import summary
 from nirvana.measure.speed import speedup_rows
@@ -124,9 +124,9 @@ def accuracy_deltas(dense: dict, pruned: dict) -> dict:
         p = pruned["tasks"].get(name, {})
         out[name] = {m: p[m] - d[m] for m in ACCURACY_METRICS if d.get(m) is not None and p.get(m) is not None}
         for key, values in (("bpb_paired", "bpb_per_example"), ("pass_paired", "passed")):
-            a, b = p.get(values) or [], d.get(values) or []
-            if min(len(a), len(b)) >= 2:
-                out[name][key] = paired_difference(a, b)
+            pair = paired_or_none(p.get(values), d.get(values))
+            if pair is not None:
+                out[name][key] = pair
     if dense.get("average") and pruned.get("average"):
         out["zeroshot7_average"] = {"paper_metric": pruned["average"]["value"] - dense["average"]["value"]}
     return out
@@ -167,9 +167,8 @@ def accuracy_rows(dense: dict, pruned: dict) -> list[dict]:
 
 def _paired_points(dense: list | None, pruned: list | None) -> float | None:
     """The standard error (in points) of pruned − dense over the same problems' outcomes, or None."""
-    if not dense or not pruned or min(len(dense), len(pruned)) < 2:
-        return None
-    return round(100 * paired_difference(pruned, dense)["stderr"], 1)
+    pair = paired_or_none(pruned, dense)
+    return None if pair is None else round(100 * pair["stderr"], 1)
 
 
 def bpb_rows(dense: dict, pruned: dict) -> list[dict]:
@@ -180,8 +179,7 @@ def bpb_rows(dense: dict, pruned: dict) -> list[dict]:
         p = pruned["tasks"].get(task, {})
         if TASKS[task].kind != "bpb" or d.get("bpb") is None or p.get("bpb") is None:
             continue
-        a, b = p.get("bpb_per_example") or [], d.get("bpb_per_example") or []
-        pair = paired_difference(a, b) if min(len(a), len(b)) >= 2 else None
+        pair = paired_or_none(p.get("bpb_per_example"), d.get("bpb_per_example"))
         rows.append(
             {
                 "task": task,
