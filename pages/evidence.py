@@ -21,6 +21,7 @@ from nirvana.bench.gamma import committed_gamma, kl_at
 from nirvana.bench.quality import read_rows
 from nirvana.bench.quality_report import committed_reports, config_from_rows, summarize, verdicts
 from nirvana.bench.speed import committed_speed
+from nirvana.measure.paired import paired_text
 from ui import accuracy, baselines, best_other, frame, recommend, recovery
 from ui.errors import guard
 
@@ -192,6 +193,7 @@ def _gamma(model: str) -> None:
                         "best γ": best["gamma"],
                         "KL at best γ": best["kl"],
                         "KL cut vs γ* (%)": round(100 * (1 - best["kl"] / star), 1) if star else None,
+                        "best − γ*, paired over anchor sequences": paired_text(best.get("vs_default")),
                     }
                 )
             st.dataframe(pd.DataFrame(rows), hide_index=True)

@@ -149,7 +149,7 @@ POSTER_MBPP = {"nirvana": 23.8, "llm-pruner": 4.4}  # the poster's MBPP pass@1 (
 def poster_answer(nirvana: tuple, llm_pruner: tuple, dense: tuple = (None, None), paired: dict | None = None) -> str:
     """NIRVANA against LLM-Pruner on MBPP pass@1 at 20%, each (value, standard error) as fractions or (None, None)
     when not measured: the difference, whether it is more than two standard errors, or what is still to run;
-    with the dense model's, what share of it each keeps. `paired` (`nirvana.accuracy.gold.paired_difference` of
+    with the dense model's, what share of it each keeps. `paired` (`nirvana.measure.paired.paired_difference` of
     the two rows' per-problem outcomes): the difference's error over the same problems instead of the error of two
     independent samples."""
     import math

@@ -26,6 +26,7 @@ def test_gamma_bench_measures_the_grid_and_writes_its_report(tiny_with_tokenizer
     assert gb.committed_gamma(str(tiny_with_tokenizer_dir), tmp_path)["gammas"] == data["gammas"]
     text = md.read_text()
     assert "(gamma*)" in text and "**" in text and "below gamma*" in text
+    assert "paired over 4 anchor sequences" in text  # the best point's KL difference to gamma*, with its error
     assert png.stat().st_size > 1000
 
 

@@ -1,8 +1,10 @@
-"""Gamma search: KL per gamma from cached scores, no new backward pass, best = argmin."""
+"""Gamma search: KL per gamma from cached scores, no new backward pass, best = argmin, paired differences to
+gamma* over anchor sequences."""
 
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -10,7 +12,7 @@ import nirvana.scoring.criteria as scorers
 import nirvana.search.gamma as gs
 from nirvana.cli import main
 from nirvana.errors import InvalidInput
-from nirvana.measure.kl import DenseReference, kl_to_dense
+from nirvana.measure.kl import DenseReference, kl_per_sequence, kl_to_dense
 from nirvana.models.shapes import model_shape
 from nirvana.pruning.allocation import Allocation, allocate, default_gamma
 from nirvana.pruning.slicing import apply_plan
@@ -40,6 +42,25 @@ def test_each_point_matches_a_direct_measurement_and_best_is_argmin():
     assert set(blob["best"]) == {"0.3", "0.5"}
 
 
+def test_every_point_carries_its_paired_kl_difference_to_gamma_star():
+    model, scores, ref = _setup()
+    star = round(default_gamma(model_shape(model)), 4)
+    result = gs.gamma_search(model, scores, ref, gammas=[0.5, star, 8.0], sparsities=[0.4], align=1)
+    by_gamma = {p.gamma: p for p in result.points}
+    assert by_gamma[star].vs_default == {"mean": 0.0, "stderr": 0.0, "n": 6}  # 6 anchor sequences
+    for gamma in (0.5, 8.0):
+        plan = allocate(scores, model_shape(model), Allocation(0.4, gamma, 1))
+        star_plan = allocate(scores, model_shape(model), Allocation(0.4, star, 1))
+        d = kl_per_sequence(apply_plan(model, plan), ref) - kl_per_sequence(apply_plan(model, star_plan), ref)
+        want = {"mean": float(d.mean()), "stderr": float(d.std() / math.sqrt(6)), "n": 6}
+        assert by_gamma[gamma].vs_default == pytest.approx(want, rel=1e-6, abs=1e-12)
+        assert by_gamma[gamma].vs_default["mean"] == pytest.approx(by_gamma[gamma].kl - by_gamma[star].kl, abs=1e-12)
+    assert result.to_dict()["best"]["0.4"]["vs_default"]["n"] == 6
+    # gamma* off the grid: nothing to pair with
+    off_grid = gs.gamma_search(model, scores, ref, gammas=[0.5, 8.0], sparsities=[0.4])
+    assert all(p.vs_default is None for p in off_grid.points)
+
+
 def test_default_grid_has_at_least_8_gammas_and_includes_gamma_star():
     shape = model_shape(tiny_model("llama"))
     grid = gs.gamma_grid(shape)
@@ -53,8 +74,8 @@ def test_search_never_scores_and_identical_plans_are_measured_once(monkeypatch):
     model, scores, ref = _setup()
     monkeypatch.setattr(scorers, "gradient_saliency", lambda *a, **k: pytest.fail("gamma search must not score"))
     calls = []
-    real = gs.kl_to_dense
-    monkeypatch.setattr(gs, "kl_to_dense", lambda m, r: calls.append(1) or real(m, r))
+    real = gs.kl_per_sequence
+    monkeypatch.setattr(gs, "kl_per_sequence", lambda m, r: calls.append(1) or real(m, r))
     # gammas 1.0 and 1.0000001 give the same unit counts: one KL measurement for both
     result = gs.gamma_search(model, scores, ref, gammas=[1.0, 1.0000001, 3.0], sparsities=[0.4], align=1)
     assert len(result.points) == 3 and len(calls) == 2

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from nirvana.measure.kl import DenseReference, kl_to_dense, log_probs, token_kl
+from nirvana.measure.kl import DenseReference, kl_per_sequence, kl_to_dense, log_probs, token_kl
 from nirvana.models.fingerprint import model_fingerprint
 from nirvana.models.shapes import model_shape
 from nirvana.pruning.allocation import Allocation, allocate
@@ -50,6 +50,11 @@ def test_kl_matches_direct_mean_over_tokens_and_is_positive():
     got = kl_to_dense(pruned, DenseReference(model, ids, chunk_size=4))
     assert got > 0
     assert got == pytest.approx(direct, rel=1e-6)
+    # per sequence: each row's own token mean, in anchor order, across chunk boundaries (4 + 2 of 6 rows)
+    rows = token_kl(log_probs(model, ids), log_probs(pruned, ids)).double().mean(-1)
+    per_sequence = kl_per_sequence(pruned, DenseReference(model, ids, chunk_size=4))
+    assert per_sequence.dtype == torch.float64 and per_sequence.shape == (ids.shape[0],)
+    assert torch.allclose(per_sequence, rows, rtol=1e-6)
 
 
 def test_chunking_and_cache_budget_do_not_change_the_answer():

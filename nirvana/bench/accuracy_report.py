@@ -13,9 +13,9 @@ import math
 import re
 from pathlib import Path
 
-from nirvana.accuracy.gold import paired_or_none, paired_text
 from nirvana.accuracy.tasks import BPB_TASKS, PAPER_METRIC, ZEROSHOT7
 from nirvana.charts import CRITERION_COLORS, METHOD_COLORS
+from nirvana.measure.paired import paired_or_none, paired_text
 
 SHORT = {
     "arc_easy": "ARC-e",

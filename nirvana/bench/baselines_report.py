@@ -17,11 +17,11 @@ import json
 import math
 from pathlib import Path
 
-from nirvana.accuracy.gold import paired_text
 from nirvana.accuracy.tasks import ZEROSHOT7
 from nirvana.bench.accuracy import read_per_problem
 from nirvana.bench.accuracy_report import BPB_SHORT, BPB_TASKS, SHORT, _f, _pm, paired_between, summarize
 from nirvana.bench.rows import read_rows
+from nirvana.measure.paired import paired_text
 from nirvana.measure.speed_check import DISTURBED, MESSAGES, TOLERANCE, judge
 from nirvana.methods import METHODS, is_baseline
 from nirvana.store.atomic import atomic_write_text

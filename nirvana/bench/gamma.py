@@ -24,6 +24,7 @@ from nirvana.bench.methods import nirvana_only
 from nirvana.checkpoints.loading import load_model
 from nirvana.errors import InvalidInput
 from nirvana.measure.kl import DenseReference
+from nirvana.measure.paired import paired_text
 from nirvana.models.shapes import model_shape
 from nirvana.pipeline import score, scoring
 from nirvana.pruning.allocation import default_gamma
@@ -184,8 +185,11 @@ def markdown_report(data: dict) -> str:
             at_star = kl_at(points, s, round(g_star, 4))
             if at_star:
                 cut = 100 * (1 - best["kl"] / at_star)
+                pair = best.get("vs_default")  # absent from runs before paired differences were kept
+                paired = f"; paired over {pair['n']} anchor sequences {paired_text(pair)}" if pair else ""
                 lines.append(
-                    f"- sparsity {s:g}: best gamma {best['gamma']:g} (KL {best['kl']:.4f}), {cut:.1f}% below gamma*"
+                    f"- sparsity {s:g}: best gamma {best['gamma']:g} (KL {best['kl']:.4f}), {cut:.1f}% below "
+                    f"gamma*{paired}"
                 )
         lines.append("")
     return "\n".join(lines)

@@ -30,7 +30,6 @@ from pathlib import Path
 
 import torch
 
-from nirvana.accuracy.gold import paired_difference
 from nirvana.accuracy.harness import run_accuracy
 from nirvana.bench.base import Benchmark, Measured
 from nirvana.bench.environment import machine_label
@@ -39,6 +38,7 @@ from nirvana.bench.quality import evaluate_ppl, text_prefix
 from nirvana.bench.rows import row_key
 from nirvana.checkpoints.loading import load_model
 from nirvana.data.text import load_text
+from nirvana.measure.paired import paired_difference
 from nirvana.models.shapes import count_parameters
 from nirvana.pipeline import prune
 from nirvana.recovery.config import RecoveryConfig

@@ -17,6 +17,7 @@ from nirvana.cli.flags import LISTS
 from nirvana.data.calibration import check_calibration_source
 from nirvana.measure.compare import kl_rows
 from nirvana.measure.kl import DenseReference
+from nirvana.measure.paired import paired_text
 from nirvana.models.shapes import model_shape
 from nirvana.pipeline import PruneSettings, score
 from nirvana.pruning.allocation import Allocation
@@ -181,5 +182,6 @@ def cmd_gamma_search(args) -> int:
         print(f"sparsity {sparsity:g} (gamma* = {result.gamma_default:.3g}):")
         for p in (p for p in result.points if p.sparsity == sparsity):
             mark = "  <- best" if p is best else ""
-            print(f"  gamma {p.gamma:6.3g}  KL {p.kl:.6f}  achieved {p.achieved_block_sparsity:.3f}{mark}")
+            pair = f"  vs gamma* {paired_text(p.vs_default)}" if p.vs_default else ""
+            print(f"  gamma {p.gamma:6.3g}  KL {p.kl:.6f}  achieved {p.achieved_block_sparsity:.3f}{pair}{mark}")
     return 0

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import torch.nn as nn
 
-from nirvana.accuracy.gold import paired_or_none
 from nirvana.accuracy.tasks import PAPER_METRIC, TASKS
 from nirvana.measure.flops import summary
+from nirvana.measure.paired import paired_or_none
 from nirvana.measure.speed import speedup_rows
 from nirvana.measure.speed_check import RULE as SPEED_RULE
 from nirvana.models.shapes import ModelShape

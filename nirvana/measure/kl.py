@@ -2,7 +2,8 @@
 
 METHOD.md section 4: per anchor token, KL = sum over the vocabulary of p_dense (log p_dense -
 log p_pruned); the reported figure is the mean over all anchor tokens (every position of every
-anchor sequence), computed in fp32 (accumulated in fp64) whatever the model dtype.
+anchor sequence), computed in fp32 (accumulated in fp64) whatever the model dtype. `kl_per_sequence` keeps
+the mean per anchor sequence, for paired standard errors between two pruned models.
 
 Memory decision: the reference anchor (128 x 64 tokens, vocabulary 49152) has 1.6 GB of dense
 log-probs in fp32. Every KL measurement (each calibration candidate, each gamma, each benchmark
@@ -95,11 +96,20 @@ class DenseReference:
             yield ids, cached if cached is not None else log_probs(self.model, ids)
 
 
-def kl_to_dense(model: torch.nn.Module, reference: DenseReference, progress: Progress = None) -> float:
-    """Mean over anchor tokens of KL(P_dense || P_model), in nats (summed over the vocabulary)."""
-    total, n_chunks = torch.zeros((), dtype=torch.float64), len(reference.starts)
+def kl_per_sequence(model: torch.nn.Module, reference: DenseReference, progress: Progress = None) -> torch.Tensor:
+    """Mean KL(P_dense || P_model) over each anchor sequence's tokens, `[M]` in fp64 (nats).
+
+    Two models measured on the same anchor give paired per-sequence values: their difference's standard error
+    (`nirvana.measure.paired`) says whether one really is closer to dense than the other."""
+    parts, n_chunks = [], len(reference.starts)
     for i, (ids, dense_logp) in enumerate(reference.chunks()):
-        total += token_kl(dense_logp, log_probs(model, ids)).double().sum()
+        parts.append(token_kl(dense_logp, log_probs(model, ids)).double().mean(-1))
         if progress:
             progress((i + 1) / n_chunks, f"KL chunk {i + 1}/{n_chunks}")
-    return float(total / reference.num_tokens)
+    return torch.cat(parts)
+
+
+def kl_to_dense(model: torch.nn.Module, reference: DenseReference, progress: Progress = None) -> float:
+    """Mean over anchor tokens of KL(P_dense || P_model), in nats (summed over the vocabulary). Every anchor
+    sequence has the same length, so this is the mean of `kl_per_sequence`."""
+    return float(kl_per_sequence(model, reference, progress).mean())

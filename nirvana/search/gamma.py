@@ -5,7 +5,9 @@ Llama-3.2-3B). Here, with scores already computed, every (sparsity, gamma) point
 allocation (~10 ms), a slice and one forward over the anchor set: no backward pass, no new
 scores. The point with the lowest KL(P_dense || P_pruned) is reported per sparsity.
 Points whose plans are identical (e.g. two gammas that round to the same unit counts) share
-one KL measurement.
+one KL measurement. Every point also carries its paired difference to gamma* (`vs_default`: the mean
+and standard error over anchor sequences of KL(point) - KL(gamma*), each sequence measured under both
+plans), so "the best gamma beats gamma*" is a claim with an error bar.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from nirvana.errors import InvalidInput
-from nirvana.measure.kl import DenseReference, kl_to_dense
+from nirvana.measure.kl import DenseReference, kl_per_sequence
+from nirvana.measure.paired import paired_difference
 from nirvana.models.shapes import model_shape
 from nirvana.progress import Progress
 from nirvana.pruning.allocation import Allocation, default_gamma
@@ -32,6 +35,8 @@ class GammaPoint:
     kv_groups_pruned: int
     neurons_pruned: int
     notes: list[str] = field(default_factory=list)
+    # KL(this point) - KL(gamma*) paired over anchor sequences: {"mean", "stderr", "n"}; None off gamma*'s grid
+    vs_default: dict | None = None
 
 
 @dataclass
@@ -84,19 +89,22 @@ def gamma_search(
     """
     shape = model_shape(model)
     grid = gamma_grid(shape, gammas)
-    points, measured = [], {}  # plan signature -> KL: identical plans share one measurement
+    star = round(default_gamma(shape), 4)  # gamma*'s grid value (`gamma_grid` adds it rounded so)
+    points, measured = [], {}  # plan signature -> per-sequence KL: identical plans share one measurement
     total = len(grid) * len(sparsities)
     for s_idx, sparsity in enumerate(sparsities):
+        per_sequence = {}
         for g_idx, gamma in enumerate(grid):
             step = s_idx * len(grid) + g_idx
-            plan, kl = prune_and_measure(
+            plan, per_sequence[gamma] = prune_and_measure(
                 model,
                 scores,
-                lambda pruned: kl_to_dense(pruned, reference),
+                lambda pruned: kl_per_sequence(pruned, reference),
                 Allocation(sparsity, gamma, align, allocation),
                 shape=shape,
                 memo=measured,
             )
+            kl = float(per_sequence[gamma].mean())
             points.append(
                 GammaPoint(
                     sparsity,
@@ -110,6 +118,9 @@ def gamma_search(
             )
             if progress:
                 progress((step + 1) / total, f"sparsity {sparsity:g}, gamma {gamma:g}: KL {kl:.5f}")
+        if star in per_sequence and len(per_sequence[star]) > 1:
+            for point in points[-len(grid) :]:
+                point.vs_default = paired_difference(per_sequence[point.gamma].tolist(), per_sequence[star].tolist())
     return GammaSearch(
         scores.criterion, scores.fingerprint, default_gamma(shape), allocation, align, reference.num_tokens, points
     )
