@@ -198,6 +198,31 @@ def _paired_mbpp(config) -> dict | None:
     return paired_between(read_per_problem(config.passes_path), a, b, "mbpp")
 
 
+def _paired_bpb(config, wanted) -> str | None:
+    """NIRVANA (gamma*) at 20% against each other method at 20% on MBPP gold bits per byte, paired by problem:
+    the likelihood of the reference solutions, which resolves where pass@1 near the floor does not."""
+    from nirvana.bench.accuracy import read_per_problem
+    from nirvana.bench.accuracy_report import paired_between
+    from nirvana.bench.baselines import Variant
+    from nirvana.measure.paired import paired_text
+    from nirvana.methods import METHODS
+
+    per, ours = read_per_problem(config.per_problem_path), Variant("nirvana", 0.2).name
+    found = []
+    for variant in wanted:
+        if variant.method in ("dense", "nirvana") or variant.sparsity != 0.2:
+            continue
+        pair = paired_between(per, ours, variant.name, "mbpp_bpb")
+        if pair:
+            found.append(f"{METHODS[variant.method].label} {paired_text(pair, 1, 3)}")
+    if not found:
+        return None
+    return (
+        "**The reference solutions' likelihood** (MBPP gold bits per byte at 20%, NIRVANA minus each method, paired "
+        "by problem; negative: NIRVANA keeps the reference code more likely): " + "; ".join(found) + "."
+    )
+
+
 def code_results(model: str) -> str:
     """The README's answer to the poster's code question at a code model's scale: dense and every method at
     FRONT_SPARSITIES (NIRVANA at gamma*, no LoRA) with MBPP and HumanEval pass@1, from the committed CSV of
@@ -208,30 +233,35 @@ def code_results(model: str) -> str:
     config, _, measured, wanted = _front_grid(model, grid_methods=True)
     lines = [
         f"| method | sparsity | WikiText-2 perplexity | 7-task average (%) | MBPP pass@1 (%), {config.mbpp_limit} "
-        f"problems | HumanEval pass@1 (%), {config.humaneval_limit} problems |",
-        "|---|---:|---:|---:|---:|---:|",
+        f"problems | HumanEval pass@1 (%), {config.humaneval_limit} problems | MBPP bits per byte, "
+        f"{config.bpb_limit} problems (lower is better) |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for label, variant in wanted:
         v = measured.get(variant.name, {})
         ppl = v.get("ppl_wikitext2")
         mbpp, human = v.get("mbpp", (None, None)), v.get("humaneval", (None, None))
+        bpb = v.get("bpb", {}).get("mbpp_bpb", (None, None))
         cells = [
             *_row_head(label, variant, v),
             NOT_MEASURED if ppl is None else f"{ppl:.2f}",
             _pm(v.get("average"), v.get("average_se"), 100, 1),
             _pm(mbpp[0], mbpp[1], 100, 1),
             _pm(human[0], human[1], 100, 1),
+            _pm(bpb[0], bpb[1], 1, 3),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     sides = [measured.get(Variant(m, 0.2).name, {}).get("mbpp", (None, None)) for m in POSTER_MBPP]
     answer = poster_answer(
         *sides, dense=measured.get("dense", {}).get("mbpp", (None, None)), paired=_paired_mbpp(config)
     )
+    likelihood = _paired_bpb(config, [variant for _, variant in wanted])
     left = len(pending(BASELINES, config))
     source = config.csv_path.relative_to(ROOT)
     lines += [
         "",
         answer,
+        *(["", likelihood] if likelihood else []),
         "",
         f"From `{source}` (`python -m nirvana bench baselines --model {model} --allow-code-execution "
         f"--code-first ...`): perplexity on the first {config.tokens:,} tokens of WikiText-2 test; the seven "

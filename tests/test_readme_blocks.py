@@ -43,3 +43,28 @@ def test_the_posters_code_question_uses_the_paired_error_when_outcomes_are_kept(
     assert "+8.0 ± 3.0 points (resolved: NIRVANA higher" in text
     assert "paired by problem (the standard error of the 200 per-problem differences" in text
     assert "independent samples" not in text
+
+
+def test_the_code_block_pairs_nirvanas_bits_per_byte_with_each_method_at_20_percent(tmp_path):
+    import json
+    from types import SimpleNamespace
+
+    from nirvana.bench.baselines import Variant
+    from tests.readme_blocks import _paired_bpb
+
+    def entry(values):
+        return {"mbpp_bpb": {"limit": len(values), "values": values}}
+
+    per = {
+        Variant("nirvana", 0.2).name: entry([1.0, 2.0, 3.0, 4.0]),
+        Variant("flap", 0.2).name: entry([1.5, 2.5, 3.0, 4.5]),  # d = -0.5, -0.5, 0, -0.5: sd 0.25 over 4
+        Variant("flap", 0.5).name: entry([9.0, 9.0, 9.0, 9.0]),  # another sparsity: not paired with 20%
+        "dense": entry([0.5, 0.5, 0.5, 0.5]),
+    }
+    path = tmp_path / "bpb.json"
+    path.write_text(json.dumps(per))
+    config = SimpleNamespace(per_problem_path=path)
+    wanted = [Variant("dense"), Variant("nirvana", 0.2), Variant("flap", 0.2), Variant("llm-pruner", 0.2)]
+    text = _paired_bpb(config, [*wanted, Variant("flap", 0.5)])
+    assert text.endswith("): FLAP -0.375 ± 0.125 (3.0 se, resolved).")  # LLM-Pruner has no row: left out
+    assert _paired_bpb(SimpleNamespace(per_problem_path=tmp_path / "none.json"), wanted) is None
