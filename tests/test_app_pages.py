@@ -497,6 +497,11 @@ def test_evidence_page_shows_the_committed_gamma_curves(at):
     spec = chart(at, "nirvana: KL to dense against γ")
     want = {f"sparsity {float(s):g} (best γ {b['gamma']:g})" for s, b in result["best"].items()}
     assert {t["name"] for t in spec["data"]} == want
+    # the best point's KL difference to γ*, paired over the anchor sequences, as the gamma report writes it
+    column = "best − γ*, paired over anchor sequences"
+    tables = [df.value for df in at.dataframe if column in df.value.columns]
+    assert tables, "the γ table has the paired column"
+    assert tables[0][column].str.contains(r" ± .* se").all()
 
 
 def test_evidence_page_without_a_benchmark_says_how_to_make_one(at, monkeypatch, tmp_path):
