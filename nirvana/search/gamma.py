@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 
 from nirvana.errors import InvalidInput
 from nirvana.measure.kl import DenseReference, kl_per_sequence
-from nirvana.measure.paired import paired_difference
+from nirvana.measure.paired import paired_or_none
 from nirvana.models.shapes import model_shape
 from nirvana.progress import Progress
 from nirvana.pruning.allocation import Allocation, default_gamma
@@ -118,9 +118,9 @@ def gamma_search(
             )
             if progress:
                 progress((step + 1) / total, f"sparsity {sparsity:g}, gamma {gamma:g}: KL {kl:.5f}")
-        if star in per_sequence and len(per_sequence[star]) > 1:
+        if star in per_sequence:  # an anchor of one sequence has no error: paired_or_none gives None
             for point in points[-len(grid) :]:
-                point.vs_default = paired_difference(per_sequence[point.gamma].tolist(), per_sequence[star].tolist())
+                point.vs_default = paired_or_none(per_sequence[point.gamma].tolist(), per_sequence[star].tolist())
     return GammaSearch(
         scores.criterion, scores.fingerprint, default_gamma(shape), allocation, align, reference.num_tokens, points
     )
