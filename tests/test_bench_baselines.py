@@ -235,9 +235,41 @@ def test_run_writes_each_row_and_the_report_with_a_fake_worker(tmp_path, monkeyp
     assert "flap s=0.2" in config.csv_path.with_suffix(".md").read_text()
 
 
+def test_only_measures_runs_those_rows_and_the_grid_record_keeps_the_whole_plan(tmp_path, monkeypatch):
+    from nirvana.bench.baselines import grid_path, measures, record_grid
+
+    base = dict(model="m", out_dir=tmp_path, sparsities=(0.2,), lambada_limit=0, bpb_limit=50, lora_sparsities=())
+    whole = BaselinesConfig(**base)
+    config = BaselinesConfig(**base, only_measures=("mbpp_bpb", "ppl"))
+    assert measures(whole) == ("ppl", *ZEROSHOT7, "mbpp_bpb")
+    ran = []
+
+    class Fake:
+        def run(self, job):
+            ran.append((job.variant.name, job.measure))
+            v = job.variant
+            facts = _facts(v.method, v.sparsity, 0.2, v.name, "")
+            gold = {**facts, "measure": "mbpp_bpb", "limit": job.limit, "bpb": 0.5, "bpb_stderr": 0.01, "n": job.limit}
+            (row,) = [
+                r for r in [*_rows(v.method, v.sparsity, 0.2, v.name, 30.0, 0.4), gold] if r["measure"] == job.measure
+            ]
+            return Measured(row, "fake")
+
+    monkeypatch.setattr(type(BASELINES), "worker", lambda self, c, log: Fake())
+    record_grid(config)
+    run(BASELINES, config, lambda m: None)
+    planned = [(j.variant.name, j.measure) for j in plan_jobs(whole)]
+    assert ran == [x for x in planned if x[1] in ("ppl", "mbpp_bpb")]  # in plan order, nothing else
+    assert json.loads(grid_path(config).read_text())["limit"] == 200  # the zero-shot rows are still planned
+    assert "only_measures" not in json.loads(grid_path(config).read_text())
+    run(BASELINES, whole, lambda m: None)  # a later run fills in the rest, without redoing a row
+    assert len(ran) == len(planned) == len(read_rows(config.csv_path))
+
+
 @pytest.mark.parametrize(
     "argv, words",
     [
+        (["--only-measures", "ppl,mbpp"], ["--only-measures", "mbpp,", "plans: ppl", "--allow-code-execution"]),
         (["--sparsities", "0.2,1.5"], ["--sparsities", "(0, 1)"]),
         (["--tokens", "0"], ["--tokens", "positive"]),
         (["--threads", "0"], ["--threads", "positive"]),

@@ -34,7 +34,9 @@ Order (so a run cut short is still useful): the `ppl` rows at the first sparsity
 then the zero-shot tasks there method by method (each method's 7-task average as early as
 possible), then LAMBADA there, then gold BPB there, then the LoRA rows there; then the same at the
 next sparsity; the code tasks (MBPP, HumanEval pass@1) last, or with `--code-first` right after each
-sparsity's perplexity rows (for a code model, the rows the comparison is about).
+sparsity's perplexity rows (for a code model, the rows the comparison is about). `--only-measures
+ppl,mbpp_bpb` runs only the planned rows of those measures now (the cheap rows of a big model first);
+the grid record and the report still count every planned row, and a later run fills in the rest.
 The markdown table (methods as rows, metrics as columns, +- standard errors) and the PNG are
 rebuilt after every row (`nirvana.bench.baselines_report`).
 """
@@ -214,6 +216,9 @@ class BaselinesConfig:
     # the code tasks (MBPP, HumanEval pass@1) right after each sparsity's perplexity rows, not last: for a code
     # model they are the rows the comparison is about
     code_first: bool = False
+    # run only the planned rows of these measures ("ppl", a task name); empty: all. Not part of the grid record:
+    # the grid is what is planned, this is what runs now
+    only_measures: tuple[str, ...] = ()
     lora_sparsities: tuple[float, ...] = (0.2,)  # each method again after the default LoRA budget (empty: none)
     lora_data: str = "calibration"  # recovery training documents (`recover --data`)
     # each method again with its kept weights re-solved (`prune --reconstruct`; not SliceGPT, whose rotated modules
@@ -278,6 +283,11 @@ GRID_FIELDS = (
     "allow_code_execution",
 )
 UNION_FIELDS = ("sparsities", "methods")  # runs restricted to some methods or sparsities add to the grid
+
+
+def measures(config: BaselinesConfig) -> tuple[str, ...]:
+    """The measures `config`'s grid plans rows of, in plan order (what `--only-measures` may name)."""
+    return tuple(dict.fromkeys(j.measure for j in plan_jobs(config)))
 
 
 def grid_path(config: BaselinesConfig) -> Path:
@@ -382,7 +392,8 @@ class BaselinesBench(Benchmark):
     report_each_row = True
 
     def jobs(self, config: BaselinesConfig) -> list[BaselineJob]:
-        return plan_jobs(config)
+        jobs = plan_jobs(config)
+        return [j for j in jobs if j.measure in config.only_measures] if config.only_measures else jobs
 
     def key(self, config: BaselinesConfig, job: BaselineJob) -> tuple[str, ...]:
         return (job.model, job.variant.name, job.measure, str(job.limit))

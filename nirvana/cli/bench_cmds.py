@@ -19,6 +19,7 @@ from nirvana.bench.accuracy import ACCURACY, AccuracyConfig, kl_best_gammas
 from nirvana.bench.base import Benchmark, run
 from nirvana.bench.baselines import BASELINES, BaselinesConfig, backfill_passes, best_gammas, record_grid
 from nirvana.bench.baselines import METHODS as BASELINES_METHODS
+from nirvana.bench.baselines import measures as baseline_measures
 from nirvana.bench.distill import DISTILL, DistillConfig
 from nirvana.bench.gamma import GammaBenchConfig, run_gamma_bench
 from nirvana.bench.gamma import write_outputs as write_gamma_outputs
@@ -138,6 +139,8 @@ BASELINES_FLAGS = {
     **TASK_FLAGS,
     "humaneval_limit": "HumanEval problems (0: skip; needs --allow-code-execution)",
     "code_first": "the code tasks (MBPP, HumanEval) right after each sparsity's perplexity rows, not last",
+    "only_measures": "run only the planned rows of these measures now (e.g. ppl,mbpp_bpb); the report still "
+    "counts the whole grid",
     "samples": "calibration sequences N (the same batch for every method)",
     "seq_len": "calibration tokens per sequence T",
     "use_score_cache": "reuse cached scores (the pruning time then leaves out scoring)",
@@ -469,7 +472,15 @@ def baselines_config(args) -> BaselinesConfig:
             raise InvalidInput(f"unknown method {name!r} in --methods; accepted: {', '.join(BASELINES_METHODS)}.")
     allowed = code_execution_allowed(args.allow_code_execution)
     best = best_gammas(args.model, args.sparsities)
-    return config_from_args(BaselinesConfig, args, allow_code_execution=allowed, best_gamma=best)
+    config = config_from_args(BaselinesConfig, args, allow_code_execution=allowed, best_gamma=best)
+    planned = baseline_measures(config)
+    unknown = [m for m in config.only_measures if m not in planned]
+    if unknown:
+        raise InvalidInput(
+            f"--only-measures names {', '.join(unknown)}, which this grid plans no rows of; it plans: "
+            f"{', '.join(planned)} (a limit of 0 skips a task; code tasks need --allow-code-execution)."
+        )
+    return config
 
 
 def cmd_baselines(args) -> int:
