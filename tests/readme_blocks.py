@@ -190,9 +190,8 @@ def poster_answer(nirvana: tuple, llm_pruner: tuple, dense: tuple = (None, None)
 
 def _paired_mbpp(config) -> dict | None:
     """NIRVANA (gamma*) minus LLM-Pruner on MBPP at 20%, paired by problem, when both rows' outcomes are kept."""
-    from nirvana.bench.accuracy import read_per_problem
-    from nirvana.bench.accuracy_report import paired_between
     from nirvana.bench.baselines import Variant
+    from nirvana.bench.per_problem import paired_between, read_per_problem
 
     a, b = (Variant(m, 0.2).name for m in POSTER_MBPP)
     return paired_between(read_per_problem(config.passes_path), a, b, "mbpp")
@@ -201,9 +200,8 @@ def _paired_mbpp(config) -> dict | None:
 def _paired_bpb(config, wanted) -> str | None:
     """NIRVANA (gamma*) at 20% against each other method at 20% on MBPP gold bits per byte, paired by problem:
     the likelihood of the reference solutions, which resolves where pass@1 near the floor does not."""
-    from nirvana.bench.accuracy import read_per_problem
-    from nirvana.bench.accuracy_report import paired_between
     from nirvana.bench.baselines import Variant
+    from nirvana.bench.per_problem import paired_between, read_per_problem
     from nirvana.measure.paired import paired_text
     from nirvana.methods import METHODS
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from nirvana.accuracy.tasks import BPB_TASKS, PAPER_METRIC, ZEROSHOT7
-from nirvana.bench.accuracy import ACCURACY, COLUMNS, KEY, AccuracyConfig, kl_best_gammas, per_problem_text, plan_jobs
+from nirvana.bench.accuracy import ACCURACY, COLUMNS, KEY, AccuracyConfig, kl_best_gammas, plan_jobs
 from nirvana.bench.accuracy_report import summarize, write_report
 from nirvana.bench.base import pending
+from nirvana.bench.per_problem import per_problem_text
 from nirvana.bench.rows import read_rows, store_row
 
 

@@ -182,7 +182,7 @@ def test_rows_resume_and_the_report_table_on_known_rows(tmp_path):
 
 
 def test_gold_bpb_cells_and_differences_paired_by_problem(tmp_path):
-    from nirvana.bench.accuracy import per_problem_text
+    from nirvana.bench.per_problem import per_problem_text
 
     config = BaselinesConfig(model="m", out_dir=tmp_path, sparsities=(0.2,), lambada_limit=0)
     values = {  # bits per byte of four problems; FLAP loses 0.1 to 0.4 more than NIRVANA on each
@@ -427,7 +427,7 @@ def test_verdicts_compare_reconstructed_models_with_each_other(tmp_path):
 
 
 def test_pass_at_1_differences_paired_by_problem(tmp_path):
-    from nirvana.bench.accuracy import per_problem_text
+    from nirvana.bench.per_problem import per_problem_text
 
     config = BaselinesConfig(model="m", out_dir=tmp_path, sparsities=(0.2,), allow_code_execution=True)
     outcomes = {  # eight problems: NIRVANA passes 2 of dense's 4, LLM-Pruner the same 2, FLAP 1 more
@@ -457,8 +457,8 @@ def test_code_rows_write_outcomes_and_the_backfill_replays_only_cached_rows(
     """A code row's per-problem outcomes go beside the CSV; `--backfill-passes` asks the eval cache only
     (`cached_only`), and writes only outcomes that give the row's pass@1 again."""
     import nirvana.bench.baselines as baselines
-    from nirvana.bench.accuracy import read_per_problem
     from nirvana.bench.baselines import BaselineJob, BaselinesWorker, backfill_passes
+    from nirvana.bench.per_problem import read_per_problem
 
     config = BaselinesConfig(
         model=str(tiny_with_tokenizer_dir), out_dir=tmp_path, sparsities=(0.2,), allow_code_execution=True,

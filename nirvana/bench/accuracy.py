@@ -39,6 +39,7 @@ from nirvana.bench.accuracy_report import write_report
 from nirvana.bench.base import Benchmark, Measured
 from nirvana.bench.environment import machine_label
 from nirvana.bench.methods import METHOD_COLUMNS, NIRVANA, MethodChoice, settings_json
+from nirvana.bench.per_problem import per_problem_text
 from nirvana.bench.rows import read_rows, row_key
 from nirvana.checkpoints.loading import load_model
 from nirvana.errors import NirvanaError, OutOfMemory
@@ -250,22 +251,6 @@ class AccuracyBench(Benchmark):
 
 
 ACCURACY = AccuracyBench()
-
-
-def read_per_problem(path: Path) -> dict:
-    """{variant: {task: {"limit": n, "values": [value of problem 0, 1, ...]}}} ({} when absent): gold BPB, or a
-    code task's outcomes (1 passed, 0 not)."""
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def per_problem_text(path: Path, variant: str, task: str, limit: int, values: list[float]) -> str:
-    """The per-problem file with one row's values added (the driver writes it, atomically)."""
-    data = read_per_problem(path)
-    data.setdefault(variant, {})[task] = {"limit": limit, "values": values}
-    return json.dumps(data, indent=1, sort_keys=True) + "\n"
 
 
 class AccuracyWorker:

@@ -8,14 +8,14 @@ bits per byte (MBPP, GSM8K) with differences paired by problem (from `bpb-<model
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from pathlib import Path
 
 from nirvana.accuracy.tasks import BPB_TASKS, PAPER_METRIC, ZEROSHOT7
+from nirvana.bench.per_problem import paired_between, read_per_problem
 from nirvana.charts import CRITERION_COLORS, METHOD_COLORS
-from nirvana.measure.paired import paired_or_none, paired_text
+from nirvana.measure.paired import paired_text
 
 SHORT = {
     "arc_easy": "ARC-e",
@@ -168,25 +168,12 @@ def markdown(rows: list[dict], config) -> str:
     lines += winners(summary) or ["- no task has two pruned models yet"]
     ns = sorted({int(float(r["n"])) for r in rows if r["task"] in PAPER_METRIC and r.get("n")})
     lines += ["", f"n per zero-shot task: {', '.join(map(str, ns)) or '-'}.", ""]
-    lines += bpb_section(summary, _per_problem(config))
+    lines += bpb_section(summary, read_per_problem(getattr(config, "per_problem_path", None)))
     lines += ["Plot: `accuracy-" + config.model.replace("/", "_") + ".png`.", ""]
     return "\n".join(lines)
 
 
 BPB_SHORT = {"mbpp_bpb": "MBPP", "humaneval_bpb": "HumanEval", "gsm8k_bpb": "GSM8K"}
-
-
-def _per_problem(config) -> dict:
-    path = getattr(config, "per_problem_path", None)
-    try:
-        return json.loads(Path(path).read_text()) if path else {}
-    except (OSError, ValueError):
-        return {}
-
-
-def paired_between(per: dict, a: str, b: str, task: str) -> dict | None:
-    """a - b over the problems both variants have for `task` in a per-problem file, or None."""
-    return paired_or_none(*(per.get(v, {}).get(task, {}).get("values") for v in (a, b)))
 
 
 def bpb_section(summary: list[dict], per: dict) -> list[str]:

@@ -56,10 +56,11 @@ import torch
 
 from nirvana.accuracy.harness import run_accuracy
 from nirvana.accuracy.tasks import TASKS, ZEROSHOT7
-from nirvana.bench.accuracy import kl_best_gammas, per_problem_text, read_per_problem
+from nirvana.bench.accuracy import kl_best_gammas
 from nirvana.bench.base import Benchmark, Measured
 from nirvana.bench.baselines_report import LORA, MATCH_TOLERANCE, RECONSTRUCT, matched, write_report
 from nirvana.bench.environment import machine_label
+from nirvana.bench.per_problem import per_problem_text, read_per_problem
 from nirvana.bench.quality import evaluate_ppl, text_prefix
 from nirvana.bench.rows import read_rows
 from nirvana.checkpoints.loading import load_model

@@ -18,8 +18,8 @@ import math
 from pathlib import Path
 
 from nirvana.accuracy.tasks import ZEROSHOT7
-from nirvana.bench.accuracy import read_per_problem
-from nirvana.bench.accuracy_report import BPB_SHORT, BPB_TASKS, SHORT, _f, _pm, paired_between, summarize
+from nirvana.bench.accuracy_report import BPB_SHORT, BPB_TASKS, SHORT, _f, _pm, summarize
+from nirvana.bench.per_problem import paired_between, read_per_problem
 from nirvana.bench.rows import read_rows
 from nirvana.measure.paired import paired_text
 from nirvana.measure.speed_check import DISTURBED, MESSAGES, TOLERANCE, judge
