@@ -73,7 +73,8 @@ def _speed(v: dict, dense: dict | None) -> str:
 
 def _front_grid(model: str, grid_methods: bool = False):
     """(config, rows, measured variants by name, [(label, Variant)] for dense and each method at FRONT_SPARSITIES)
-    of the committed CSV of `bench baselines --model MODEL`; every method, or only the grid's (`grid_methods`)."""
+    of the committed CSV of `bench baselines --model MODEL`; every method, or only the grid's methods and
+    sparsities (`grid_methods`)."""
     from nirvana.bench.baselines import BaselinesConfig, Variant, recorded_config
     from nirvana.bench.baselines_report import variants
     from nirvana.bench.rows import read_rows
@@ -84,7 +85,8 @@ def _front_grid(model: str, grid_methods: bool = False):
     measured = {v["variant"]: v for v in variants(rows)}
     wanted = [("dense", Variant("dense"))]
     methods = [m for m in METHODS if not grid_methods or m in config.methods]
-    wanted += [(METHODS[m].label, Variant(m, s)) for s in FRONT_SPARSITIES for m in methods]
+    sparsities = [s for s in FRONT_SPARSITIES if not grid_methods or s in config.sparsities]
+    wanted += [(METHODS[m].label, Variant(m, s)) for s in sparsities for m in methods]
     return config, rows, measured, wanted
 
 
@@ -396,6 +398,7 @@ class Block(NamedTuple):
 BLOCKS = {
     "results-smollm2-135m": Block(README, lambda: front_results("smollm2-135m")),
     "code-qwen2.5-coder-0.5b": Block(README, lambda: code_results("qwen2.5-coder-0.5b")),
+    "code-qwen2.5-coder-1.5b": Block(README, lambda: code_results("qwen2.5-coder-1.5b")),
     "distill-smollm2-135m": Block(DOCS / "RECOVERY.md", lambda: distill("smollm2-135m")),
     "baselines-smollm2-135m": Block(DOCS / "RESULTS-BASELINES.md", lambda: baselines("smollm2-135m")),
     "baselines-gemma3-270m": Block(DOCS / "RESULTS-BASELINES.md", lambda: baselines("gemma3-270m")),

@@ -332,8 +332,12 @@ def markdown(rows: list[dict], config, extra: list[dict] | None = None) -> str:
         f"({config.samples} x {config.seq_len} tokens of wikitext2-valid, seed 0). Perplexity on the first "
         f"{config.tokens:,} tokens ({config.window}-token windows); zero-shot: the first {config.limit} examples of "
         "each task, the paper's metric, in %, ± one standard error (the average's error is sqrt(sum se²)/7); "
-        "LAMBADA (OpenAI) acc and perplexity on the first "
-        f"{config.lambada_limit}; MBPP pass@1 only with --allow-code-execution; MBPP bits/byte: gold-answer "
+        + (
+            f"LAMBADA (OpenAI) acc and perplexity on the first {config.lambada_limit}; "
+            if config.lambada_limit
+            else "LAMBADA not in this grid; "
+        )
+        + "MBPP pass@1 only with --allow-code-execution; MBPP bits/byte: gold-answer "
         f"bits per byte under OLMES's 3-shot prompt (lower is better), the first {config.bpb_limit} problems. "
         "'-' = not measured yet.",
         "Ablation rows (another criterion under NIRVANA's global allocation) are read from the committed quality "
