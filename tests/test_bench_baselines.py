@@ -213,25 +213,30 @@ def test_ablations_are_read_from_the_committed_grids():
     assert ablations("no-such-model") == []
 
 
+class _FakeWorker:
+    """A worker that measures nothing: each job's row from `_rows` (or a gold bits-per-byte row); keeps the jobs."""
+
+    def __init__(self):
+        self.ran = []
+
+    def run(self, job):
+        self.ran.append(job)
+        v = job.variant
+        gold = {**_facts(v.method, v.sparsity, 0.2, v.name, ""), "measure": "mbpp_bpb", "limit": job.limit}
+        gold |= {"bpb": 0.5, "bpb_stderr": 0.01, "n": job.limit}
+        rows = [*_rows(v.method, v.sparsity, 0.2, v.name, 30.0, 0.4), gold]
+        (row,) = [r for r in rows if r["measure"] == job.measure]
+        return Measured(row, "fake")
+
+
 def test_run_writes_each_row_and_the_report_with_a_fake_worker(tmp_path, monkeypatch):
     config = BaselinesConfig(
         model="m", out_dir=tmp_path, sparsities=(0.2,), lambada_limit=0, bpb_limit=0, lora_sparsities=()
     )
-    ran = []
-
-    class Fake:
-        def run(self, job):
-            ran.append(job)
-            (row,) = [
-                r
-                for r in _rows(job.variant.method, job.variant.sparsity, 0.2, job.variant.name, 30.0, 0.4)
-                if r["measure"] == job.measure
-            ]
-            return Measured(row, "fake")
-
-    monkeypatch.setattr(type(BASELINES), "worker", lambda self, c, log: Fake())
+    fake = _FakeWorker()
+    monkeypatch.setattr(type(BASELINES), "worker", lambda self, c, log: fake)
     run(BASELINES, config, lambda m: None)
-    assert len(ran) == len(plan_jobs(config)) == len(read_rows(config.csv_path))
+    assert len(fake.ran) == len(plan_jobs(config)) == len(read_rows(config.csv_path))
     assert "flap s=0.2" in config.csv_path.with_suffix(".md").read_text()
 
 
@@ -242,28 +247,17 @@ def test_only_measures_runs_those_rows_and_the_grid_record_keeps_the_whole_plan(
     whole = BaselinesConfig(**base)
     config = BaselinesConfig(**base, only_measures=("mbpp_bpb", "ppl"))
     assert measures(whole) == ("ppl", *ZEROSHOT7, "mbpp_bpb")
-    ran = []
-
-    class Fake:
-        def run(self, job):
-            ran.append((job.variant.name, job.measure))
-            v = job.variant
-            facts = _facts(v.method, v.sparsity, 0.2, v.name, "")
-            gold = {**facts, "measure": "mbpp_bpb", "limit": job.limit, "bpb": 0.5, "bpb_stderr": 0.01, "n": job.limit}
-            (row,) = [
-                r for r in [*_rows(v.method, v.sparsity, 0.2, v.name, 30.0, 0.4), gold] if r["measure"] == job.measure
-            ]
-            return Measured(row, "fake")
-
-    monkeypatch.setattr(type(BASELINES), "worker", lambda self, c, log: Fake())
+    fake = _FakeWorker()
+    monkeypatch.setattr(type(BASELINES), "worker", lambda self, c, log: fake)
     record_grid(config)
     run(BASELINES, config, lambda m: None)
     planned = [(j.variant.name, j.measure) for j in plan_jobs(whole)]
+    ran = [(j.variant.name, j.measure) for j in fake.ran]
     assert ran == [x for x in planned if x[1] in ("ppl", "mbpp_bpb")]  # in plan order, nothing else
     assert json.loads(grid_path(config).read_text())["limit"] == 200  # the zero-shot rows are still planned
     assert "only_measures" not in json.loads(grid_path(config).read_text())
     run(BASELINES, whole, lambda m: None)  # a later run fills in the rest, without redoing a row
-    assert len(ran) == len(planned) == len(read_rows(config.csv_path))
+    assert len(fake.ran) == len(planned) == len(read_rows(config.csv_path))
 
 
 @pytest.mark.parametrize(
