@@ -260,10 +260,26 @@ def test_only_measures_runs_those_rows_and_the_grid_record_keeps_the_whole_plan(
     assert len(fake.ran) == len(planned) == len(read_rows(config.csv_path))
 
 
+def test_only_methods_with_only_measures_runs_the_intersection_in_plan_order(tmp_path, monkeypatch):
+    base = dict(model="m", out_dir=tmp_path, sparsities=(0.2,), lambada_limit=0, bpb_limit=50, lora_sparsities=())
+    config = BaselinesConfig(**base, only_measures=("mbpp_bpb", "ppl"), only_methods=("flap", "nirvana"))
+    fake = _FakeWorker()
+    monkeypatch.setattr(type(BASELINES), "worker", lambda self, c, log: fake)
+    run(BASELINES, config, lambda m: None)
+    planned = [(j.variant.method, j.measure) for j in plan_jobs(BaselinesConfig(**base))]
+    ran = [(j.variant.method, j.measure) for j in fake.ran]
+    assert ran == [x for x in planned if x[1] in ("ppl", "mbpp_bpb") and x[0] in ("flap", "nirvana")]
+    assert {m for m, _ in ran} == {"flap", "nirvana"} and {x for _, x in ran} == {"ppl", "mbpp_bpb"}
+
+
 @pytest.mark.parametrize(
     "argv, words",
     [
         (["--only-measures", "ppl,mbpp"], ["--only-measures", "mbpp,", "plans: ppl", "--allow-code-execution"]),
+        (
+            ["--methods", "nirvana,flap", "--only-methods", "dense,tyr"],
+            ["--only-methods", "tyr,", "it has: dense", "flap."],
+        ),
         (["--sparsities", "0.2,1.5"], ["--sparsities", "(0, 1)"]),
         (["--tokens", "0"], ["--tokens", "positive"]),
         (["--threads", "0"], ["--threads", "positive"]),

@@ -36,7 +36,8 @@ possible), then LAMBADA there, then gold BPB there, then the LoRA rows there; th
 next sparsity; the code tasks (MBPP, HumanEval pass@1) last, or with `--code-first` right after each
 sparsity's perplexity rows (for a code model, the rows the comparison is about). `--only-measures
 ppl,mbpp_bpb` runs only the planned rows of those measures now (the cheap rows of a big model first);
-the grid record and the report still count every planned row, and a later run fills in the rest.
+the grid record and the report still count every planned row, and a later run fills in the rest;
+`--only-methods nirvana,llm-pruner` likewise runs only those models' rows (the comparison's two first).
 The markdown table (methods as rows, metrics as columns, +- standard errors) and the PNG are
 rebuilt after every row (`nirvana.bench.baselines_report`).
 """
@@ -220,6 +221,8 @@ class BaselinesConfig:
     # run only the planned rows of these measures ("ppl", a task name); empty: all. Not part of the grid record:
     # the grid is what is planned, this is what runs now
     only_measures: tuple[str, ...] = ()
+    # and only the rows of these models ("dense", a method name); empty: all. Not part of the grid record either
+    only_methods: tuple[str, ...] = ()
     lora_sparsities: tuple[float, ...] = (0.2,)  # each method again after the default LoRA budget (empty: none)
     lora_data: str = "calibration"  # recovery training documents (`recover --data`)
     # each method again with its kept weights re-solved (`prune --reconstruct`; not SliceGPT, whose rotated modules
@@ -393,8 +396,12 @@ class BaselinesBench(Benchmark):
     report_each_row = True
 
     def jobs(self, config: BaselinesConfig) -> list[BaselineJob]:
-        jobs = plan_jobs(config)
-        return [j for j in jobs if j.measure in config.only_measures] if config.only_measures else jobs
+        return [
+            j
+            for j in plan_jobs(config)
+            if (not config.only_measures or j.measure in config.only_measures)
+            and (not config.only_methods or j.variant.method in config.only_methods)
+        ]
 
     def key(self, config: BaselinesConfig, job: BaselineJob) -> tuple[str, ...]:
         return (job.model, job.variant.name, job.measure, str(job.limit))

@@ -141,6 +141,7 @@ BASELINES_FLAGS = {
     "code_first": "the code tasks (MBPP, HumanEval) right after each sparsity's perplexity rows, not last",
     "only_measures": "run only the planned rows of these measures now (e.g. ppl,mbpp_bpb); the report still "
     "counts the whole grid",
+    "only_methods": "and only the rows of these models now (dense, a method of --methods), e.g. nirvana,llm-pruner",
     "samples": "calibration sequences N (the same batch for every method)",
     "seq_len": "calibration tokens per sequence T",
     "use_score_cache": "reuse cached scores (the pruning time then leaves out scoring)",
@@ -479,6 +480,12 @@ def baselines_config(args) -> BaselinesConfig:
         raise InvalidInput(
             f"--only-measures names {', '.join(unknown)}, which this grid plans no rows of; it plans: "
             f"{', '.join(planned)} (a limit of 0 skips a task; code tasks need --allow-code-execution)."
+        )
+    models = ("dense", *config.methods)
+    unknown = [m for m in config.only_methods if m not in models]
+    if unknown:
+        raise InvalidInput(
+            f"--only-methods names {', '.join(unknown)}, which this grid has no rows of; it has: {', '.join(models)}."
         )
     return config
 
