@@ -69,6 +69,7 @@ def test_a_stopped_generation_task_resumes_from_its_journal_and_equals_an_uninte
     assert len(calls) == 4 - journaled  # only the problems the journal lacked
     assert resumed["completions"] == whole["completions"] and len(whole["completions"]) == 4
     assert resumed["exact_match"] == whole["exact_match"]
+    assert resumed["resumed_completions"] == journaled and "resumed_completions" not in whole
     assert _journals(cache) == []  # the cached result replaces the journal
     again = run_accuracy(model, tok, "gsm8k", **kw)
     assert again["cache_hits"] == ["gsm8k"] and len(calls) == 4 - journaled

@@ -116,6 +116,7 @@ def _lm_class():
 
         meter: _Meter | None = None
         journal: Journal | None = None  # a generation task's finished completions (`nirvana.store.journal`)
+        resumed = 0  # completions the last journaled `generate_until` took from its journal
 
         def __init__(self, *args, max_gen_toks: int | None = None, **kwargs):
             self._gen_cap = max_gen_toks  # before HFLM's own __init__, which may read the property
@@ -165,6 +166,7 @@ def _lm_class():
             done = self.journal.read()
             keys = [request_key(r.args[0]) for r in requests]
             todo = [r for r, k in zip(requests, keys, strict=True) if k not in done]
+            self.resumed = len(requests) - len(todo)
             if self.meter is not None and len(todo) < len(requests):
                 self.meter.tick(len(requests) - len(todo))
             outer = self.cache_hook
@@ -516,7 +518,7 @@ def run_accuracy(
             metric = SandboxedPassAt1(limits, allow_unsandboxed=allow_unsandboxed) if spec.kind == "code" else None
             generates = spec.kind in ("code", "generate")
             journal = Journal(path.with_suffix(".partial.jsonl")) if use_cache and generates else None
-            lm.journal = journal
+            lm.journal, lm.resumed = journal, 0
             was_training = model.training
             model.eval()
             try:
@@ -525,6 +527,8 @@ def run_accuracy(
                 model.train(was_training)
                 lm.meter = lm.journal = None
             row = _row(name, out, seconds, task_where, version, spec.default_fewshot, limit)
+            if lm.resumed:  # `seconds` is this run's: the journaled completions' time is not in it
+                row["resumed_completions"] = lm.resumed
             if metric is not None:
                 row["sandbox"] = {
                     "outcomes": dict(metric.statuses),
