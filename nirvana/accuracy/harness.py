@@ -84,8 +84,8 @@ class _Meter:
     def tick(self, rows: int) -> None:
         if self.should_stop is not None and self.should_stop():
             raise Stopped(
-                f"stopped during {self.label}; its result was not saved (finished tasks stay cached, and a "
-                "generation task's finished completions: a rerun continues from them)."
+                f"stopped during {self.label}; its result was not saved (finished tasks stay cached; a generation "
+                "task keeps its finished completions, and a rerun continues from them)."
             )
         self.rows += rows
         if self.progress:
