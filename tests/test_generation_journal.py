@@ -94,3 +94,22 @@ def test_without_the_cache_nothing_is_journaled(tiny_lm, tmp_path, monkeypatch):
             should_stop=lambda: checks.append(1) or len(checks) > 2,
         )
     assert _journals(cache) == []
+
+
+@needs_data
+def test_a_journal_dir_holds_the_journal_under_the_tasks_cache_key(tiny_lm, tmp_path, monkeypatch):
+    """A benchmark keeps its unfinished code rows' journals beside its CSV (committable, resumable elsewhere)."""
+    model, tok = tiny_lm
+    cache, folder = tmp_path / "cache", tmp_path / "bench" / "journals"
+    monkeypatch.setenv("NIRVANA_CACHE_DIR", str(cache))
+    kw = dict(limit=3, batch_size=1, source="local", max_gen_toks=4, journal_dir=folder)
+    checks = []
+    with pytest.raises(Stopped):
+        run_accuracy(model, tok, "gsm8k", should_stop=lambda: checks.append(1) or len(checks) > 3, **kw)
+    [journal] = folder.glob("*.partial.jsonl")
+    assert _journals(cache) == [] and journal.name.startswith("accuracy-")
+    journaled = len(Journal(journal).read())
+    resumed = run_accuracy(model, tok, "gsm8k", **kw)["tasks"]["gsm8k"]
+    assert 0 < resumed["resumed_completions"] == journaled < 3
+    assert not journal.exists() and len(resumed["completions"]) == 3
+    assert len(list((cache / "evals").glob("accuracy-*.json"))) == 1  # the result is cached as usual

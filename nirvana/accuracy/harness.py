@@ -36,6 +36,7 @@ import time
 from collections.abc import Callable
 from contextlib import contextmanager
 from functools import lru_cache
+from pathlib import Path
 
 import torch
 
@@ -448,6 +449,7 @@ def run_accuracy(
     max_gen_toks: int | None = None,
     allow_unsandboxed: bool = False,
     cached_only: bool = False,
+    journal_dir: str | Path | None = None,
 ) -> dict:
     """Accuracy of `model` on lm-eval tasks: {"tasks": {name: {...}}, "average": {...} | None, ...}.
 
@@ -456,7 +458,9 @@ def run_accuracy(
     code and chain-of-thought tasks (None: the harness's 256). Generated code runs only in OS isolation
     (bubblewrap) unless `allow_unsandboxed` (CLI --unsafe-exec-without-sandbox); each code task's row records
     which. `cached_only`: only the tasks whose result is already cached (the others are left out of "tasks";
-    nothing generates). Example:
+    nothing generates). `journal_dir`: where a generation task journals its completions (default: beside its
+    cache file; a benchmark passes its own folder, so an unfinished task can be committed and resumed on another
+    machine: the journal's name is the task's cache key). Example:
         >>> r = run_accuracy(lm.model, lm.tokenizer, "zeroshot7", limit=200, source="local")
         >>> r["tasks"]["piqa"]["acc"], r["average"]["value"]
     """
@@ -517,7 +521,8 @@ def run_accuracy(
                 progress(done_weight / weight, f"lm-eval {version}: {name} ({task_where} data)")
             metric = SandboxedPassAt1(limits, allow_unsandboxed=allow_unsandboxed) if spec.kind == "code" else None
             generates = spec.kind in ("code", "generate")
-            journal = Journal(path.with_suffix(".partial.jsonl")) if use_cache and generates else None
+            where_journal = Path(journal_dir) if journal_dir is not None else path.parent
+            journal = Journal(where_journal / f"{path.stem}.partial.jsonl") if use_cache and generates else None
             lm.journal, lm.resumed = journal, 0
             was_training = model.training
             model.eval()

@@ -250,6 +250,12 @@ class BaselinesConfig:
         return Path(self.out_dir) / f"baselines-{self.model.replace('/', '_')}.csv"
 
     @property
+    def journal_dir(self) -> Path:
+        """An unfinished code row's completions (`nirvana.store.journal`), beside the CSV: committed at a
+        session's end, the row resumes from them on any machine; a finished row removes its journal."""
+        return Path(self.out_dir) / "journals"
+
+    @property
     def per_problem_path(self) -> Path:
         return Path(self.out_dir) / f"bpb-{self.model.replace('/', '_')}.json"
 
@@ -563,6 +569,7 @@ class BaselinesWorker:
             batch_size=c.bpb_batch_size if gold else c.batch_size,
             source="local",
             allow_code_execution=c.allow_code_execution,
+            journal_dir=c.journal_dir,
         )
         r = result["tasks"][job.measure]
         metric = r.get("paper_metric") or "acc"
