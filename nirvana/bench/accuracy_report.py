@@ -279,7 +279,8 @@ def plot(rows: list[dict], config, path: Path) -> Path | None:
         ax.set_ylim(0, 88)  # room for the legend above the bars
         ax.set_title(f"sparsity {sparsity:g}: per task, ± 1 standard error", fontsize=10)
         ax.grid(axis="y", alpha=0.3)
-        ax.legend(fontsize=7, ncol=4, loc="upper left")
+        if ax.get_legend_handles_labels()[0]:  # a sparsity with no task measured yet has no bars to name
+            ax.legend(fontsize=7, ncol=4, loc="upper left")
         ax = fig.add_subplot(grid[row, 1])
         avg = [v for v in group if v.get("average") is not None]
         for k, v in enumerate(avg):
