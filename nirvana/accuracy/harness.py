@@ -166,7 +166,8 @@ def _lm_class():
                 return super().generate_until(requests, disable_tqdm=disable_tqdm)
             done = self.journal.read()
             keys = [request_key(r.args[0]) for r in requests]
-            todo = [r for r, k in zip(requests, keys, strict=True) if k not in done]
+            missing = [(r, k) for r, k in zip(requests, keys, strict=True) if k not in done]
+            todo = [r for r, _ in missing]
             self.resumed = len(requests) - len(todo)
             if self.meter is not None and len(todo) < len(requests):
                 self.meter.tick(len(requests) - len(todo))
@@ -176,7 +177,7 @@ def _lm_class():
                 fresh = super().generate_until(todo, disable_tqdm=disable_tqdm) if todo else []
             finally:
                 self.cache_hook = outer
-            done.update({request_key(r.args[0]): c for r, c in zip(todo, fresh, strict=True)})
+            done.update({k: c for (_, k), c in zip(missing, fresh, strict=True)})
             return [done[k] for k in keys]
 
     return MeteredHFLM
