@@ -448,10 +448,15 @@ def test_pass_at_1_differences_paired_by_problem(tmp_path):
     }
     for variant, passed in outcomes.items():
         row = {**_facts(variant.split()[0], 0.2, 0.2, variant), "measure": "mbpp", "limit": 8, "n": 8}
-        row.update(pass_at_1=sum(passed) / 8, pass_at_1_stderr=0.17)
+        row.update(pass_at_1=sum(passed) / 8, pass_at_1_stderr=0.17, seconds=40.0)
+        if variant == "flap s=0.2":  # resumed from its journal: 5 of the 8 completions came from an earlier run
+            row["resumed_completions"] = 5
         store_row(config.csv_path, row, COLUMNS, KEY)
         config.passes_path.write_text(per_problem_text(config.passes_path, variant, "mbpp", 8, passed))
     text = markdown(read_rows(config.csv_path), config, extra=[])
+    seconds = text[text.index("Seconds per row") :]
+    assert "flap s=0.2: mbpp 40 (+5 completions from an earlier run)" in seconds
+    assert "nirvana s=0.2 gamma*: mbpp 40;" in seconds  # a row run in one go has no such mark
     section = text[text.index("## pass@1, paired by problem") :]
     line = {r.split("|")[1].strip(): r for r in section.splitlines() if r.startswith("| ") and "| MBPP |" in r}
     # nirvana − dense: d = (0,0,-1,-1,0,0,0,0), mean -0.25, sd sqrt(1.5/7), se sd / sqrt(8) = 0.1637
