@@ -44,18 +44,15 @@ class Journal:
 
     def append(self, key: str, value) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        line = json.dumps({"key": key, "value": value}) + "\n"
-        with self.path.open("a") as f:
-            if f.tell() and not self._ends_with_newline():
-                f.write("\n")  # after a torn line: start a fresh one
+        line = (json.dumps({"key": key, "value": value}) + "\n").encode()
+        with self.path.open("a+b") as f:  # reads anywhere, writes at the end
+            if f.seek(0, os.SEEK_END):
+                f.seek(-1, os.SEEK_END)
+                if f.read(1) != b"\n":
+                    line = b"\n" + line  # after a torn line: start a fresh one
             f.write(line)
             f.flush()
             os.fsync(f.fileno())
-
-    def _ends_with_newline(self) -> bool:
-        with self.path.open("rb") as f:
-            f.seek(-1, os.SEEK_END)
-            return f.read(1) == b"\n"
 
     def remove(self) -> None:
         self.path.unlink(missing_ok=True)
