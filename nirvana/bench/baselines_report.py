@@ -311,7 +311,7 @@ def paired_passes(measured: list[dict], config) -> list[str]:
 
 
 def _seconds(v: dict, measure: str, seconds: float) -> str:
-    """`mbpp 1946` or, for a code row resumed from its journal, `mbpp 1946 (+120 resumed)`: the time is this run's."""
+    """`mbpp 1946`; for a code row resumed from its journal `mbpp 1946 (+120 completions from an earlier run)`."""
     resumed = v.get("resumed", {}).get(measure)
     return f"{measure} {seconds:.0f}" + (f" (+{resumed} completions from an earlier run)" if resumed else "")
 
