@@ -15,7 +15,10 @@ code and GSM8K rows keep each problem's greedy generation (`completions`, in pro
 rows each problem's outcome (`passed`, 1 or 0, for differences paired by problem).
 Generation is batched (`batch_size` problems per `generate`, left-padded by the harness): the
 same greedy outputs as one problem at a time (tests/test_batched_generation.py); 1.3-1.4x faster at 8 on
-SmolLM2 on 2 CPU cores (benchmarks/generation/batched-smollm2-135m.md).
+SmolLM2 on 2 CPU cores (benchmarks/generation/batched-smollm2-135m.md). Each row stops at its own stop
+string (`nirvana.accuracy.stops`): lm-eval's stop criteria answer for the whole batch, so a batch whose rows
+end on different stop strings ran to `max_gen_toks` (1,024 for HumanEval); the completions are the same
+(tests/test_row_stops.py), only the wasted steps go.
 
 Each task's result is cached on its own by content key (model fingerprint, task, limit, few-shot,
 harness version, data source and package version, prompt schema), written only once the task has
@@ -110,6 +113,9 @@ class _JournalHook:
 def _lm_class():
     # here, not at the top: lm-eval is optional (zero-shot tasks only) and slow to import
     from lm_eval.models.huggingface import HFLM  # heavy, and optional for the rest of the package
+    from transformers import StoppingCriteriaList
+
+    from nirvana.accuracy.stops import RowStops  # imports transformers
 
     class MeteredHFLM(HFLM):
         """HFLM that reports each forward batch to a `_Meter` (progress and stop), and honours `max_gen_toks`:
@@ -155,9 +161,32 @@ def _lm_class():
             return out.logits, out.cache
 
         def _model_generate(self, context, max_length, stop, **kwargs):
+            """lm-eval's `generate` call, with its stop strings checked per row (`stops.RowStops`): a batch ends
+            when its last row has finished, not when every row has produced one same stop string."""
             if self.meter is not None:
                 self.meter.tick(int(context.shape[0]))
-            return super()._model_generate(context, max_length, stop, **kwargs)
+            if self.backend != "causal":  # a T5 generates decoder tokens only; lm-eval's own path
+                return super()._model_generate(context, max_length, stop, **kwargs)
+            # lm-eval's sampling defaults: greedy unless the task asks for a temperature
+            kwargs["temperature"] = temperature = kwargs.get("temperature", 0.0)
+            if temperature == 0.0 and kwargs.get("do_sample") is None:
+                kwargs["do_sample"] = False
+            if kwargs.get("do_sample") is False and temperature == 0.0:
+                kwargs.pop("temperature")
+            rows = RowStops(self.tokenizer, stop, context.shape[1], context.shape[0])
+            with torch.autocast(
+                device_type=self.device.type,
+                dtype=self.mixed_precision_dtype,
+                enabled=self.mixed_precision_dtype is not None,
+            ):
+                return self.model.generate(
+                    input_ids=context,
+                    max_length=max_length,
+                    stopping_criteria=StoppingCriteriaList([rows]),
+                    pad_token_id=self.tokenizer.pad_token_id,
+                    use_cache=True,
+                    **kwargs,
+                )
 
         def generate_until(self, requests, disable_tqdm=False):
             """lm-eval's greedy generation; with a `journal`, each completion is appended to it as it is produced
