@@ -32,6 +32,7 @@ greedy outputs do not depend on it (the batched == one-at-a-time test above).
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import os
@@ -124,6 +125,7 @@ def _lm_class():
         meter: _Meter | None = None
         journal: Journal | None = None  # a generation task's finished completions (`nirvana.store.journal`)
         resumed = 0  # completions the last journaled `generate_until` took from its journal
+        _prompt_prefix = None  # (tokens, KV cache) of the prompt prefix the last generation batches shared
 
         def __init__(self, *args, max_gen_toks: int | None = None, **kwargs):
             self._gen_cap = max_gen_toks  # before HFLM's own __init__, which may read the property
@@ -173,6 +175,10 @@ def _lm_class():
                 kwargs["do_sample"] = False
             if kwargs.get("do_sample") is False and temperature == 0.0:
                 kwargs.pop("temperature")
+            shared, cache = self._generation_prefix(context, kwargs.get("attention_mask"))
+            if shared:  # rows rewritten as [prefix][padding][rest], the prefix's keys and values computed once
+                context, kwargs["attention_mask"] = shared
+                kwargs["cache"] = cache
             rows = RowStops(self.tokenizer, stop, context.shape[1], context.shape[0])
             with torch.autocast(
                 device_type=self.device.type,
@@ -187,6 +193,27 @@ def _lm_class():
                     use_cache=True,
                     **kwargs,
                 )
+
+        def _generation_prefix(self, context, mask):
+            """((ids, mask) with each row's shared prompt prefix first, a copy of that prefix's cache for every
+            row), or (None, None) where the prompts share too little (`prefix.generation_prefix`) or the model
+            has sliding-window layers. The prefix's cache is kept for the task's next batches."""
+            if mask is None or prefix.uses_sliding_window(self.model):
+                return None, None
+            rows = prefix.unpadded_rows(context, mask)
+            known = self._prompt_prefix[0] if self._prompt_prefix else ()
+            length = prefix.generation_prefix(rows, known)
+            if not length:
+                return None, None
+            if list(known) != rows[0][:length]:
+                ids = torch.tensor([rows[0][:length]], dtype=torch.long, device=context.device)
+                with torch.no_grad():
+                    self._prompt_prefix = (rows[0][:length], self.model(input_ids=ids, use_cache=True).cache)
+            cache = copy.deepcopy(self._prompt_prefix[1])
+            if len(rows) > 1:
+                cache.batch_repeat_interleave(len(rows))
+            pad = self.tokenizer.pad_token_id
+            return prefix.prefix_first(rows, length, context.shape[1], pad, device=context.device), cache
 
         def generate_until(self, requests, disable_tqdm=False):
             """lm-eval's greedy generation; with a `journal`, each completion is appended to it as it is produced

@@ -101,3 +101,54 @@ def score_shared_prefix(
             if on_answer is not None:
                 on_answer(requests[i][0], answer)
     return results  # type: ignore[return-value]
+
+
+# Generation (MBPP's 3-shot and GSM8K's 8-shot prompts): the prefix every prompt starts with runs once per
+# task, not once per problem. lm-eval left-pads a batch, which puts the prefix at a different offset in
+# each row; `prefix_first` moves each row's padding between the prefix and the rest instead ([prefix]
+# [padding][rest], the same width), where the attention mask hides it and the position ids (counted over
+# the mask) are the unpadded ones, so the prefix's cached keys and values serve every row.
+
+
+def generation_prefix(rows: Sequence[Sequence[int]], known: Sequence[int] = (), min_shared: int = MIN_SHARED) -> int:
+    """Tokens every row starts with that can be computed once: `len(known)` when every row starts with `known`,
+    else the rows' longest common start (0 below `min_shared`, or for a single row, which shares nothing).
+    At most `len(row) - 1` of any row, so each generates from a token of its own."""
+    limit = min(len(r) for r in rows) - 1
+    if known and len(known) <= limit and all(_common_length(known, r, len(known)) == len(known) for r in rows):
+        return len(known)
+    if len(rows) < 2:
+        return 0
+    shared = limit
+    for row in rows[1:]:
+        shared = _common_length(rows[0], row, shared)
+    return shared if shared >= min_shared else 0
+
+
+def unpadded_rows(ids: torch.Tensor, mask: torch.Tensor) -> list[list[int]]:
+    """Each row's real tokens of a left-padded batch."""
+    return [row[m.bool()].tolist() for row, m in zip(ids, mask, strict=True)]
+
+
+def prefix_first(rows: Sequence[Sequence[int]], prefix_len: int, width: int, pad_id: int, device=None):
+    """(ids, mask), `width` wide: each row as [its first `prefix_len` tokens][padding][the rest]."""
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long, device=device)
+    mask = torch.zeros((len(rows), width), dtype=torch.long, device=device)
+    ids[:, :prefix_len] = torch.tensor(rows[0][:prefix_len], dtype=torch.long, device=device)
+    mask[:, :prefix_len] = 1
+    for i, row in enumerate(rows):
+        rest = torch.tensor(row[prefix_len:], dtype=torch.long, device=device)
+        ids[i, width - len(rest) :] = rest
+        mask[i, width - len(rest) :] = 1
+    return ids, mask
+
+
+def uses_sliding_window(model) -> bool:
+    """Whether any attention layer of `model` sees only a window of the cache. Such a window counts cache
+    slots, padding included, so padding inside a row would narrow it: these models keep left padding."""
+    from transformers import DynamicCache  # heavy; only the generation path needs it
+
+    try:
+        return any(DynamicCache(config=model.config).is_sliding)
+    except (TypeError, ValueError, AttributeError):  # a config the cache cannot read: take the safe path
+        return True
