@@ -474,20 +474,23 @@ def baselines_config(args) -> BaselinesConfig:
     allowed = code_execution_allowed(args.allow_code_execution)
     best = best_gammas(args.model, args.sparsities)
     config = config_from_args(BaselinesConfig, args, allow_code_execution=allowed, best_gamma=best)
-    planned = baseline_measures(config)
-    unknown = [m for m in config.only_measures if m not in planned]
-    if unknown:
-        raise InvalidInput(
-            f"--only-measures names {', '.join(unknown)}, which this grid plans no rows of; it plans: "
-            f"{', '.join(planned)} (a limit of 0 skips a task; code tasks need --allow-code-execution)."
-        )
+    _check_subset(
+        "--only-measures",
+        config.only_measures,
+        baseline_measures(config),
+        "which this grid plans no rows of; it plans",
+        " (a limit of 0 skips a task; code tasks need --allow-code-execution)",
+    )
     models = ("dense", *config.methods)
-    unknown = [m for m in config.only_methods if m not in models]
-    if unknown:
-        raise InvalidInput(
-            f"--only-methods names {', '.join(unknown)}, which this grid has no rows of; it has: {', '.join(models)}."
-        )
+    _check_subset("--only-methods", config.only_methods, models, "which this grid has no rows of; it has")
     return config
+
+
+def _check_subset(flag: str, names, allowed, why: str, hint: str = "") -> None:
+    """A clear InvalidInput when `flag` names something outside `allowed`."""
+    unknown = [n for n in names if n not in allowed]
+    if unknown:
+        raise InvalidInput(f"{flag} names {', '.join(unknown)}, {why}: {', '.join(allowed)}{hint}.")
 
 
 def cmd_baselines(args) -> int:
