@@ -146,7 +146,8 @@ def prefix_first(rows: Sequence[Sequence[int]], prefix_len: int, width: int, pad
 def uses_sliding_window(model) -> bool:
     """Whether any attention layer of `model` sees only a window of the cache. Such a window counts cache
     slots, padding included, so padding inside a row would narrow it: these models keep left padding."""
-    from transformers import DynamicCache  # heavy; only the generation path needs it
+    # here, not at the top: transformers is heavy to import, and only the generation path needs it
+    from transformers import DynamicCache
 
     try:
         return any(DynamicCache(config=model.config).is_sliding)
