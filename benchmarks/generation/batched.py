@@ -1,13 +1,18 @@
-"""Batched against one-at-a-time generation for the generating tasks (MBPP, GSM8K), on one real model.
+"""Batched against one-at-a-time generation for the generating tasks (MBPP, GSM8K, HumanEval), on one real model.
 
     NIRVANA_DATA_DIR=../shared/data .venv/bin/python benchmarks/generation/batched.py [--model smollm2-135m]
-        [--tasks mbpp,gsm8k] [--limit 16] [--batch-sizes 1,8] [--max-gen-toks 128]
+        [--tasks mbpp,gsm8k] [--limit 16] [--batch-sizes 1,8] [--max-gen-toks 128] [--paths prefix]
 
 For each task the first `--limit` problems are generated greedily by lm-eval's `generate_until` at each
 batch size (`run_accuracy(..., batch_size=B)`: the harness left-pads B problems into one `generate`),
-with no result cache; MBPP's code runs in the sandbox as usual (its time is part of the task's). Recorded:
-the task's wall seconds, problems per second, the speed-up over batch 1, and whether every completion
-equals batch 1's. Rows go to `batched-<model>.jsonl` (one run per line) and `batched-<model>.md`.
+with no result cache; MBPP's and HumanEval's code runs in the sandbox as usual (its time is part of the
+task's). `--paths` compares how a batch is generated (`nirvana.accuracy.harness`), each at each batch size:
+`lm-eval` (lm-eval's own `_model_generate`: stop strings answered for the whole batch), `row-stops` (each row
+stops at its own stop string, `nirvana.accuracy.stops`) and `prefix` (row stops, and the prompt prefix every
+problem shares computed once, `nirvana.accuracy.prefix`; what the harness does). Recorded: the task's wall
+seconds, problems per second, the speed-up over the first path and batch size, and whether every completion
+equals that first run's. Rows go to `batched-<model>.jsonl` (one run per line) and `batched-<model>.md`.
+HumanEval's own cap is 1,024 new tokens (its task config); `--max-gen-toks` applies to the others.
 """
 
 from __future__ import annotations
@@ -20,6 +25,30 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+PATHS = ("lm-eval", "row-stops", "prefix")
+
+
+def use_path(name: str) -> None:
+    """Make the harness's model class generate the way `name` says (see the module docstring)."""
+    from lm_eval.models.huggingface import HFLM
+
+    from nirvana.accuracy import harness
+
+    cls = harness._lm_class()
+    own = ("_model_generate", "_generation_prefix")
+    for attr, method in vars(cls).get("_benchmark_saved", {}).items():  # the harness's own first
+        setattr(cls, attr, method)
+    cls._benchmark_saved = {attr: vars(cls)[attr] for attr in own}
+    if name == "lm-eval":
+
+        def stock(self, context, max_length, stop, **kwargs):
+            if self.meter is not None:
+                self.meter.tick(int(context.shape[0]))
+            return HFLM._model_generate(self, context, max_length, stop, **kwargs)
+
+        cls._model_generate = stock
+    elif name == "row-stops":
+        cls._generation_prefix = lambda self, context, mask: (None, None)
 
 
 def main() -> int:
@@ -29,8 +58,12 @@ def main() -> int:
     p.add_argument("--limit", type=int, default=16)
     p.add_argument("--batch-sizes", default="1,8")
     p.add_argument("--max-gen-toks", type=int, default=128)
+    p.add_argument("--paths", default="prefix", help=f"comma-separated, of: {', '.join(PATHS)}")
     p.add_argument("--note", default="", help="what else the machine was doing")
     args = p.parse_args()
+    paths = args.paths.split(",")
+    if any(x not in PATHS for x in paths):
+        p.error(f"--paths takes {', '.join(PATHS)}, got {args.paths}")
 
     import torch
 
@@ -42,40 +75,44 @@ def main() -> int:
     rows = []
     for task in args.tasks.split(","):
         first = None
-        for bs in [int(x) for x in args.batch_sizes.split(",")]:
-            start = time.perf_counter()
-            out = run_accuracy(
-                lm.model,
-                lm.tokenizer,
-                task,
-                limit=args.limit,
-                batch_size=bs,
-                source="local",
-                use_cache=False,
-                allow_code_execution=task in ("mbpp", "humaneval"),
-                max_gen_toks=args.max_gen_toks,
-            )
-            seconds = time.perf_counter() - start
-            row = out["tasks"][task]
-            first = first or (seconds, row["completions"])
-            result = {
-                "model": args.model,
-                "task": task,
-                "problems": row["n"],
-                "batch_size": bs,
-                "max_gen_toks": args.max_gen_toks,
-                "seconds": round(seconds, 1),
-                "problems_per_s": round(row["n"] / seconds, 3),
-                "speedup": round(first[0] / seconds, 2),
-                "same_completions_as_batch_1": row["completions"] == first[1],
-                "metric": row.get("pass@1", row.get("exact_match")),
-                "threads": torch.get_num_threads(),
-                "machine": machine_label(),
-                "note": args.note,
-                "finished_utc": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M"),
-            }
-            print(json.dumps(result), flush=True)
-            rows.append(result)
+        for path in paths:
+            use_path(path)
+            for bs in [int(x) for x in args.batch_sizes.split(",")]:
+                start = time.perf_counter()
+                out = run_accuracy(
+                    lm.model,
+                    lm.tokenizer,
+                    task,
+                    limit=args.limit,
+                    batch_size=bs,
+                    source="local",
+                    use_cache=False,
+                    allow_code_execution=task in ("mbpp", "humaneval"),
+                    max_gen_toks=args.max_gen_toks,
+                )
+                seconds = time.perf_counter() - start
+                row = out["tasks"][task]
+                first = first or (seconds, row["completions"], f"{path}, batch {bs}")
+                result = {
+                    "model": args.model,
+                    "task": task,
+                    "problems": row["n"],
+                    "path": path,
+                    "batch_size": bs,
+                    "max_gen_toks": 1024 if task == "humaneval" else args.max_gen_toks,
+                    "seconds": round(seconds, 1),
+                    "problems_per_s": round(row["n"] / seconds, 3),
+                    "speedup": round(first[0] / seconds, 2),
+                    "against": first[2],
+                    "same_completions": row["completions"] == first[1],
+                    "metric": row.get("pass@1", row.get("exact_match")),
+                    "threads": torch.get_num_threads(),
+                    "machine": machine_label(),
+                    "note": args.note,
+                    "finished_utc": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M"),
+                }
+                print(json.dumps(result), flush=True)
+                rows.append(result)
     name = args.model.replace("/", "_")
     with (HERE / f"batched-{name}.jsonl").open("a") as f:
         for r in rows:
@@ -85,16 +122,18 @@ def main() -> int:
         "",
         f"`benchmarks/generation/batched.py`, {rows[0]['finished_utc']} UTC, {rows[0]['machine']}."
         + (f" {args.note}" if args.note else ""),
-        "Seconds are the whole task (generation, and for MBPP its sandboxed tests), no result cache.",
+        "Seconds are the whole task (generation, and for MBPP and HumanEval the sandboxed tests), no result cache. "
+        "Paths: `lm-eval` its own generate call (stop strings answered for the whole batch), `row-stops` each row "
+        "stopping at its own, `prefix` row stops and the shared prompt prefix computed once (the harness's).",
         "",
-        "| task | problems | max new tokens | batch | seconds | problems/s | speed-up | same completions as batch 1 |",
-        "|---|---:|---:|---:|---:|---:|---:|---|",
+        "| task | problems | max new tokens | path | batch | seconds | problems/s | speed-up | same completions |",
+        "|---|---:|---:|---|---:|---:|---:|---:|---|",
     ]
     for r in rows:
         lines.append(
-            f"| {r['task']} | {r['problems']} | {r['max_gen_toks']} | {r['batch_size']} | {r['seconds']:.1f} "
-            f"| {r['problems_per_s']:.3f} | {r['speedup']:.2f}x "
-            f"| {'yes' if r['same_completions_as_batch_1'] else 'NO'} |"
+            f"| {r['task']} | {r['problems']} | {r['max_gen_toks']} | {r['path']} | {r['batch_size']} "
+            f"| {r['seconds']:.1f} | {r['problems_per_s']:.3f} | {r['speedup']:.2f}x against {r['against']} "
+            f"| {'yes' if r['same_completions'] else 'NO'} |"
         )
     (HERE / f"batched-{name}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
