@@ -18,7 +18,8 @@ same greedy outputs as one problem at a time (tests/test_batched_generation.py);
 SmolLM2 on 2 CPU cores (benchmarks/generation/batched-smollm2-135m.md). Each row stops at its own stop
 string (`nirvana.accuracy.stops`): lm-eval's stop criteria answer for the whole batch, so a batch whose rows
 end on different stop strings ran to `max_gen_toks` (1,024 for HumanEval); the completions are the same
-(tests/test_row_stops.py), only the wasted steps go.
+(tests/test_row_stops.py), only the wasted steps go. The prompt prefix every problem shares (MBPP's
+3 examples, GSM8K's 8) runs once per task (`prefix.prefix_first`: rows as [prefix][padding][rest]).
 
 Each task's result is cached on its own by content key (model fingerprint, task, limit, few-shot,
 harness version, data source and package version, prompt schema), written only once the task has
@@ -33,6 +34,7 @@ greedy outputs do not depend on it (the batched == one-at-a-time test above).
 from __future__ import annotations
 
 import copy
+import inspect
 import logging
 import math
 import os
@@ -207,8 +209,10 @@ def _lm_class():
                 return None, None
             if list(known) != rows[0][:length]:
                 ids = torch.tensor([rows[0][:length]], dtype=torch.long, device=context.device)
-                with torch.no_grad():
-                    self._prompt_prefix = (rows[0][:length], self.model(input_ids=ids, use_cache=True).cache)
+                keeps = "logits_to_keep" in inspect.signature(self.model.forward).parameters
+                last = {"logits_to_keep": 1} if keeps else {}
+                with torch.no_grad():  # only the cache is wanted: not the [P, vocabulary] logits
+                    self._prompt_prefix = (rows[0][:length], self.model(input_ids=ids, use_cache=True, **last).cache)
             cache = copy.deepcopy(self._prompt_prefix[1])
             if len(rows) > 1:
                 cache.batch_repeat_interleave(len(rows))
