@@ -30,8 +30,20 @@ def _completions(lm, task: str, batch_size: int, limit: int, **kw) -> list[str]:
         ("gsm8k", 2, {"max_gen_toks": 16}),
     ],
 )
-def test_batched_greedy_completions_equal_one_at_a_time(smollm2, task, limit, kw):
-    one = _completions(smollm2, task, 1, limit, **kw)
-    batched = _completions(smollm2, task, limit, limit, use_cache=False, **kw)
+def test_batched_greedy_completions_equal_one_at_a_time(smollm2, task, limit, kw, monkeypatch):
+    from nirvana.accuracy import continuous
+    from nirvana.accuracy.harness import _lm_class
+
+    runs = []
+    real = continuous.greedy_continuous
+    monkeypatch.setattr(continuous, "greedy_continuous", lambda *a, **k: runs.append(k["slots"]) or real(*a, **k))
+    batched = _completions(smollm2, task, 2, limit, use_cache=False, **kw)  # continuous batching, 2 slots
+    assert runs == [2]
+    with monkeypatch.context() as m:  # lm-eval's own batches: batch size 1 is lm-eval's generate, row by row
+        m.setattr(_lm_class(), "_continuous_plan", lambda self, requests: None)
+        one = _completions(smollm2, task, 1, limit, use_cache=False, **kw)
+        static = _completions(smollm2, task, limit, limit, use_cache=False, **kw)  # one left-padded batch
+    assert runs == [2]
     assert len(one) == limit and all(isinstance(c, str) for c in one)
     assert batched == one
+    assert static == one

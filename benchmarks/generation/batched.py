@@ -1,15 +1,17 @@
 """Batched against one-at-a-time generation for the generating tasks (MBPP, GSM8K, HumanEval), on one real model.
 
     NIRVANA_DATA_DIR=../shared/data .venv/bin/python benchmarks/generation/batched.py [--model smollm2-135m]
-        [--tasks mbpp,gsm8k] [--limit 16] [--batch-sizes 1,8] [--max-gen-toks 128] [--paths prefix]
+        [--tasks mbpp,gsm8k] [--limit 16] [--batch-sizes 1,8] [--max-gen-toks 128] [--paths continuous]
 
 For each task the first `--limit` problems are generated greedily by lm-eval's `generate_until` at each
 batch size (`run_accuracy(..., batch_size=B)`: the harness left-pads B problems into one `generate`),
 with no result cache; MBPP's and HumanEval's code runs in the sandbox as usual (its time is part of the
 task's). `--paths` compares how a batch is generated (`nirvana.accuracy.harness`), each at each batch size:
 `lm-eval` (lm-eval's own `_model_generate`: stop strings answered for the whole batch), `row-stops` (each row
-stops at its own stop string, `nirvana.accuracy.stops`) and `prefix` (row stops, and the prompt prefix every
-problem shares computed once, `nirvana.accuracy.prefix`; what the harness does). Recorded: the task's wall
+stops at its own stop string, `nirvana.accuracy.stops`), `prefix` (row stops, and the prompt prefix every
+problem shares computed once, `nirvana.accuracy.prefix`) and `continuous` (row stops, the shared prefix, and a
+finished row's slot taken by the next problem at once, `nirvana.accuracy.continuous`; what the harness does
+where the model qualifies; the first three are lm-eval's static batches). Recorded: the task's wall
 seconds, problems per second, the speed-up over the first path and batch size, and whether every completion
 equals that first run's. Rows go to `batched-<model>.jsonl` (one run per line) and `batched-<model>.md`.
 HumanEval's own cap is 1,024 new tokens (its task config); `--max-gen-toks` applies to the others.
@@ -25,7 +27,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-PATHS = ("lm-eval", "row-stops", "prefix")
+PATHS = ("lm-eval", "row-stops", "prefix", "continuous")
 
 
 def use_path(name: str) -> None:
@@ -35,10 +37,12 @@ def use_path(name: str) -> None:
     from nirvana.accuracy import harness
 
     cls = harness._lm_class()
-    own = ("_model_generate", "_generation_prefix")
+    own = ("_model_generate", "_generation_prefix", "_continuous_plan")
     for attr, method in vars(cls).get("_benchmark_saved", {}).items():  # the harness's own first
         setattr(cls, attr, method)
     cls._benchmark_saved = {attr: vars(cls)[attr] for attr in own}
+    if name != "continuous":  # lm-eval's static batches
+        cls._continuous_plan = lambda self, requests: None
     if name == "lm-eval":
 
         def stock(self, context, max_length, stop, **kwargs):
@@ -58,7 +62,7 @@ def main() -> int:
     p.add_argument("--limit", type=int, default=16)
     p.add_argument("--batch-sizes", default="1,8")
     p.add_argument("--max-gen-toks", type=int, default=128)
-    p.add_argument("--paths", default="prefix", help=f"comma-separated, of: {', '.join(PATHS)}")
+    p.add_argument("--paths", default="continuous", help=f"comma-separated, of: {', '.join(PATHS)}")
     p.add_argument("--note", default="", help="what else the machine was doing")
     args = p.parse_args()
     paths = args.paths.split(",")
@@ -124,7 +128,8 @@ def main() -> int:
         + (f" {args.note}" if args.note else ""),
         "Seconds are the whole task (generation, and for MBPP and HumanEval the sandboxed tests), no result cache. "
         "Paths: `lm-eval` its own generate call (stop strings answered for the whole batch), `row-stops` each row "
-        "stopping at its own, `prefix` row stops and the shared prompt prefix computed once (the harness's).",
+        "stopping at its own, `prefix` row stops and the shared prompt prefix computed once, `continuous` those and "
+        "a finished row's slot refilled at once (the harness's).",
         "",
         "| task | problems | max new tokens | path | batch | seconds | problems/s | speed-up | same completions |",
         "|---|---:|---:|---|---:|---:|---:|---:|---|",

@@ -13,13 +13,16 @@ flexible extraction); gold bits-per-byte tasks (`*_bpb`, `nirvana.accuracy.gold`
 standard error and each problem's value (`bpb_per_example`, for differences paired by problem);
 code and GSM8K rows keep each problem's greedy generation (`completions`, in problem order), and code
 rows each problem's outcome (`passed`, 1 or 0, for differences paired by problem).
-Generation is batched (`batch_size` problems per `generate`, left-padded by the harness): the
-same greedy outputs as one problem at a time (tests/test_batched_generation.py); 1.3-1.4x faster at 8 on
-SmolLM2 on 2 CPU cores (benchmarks/generation/batched-smollm2-135m.md). Each row stops at its own stop
-string (`nirvana.accuracy.stops`): lm-eval's stop criteria answer for the whole batch, so a batch whose rows
-end on different stop strings ran to `max_gen_toks` (1,024 for HumanEval); the completions are the same
-(tests/test_row_stops.py), only the wasted steps go. The prompt prefix every problem shares (MBPP's
-3 examples, GSM8K's 8) runs once per task (`prefix.prefix_first`: rows as [prefix][padding][rest]).
+Generation is batched, with the same greedy outputs as one problem at a time
+(tests/test_batched_generation.py, tests/test_continuous.py). Where the model qualifies (a causal model whose
+cache is all full-attention layers, plain greedy decoding: `MeteredHFLM._continuous_plan`) it is continuous:
+`batch_size` rows decode together and a finished row's slot takes the next problem at once
+(`nirvana.accuracy.continuous`), so a batch no longer waits for its longest row. Otherwise lm-eval's static
+batches (`batch_size` problems per `generate`, left-padded), with two changes: each row stops at its own stop
+string (`nirvana.accuracy.stops`: lm-eval's criteria answer for the whole batch, so a batch whose rows ended on
+different stop strings ran to `max_gen_toks`, 1,024 for HumanEval; tests/test_row_stops.py), and the prompt
+prefix every problem shares (MBPP's 3 examples, GSM8K's 8) runs once per task (`prefix.prefix_first`: rows as
+[prefix][padding][rest]). Continuous batching stops at the same stop strings and reuses the same prefix cache.
 
 Each task's result is cached on its own by content key (model fingerprint, task, limit, few-shot,
 harness version, data source and package version, prompt schema), written only once the task has
@@ -45,8 +48,9 @@ from functools import lru_cache
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
-from nirvana.accuracy import data, gold, prefix, sandbox
+from nirvana.accuracy import continuous, data, gold, prefix, sandbox
 from nirvana.accuracy.mbpp import SandboxedPassAt1, passes, replay_lm
 from nirvana.accuracy.tasks import (
     PAPER_METRIC,
@@ -116,9 +120,10 @@ class _JournalHook:
 def _lm_class():
     # here, not at the top: lm-eval is optional (zero-shot tasks only) and slow to import
     from lm_eval.models.huggingface import HFLM  # heavy, and optional for the rest of the package
+    from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs, postprocess_generated_text
     from transformers import StoppingCriteriaList
 
-    from nirvana.accuracy.stops import RowStops  # imports transformers
+    from nirvana.accuracy.stops import RowStops, StopStrings  # imports transformers
 
     class MeteredHFLM(HFLM):
         """HFLM that reports each forward batch to a `_Meter` (progress and stop), and honours `max_gen_toks`:
@@ -171,12 +176,7 @@ def _lm_class():
                 self.meter.tick(int(context.shape[0]))
             if self.backend != "causal":  # a T5 generates decoder tokens only; lm-eval's own path
                 return super()._model_generate(context, max_length, stop, **kwargs)
-            # lm-eval's sampling defaults: greedy unless the task asks for a temperature
-            kwargs["temperature"] = temperature = kwargs.get("temperature", 0.0)
-            if temperature == 0.0 and kwargs.get("do_sample") is None:
-                kwargs["do_sample"] = False
-            if kwargs.get("do_sample") is False and temperature == 0.0:
-                kwargs.pop("temperature")
+            kwargs = _sampling_defaults(kwargs)
             shared, cache = self._generation_prefix(context, kwargs.get("attention_mask"))
             if shared:  # rows rewritten as [prefix][padding][rest], the prefix's keys and values computed once
                 context, kwargs["attention_mask"] = shared
@@ -207,23 +207,99 @@ def _lm_class():
             length = prefix.generation_prefix(rows, known)
             if not length:
                 return None, None
-            if list(known) != rows[0][:length]:
-                ids = torch.tensor([rows[0][:length]], dtype=torch.long, device=context.device)
-                keeps = "logits_to_keep" in inspect.signature(self.model.forward).parameters
-                last = {"logits_to_keep": 1} if keeps else {}
-                with torch.no_grad():  # only the cache is wanted: not the [P, vocabulary] logits
-                    self._prompt_prefix = (rows[0][:length], self.model(input_ids=ids, use_cache=True, **last).cache)
-            cache = copy.deepcopy(self._prompt_prefix[1])
+            cache = copy.deepcopy(self._prefix_cache(rows[0][:length]))
             if len(rows) > 1:
                 cache.batch_repeat_interleave(len(rows))
             pad = self.tokenizer.pad_token_id
             return prefix.prefix_first(rows, length, context.shape[1], pad, device=context.device), cache
 
-        def generate_until(self, requests, disable_tqdm=False):
-            """lm-eval's greedy generation; with a `journal`, each completion is appended to it as it is produced
-            and a request it already holds is not generated again (a stopped or killed task resumes)."""
-            if self.journal is None:
+        def _prefix_cache(self, tokens: list[int]):
+            """The KV cache of the prompt prefix `tokens` at batch size 1, computed once and kept while the
+            prompts go on sharing it (the task's next batches)."""
+            if self._prompt_prefix is None or list(self._prompt_prefix[0]) != tokens:
+                ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
+                keeps = "logits_to_keep" in inspect.signature(self.model.forward).parameters
+                last = {"logits_to_keep": 1} if keeps else {}
+                with torch.no_grad():  # only the cache is wanted: not the [P, vocabulary] logits
+                    self._prompt_prefix = (tokens, self.model(input_ids=ids, use_cache=True, **last).cache)
+            return self._prompt_prefix[1]
+
+        def _continuous_plan(self, requests):
+            """(gen_kwargs, stop strings, max_gen_toks) where the requests can be generated by continuous
+            batching (`continuous`: causal model with a full-attention cache, one plain greedy setting for all,
+            an integer batch size, no thinking tokens); None for lm-eval's batches."""
+            if not requests or self.backend != "causal" or not isinstance(self.batch_size, int):
+                return None
+            gen_kwargs = requests[0].args[1]
+            if self.think_end_token is not None or any(r.args[1] != gen_kwargs for r in requests):
+                return None
+            kwargs = normalize_gen_kwargs(gen_kwargs, self.max_gen_toks)
+            eos = self.tok_decode(self.eot_token_id, skip_special_tokens=False)
+            until = handle_stop_sequences(kwargs.pop("until", None), eos=eos)
+            max_gen_toks = kwargs.pop("max_gen_toks")
+            if "max_length" in kwargs or max_gen_toks < 1 or self.max_length - max_gen_toks < 1:
+                return None  # lm-eval's path, with its own warning or error
+            if not continuous.plain_greedy(self.model, **_sampling_defaults(kwargs)):
+                return None
+            return (gen_kwargs, until, max_gen_toks) if continuous.qualifies(self.model) else None
+
+        def _generate_continuous(self, requests, gen_kwargs, until, max_gen_toks, disable_tqdm=False):
+            """lm-eval's `generate_until` for these requests, by continuous batching: each context encoded and
+            truncated as lm-eval does, generated greedily with `batch_size` rows at a time, decoded and cut at its
+            first stop string as lm-eval does (`postprocess_generated_text`); each result goes to the cache hook
+            (and so the journal) as its row finishes."""
+            contexts = [r.args[0] for r in requests]
+            room = self.max_length - max_gen_toks  # lm-eval's context budget
+            encoded = (self.tok_batch_encode([c], left_truncate_len=room, truncation=self.truncation) for c in contexts)
+            prompts = [ids[0].tolist() for ids, _ in encoded]
+            known = self._prompt_prefix[0] if self._prompt_prefix else ()
+            length = prefix.generation_prefix(prompts, known)
+            shared = (prompts[0][:length], self._prefix_cache(prompts[0][:length])) if length else None
+            results: list[str | None] = [None] * len(requests)
+            bar = tqdm(total=len(requests), disable=disable_tqdm, desc="Running generate_until requests")
+
+            def finish(i: int, tokens: list[int]) -> None:
+                text = postprocess_generated_text(generation=self.tok_decode(tokens), stop=until, think_end_token=None)
+                results[i] = text
+                self.cache_hook.add_partial("generate_until", (contexts[i], gen_kwargs), text)
+                bar.update(1)
+                if self.meter is not None:
+                    self.meter.tick(1)
+
+            def step(rows: int) -> None:
+                if self.meter is not None:
+                    self.meter.tick(0)  # progress, and a stop asked for between steps
+
+            with torch.autocast(
+                device_type=self.device.type,
+                dtype=self.mixed_precision_dtype,
+                enabled=self.mixed_precision_dtype is not None,
+            ):
+                continuous.greedy_continuous(
+                    self.model,
+                    prompts,
+                    max_new=max_gen_toks,
+                    slots=self.batch_size,
+                    finished=StopStrings(self.tokenizer, until),
+                    prefix=shared,
+                    on_done=finish,
+                    on_step=step,
+                )
+            bar.close()
+            return results
+
+        def _generate(self, requests, disable_tqdm=False):
+            plan = self._continuous_plan(requests)
+            if plan is None:
                 return super().generate_until(requests, disable_tqdm=disable_tqdm)
+            return self._generate_continuous(requests, *plan, disable_tqdm=disable_tqdm)
+
+        def generate_until(self, requests, disable_tqdm=False):
+            """lm-eval's greedy generation, by continuous batching where it qualifies (`_continuous_plan`); with a
+            `journal`, each completion is appended to it as it is produced and a request it already holds is not
+            generated again (a stopped or killed task resumes)."""
+            if self.journal is None:
+                return self._generate(requests, disable_tqdm=disable_tqdm)
             done = self.journal.read()
             keys = [request_key(r.args[0]) for r in requests]
             missing = [(r, k) for r, k in zip(requests, keys, strict=True) if k not in done]
@@ -234,13 +310,24 @@ def _lm_class():
             outer = self.cache_hook
             self.cache_hook = _JournalHook(self.journal, outer)
             try:
-                fresh = super().generate_until(todo, disable_tqdm=disable_tqdm) if todo else []
+                fresh = self._generate(todo, disable_tqdm=disable_tqdm) if todo else []
             finally:
                 self.cache_hook = outer
             done.update({k: c for (_, k), c in zip(missing, fresh, strict=True)})
             return [done[k] for k in keys]
 
     return MeteredHFLM
+
+
+def _sampling_defaults(kwargs: dict) -> dict:
+    """lm-eval's sampling defaults for `generate`: greedy unless the task asks for a temperature."""
+    kwargs = dict(kwargs)
+    kwargs["temperature"] = temperature = kwargs.get("temperature", 0.0)
+    if temperature == 0.0 and kwargs.get("do_sample") is None:
+        kwargs["do_sample"] = False
+    if kwargs.get("do_sample") is False and temperature == 0.0:
+        kwargs.pop("temperature")
+    return kwargs
 
 
 def harness_backend(model) -> str:

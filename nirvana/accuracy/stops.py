@@ -21,6 +21,28 @@ import torch
 from transformers import StoppingCriteria
 
 
+class StopStrings:
+    """Whether one row's generated tokens end in one of `stops` (lm-eval's test, for `continuous`).
+
+    Example:
+        >>> StopStrings(tokenizer, ["[DONE]"])(tokenizer.encode("x = 1\n[DONE]"))
+        True
+    """
+
+    def __init__(self, tokenizer, stops: list[str]):
+        self.tokenizer = tokenizer
+        self.windows = look_back(tokenizer, stops)
+
+    def __call__(self, tokens: list[int]) -> bool:
+        return any(stop in self.tokenizer.decode(tokens[-window:]) for stop, window in self.windows)
+
+
+def look_back(tokenizer, stops: list[str]) -> list[tuple[str, int]]:
+    """(stop, tokens to decode) per non-empty stop: lm-eval's look-back, the stop's own tokens and two more
+    (a model may write "\n", "\n" for "\n\n")."""
+    return [(s, len(tokenizer.encode(s, add_special_tokens=False)) + 2) for s in stops if s]
+
+
 class RowStops(StoppingCriteria):
     """Per-row stop strings for a left-padded batch whose prompts are `prompt_len` tokens long.
 
@@ -32,8 +54,7 @@ class RowStops(StoppingCriteria):
 
     def __init__(self, tokenizer, stops: list[str], prompt_len: int, batch_size: int):
         self.tokenizer, self.prompt_len = tokenizer, prompt_len
-        # lm-eval's look-back: the stop's own tokens and two more (a model may write "\n", "\n" for "\n\n")
-        self.windows = [(s, len(tokenizer.encode(s, add_special_tokens=False)) + 2) for s in stops if s]
+        self.windows = look_back(tokenizer, stops)
         self.done = torch.zeros(batch_size, dtype=torch.bool)
 
     def __call__(self, input_ids: torch.Tensor, scores, **kwargs) -> torch.Tensor:
