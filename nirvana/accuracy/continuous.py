@@ -4,9 +4,8 @@ A static batch (lm-eval's: `batch_size` problems per `generate`) runs as long as
 completions differ a lot in length: the 200 MBPP completions of LLM-Pruner's Qwen2.5-Coder-1.5B row are 11
 to 256 tokens long (before the stop string), and simulated from those lengths, batches of 8 in problem order
 take 4,746 decode steps, 8 slots refilled as rows finish 1,674 (no schedule can take fewer than 1,520, the
-total over 8). On a CPU a decode step costs about as much for 3 rows as for 8 (it is bound by reading the
-weights), so the steps are the time: measured, 1.8x on the dense model's first 24 MBPP problems
-(benchmarks/generation/batched-qwen2.5-coder-1.5b.md).
+total over 8). Fewer steps, each with more rows working: measured, 1.8x less time on the dense model's first
+24 MBPP problems, the same completions (benchmarks/generation/batched-qwen2.5-coder-1.5b.md).
 
 How. Each prompt is prefilled alone (batch 1, no padding; a prompt that starts with the task's shared
 prefix continues from a copy of that prefix's cache), and its first token is the argmax of its last
