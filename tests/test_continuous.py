@@ -1,9 +1,10 @@
 """Continuous batching (`nirvana.accuracy.continuous`) gives each prompt the tokens `generate` gives it alone.
 
 The oracle is `transformers.generate` at batch size 1 (greedy, the same stop rule as a `StoppingCriteria`,
-the same end-of-sequence id), on tiny models of every family whose cache qualifies and on a pruned one:
-rows join and leave a shared cache at different steps, prompts have different lengths, some start with a
-shared prefix whose cache is reused, some finish on their first token.
+the same end-of-sequence id), on tiny models of every family and on a pruned one: rows join and leave a
+shared cache at different steps, prompts have different lengths, some start with a shared prefix whose
+cache is reused, some finish on their first token. Gemma-2/3 and Mistral have sliding-window layers
+(window 16 for the Gemmas; rows reach 42 tokens), so their windows slide during prefill and decoding.
 """
 
 from __future__ import annotations
@@ -83,10 +84,7 @@ def check(model, seed: int, slots: int, max_new: int = 14, shared_len: int = 9) 
 def test_each_prompt_gets_what_generate_gives_it_alone(family):
     model = tiny_model(family)
     model.generation_config.eos_token_id = 33
-    sliding = family in ("gemma2", "gemma3_text") or bool(getattr(model.config, "sliding_window", None))
-    assert continuous.qualifies(model) == (not sliding)
-    if sliding:
-        return
+    assert continuous.qualifies(model)
     lengths = set()
     for seed, slots in ((0, 3), (1, 1), (2, 8)):
         lengths |= {len(t) for t in check(model, seed, slots)}

@@ -9,10 +9,12 @@ total over 8). Fewer steps, each with more rows working: measured, 1.8x less tim
 
 How. Each prompt is prefilled alone (batch 1, no padding; a prompt that starts with the task's shared
 prefix continues from a copy of that prefix's cache), and its first token is the argmax of its last
-logits. The running rows share one KV cache of plain `DynamicLayer`s, right-aligned: a row's real keys
-end at the last column, to their left is masked padding (the attention mask is 0 there), and every row
-carries its own position ids, so columns need not line up between rows (keys are stored already
-rotated at their own positions). A step feeds each row's last token; a finished row leaves the cache
+logits. The running rows share one KV cache, right-aligned: a row's real keys end at the last column, to
+their left is masked padding (the attention mask is 0 there), and every row carries its own position ids,
+so columns need not line up between rows (keys are stored already rotated at their own positions). A
+row's real keys are contiguous, so a sliding window over the last columns covers the row's last tokens,
+as with lm-eval's left padding; a sliding-window layer holds the last `window - 1` columns, as
+`DynamicSlidingWindowLayer` does. A step feeds each row's last token; a finished row leaves the cache
 (rows are selected out), a waiting prompt joins it (left-padded to the cache's width, or the cache is
 left-padded to the prompt's), and columns no row uses any more are dropped.
 
@@ -21,11 +23,12 @@ end-of-sequence token of the generation config, or when `finished(tokens)` says 
 strings, `stops.StopStrings`). So every completion is the one the same model generates for that prompt
 alone, up to floating-point order (other rows change the blocking of a matrix product, never what a row
 attends to): tests/test_continuous.py checks token equality with `generate` at batch size 1 on tiny
-models of the families that qualify, a pruned one, and SmolLM2 on real MBPP problems.
+models of every family (sliding windows shorter than the rows included) and a pruned one;
+tests/test_batched_generation.py on SmolLM2 and real MBPP and GSM8K problems, through the harness.
 
 Only plain greedy decoding qualifies (`plain_greedy`: no sampling, beams or logits processors) on
-models whose cache is all full-attention `DynamicLayer`s (`qualifies`): sliding-window layers count
-cache slots, padding included; anything else takes `generate`.
+models whose cache is made of `DynamicLayer`s and `DynamicSlidingWindowLayer`s (`qualifies`, every causal
+family here); anything else takes `generate`.
 """
 
 from __future__ import annotations
@@ -77,16 +80,45 @@ def plain_greedy(model, **kwargs) -> bool:
 
 
 def qualifies(model) -> bool:
-    """Whether `model`'s cache is made only of full-attention `DynamicLayer`s (the layout this module edits)."""
+    """Whether `model`'s cache is made only of `DynamicLayer`s and `DynamicSlidingWindowLayer`s (the layouts
+    `_Batch` edits)."""
     # here, not at the top: transformers is heavy to import, and only generation needs it
     from transformers import DynamicCache
-    from transformers.cache_utils import DynamicLayer
 
     try:
         cache = DynamicCache(config=model.config)
     except (TypeError, ValueError, AttributeError):
         return False
-    return bool(cache.layers) and all(type(layer) is DynamicLayer for layer in cache.layers)
+    return bool(cache.layers) and all(_kind(layer) is not None for layer in cache.layers)
+
+
+def _kind(layer) -> str | None:
+    """ "full" or "sliding" for the two cache layers `_Batch` knows, None for any other."""
+    # here, not at the top: transformers is heavy to import, and only generation needs it
+    from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
+
+    if type(layer) is DynamicLayer:
+        return "full"
+    if type(layer) is DynamicSlidingWindowLayer and not layer.record_past:
+        return "sliding"
+    return None
+
+
+def _fit(layer, width: int) -> None:
+    """Make a right-aligned cache layer hold what it holds for `width` columns: all of them (full attention),
+    or the last `sliding_window - 1` (a sliding-window layer, as `DynamicSlidingWindowLayer.update` keeps),
+    padding with zeros on the left or dropping columns there."""
+    keep = width if _kind(layer) == "full" else min(width, layer.sliding_window - 1)
+    for name in ("keys", "values"):
+        t = getattr(layer, name)
+        have = t.shape[2]
+        if keep > have:
+            t = torch.cat([t.new_zeros((*t.shape[:2], keep - have, t.shape[3])), t], dim=2)
+        elif keep < have:
+            t = t[:, :, have - keep :]
+        setattr(layer, name, t)
+    if _kind(layer) == "sliding":
+        layer.cumulative_length = width  # what its attention mask is cut from: the last window of `width`
 
 
 def eos_ids(model) -> set[int]:
@@ -109,17 +141,6 @@ class _Batch:
     def __len__(self) -> int:
         return len(self.rows)
 
-    def _layers(self, cache=None):
-        return (self.cache if cache is None else cache).layers
-
-    def _pad_left(self, n: int) -> None:
-        for layer in self._layers():
-            for name in ("keys", "values"):
-                t = getattr(layer, name)
-                pad = t.new_zeros((*t.shape[:2], n, t.shape[3]))
-                setattr(layer, name, torch.cat([pad, t], dim=2))
-        self.mask = torch.cat([self.mask.new_zeros((self.mask.shape[0], n)), self.mask], dim=1)
-
     def join(self, index: int, cache, length: int, position: int) -> None:
         """Add prompt `index`'s single-row `cache` (`length` columns, all real)."""
         mask = torch.ones((1, length), dtype=torch.long, device=self._device(cache))
@@ -127,18 +148,17 @@ class _Batch:
         if self.cache is None:
             self.rows, self.cache, self.mask, self.pos = [index], cache, mask, pos
             return
-        width = self.mask.shape[1]
-        if length > width:
-            self._pad_left(length - width)
-            width = length
-        for mine, theirs in zip(self._layers(), self._layers(cache), strict=True):
-            for name in ("keys", "values"):
-                t = getattr(theirs, name)
-                row = torch.cat([t.new_zeros((*t.shape[:2], width - length, t.shape[3])), t], dim=2)
-                setattr(mine, name, torch.cat([getattr(mine, name), row], dim=0))
-        mask = torch.cat([mask.new_zeros((1, width - length)), mask], dim=1)
+        width = max(self.mask.shape[1], length)
+        for mine, theirs in zip(self.cache.layers, cache.layers, strict=True):
+            _fit(mine, width)
+            _fit(theirs, width)
+            mine.keys = torch.cat([mine.keys, theirs.keys], dim=0)
+            mine.values = torch.cat([mine.values, theirs.values], dim=0)
+        old = self.mask
+        self.mask = old.new_zeros((len(self.rows) + 1, width))
+        self.mask[:-1, width - old.shape[1] :] = old
+        self.mask[-1, width - length :] = 1
         self.rows.append(index)
-        self.mask = torch.cat([self.mask, mask], dim=0)
         self.pos = torch.cat([self.pos, pos])
 
     def keep(self, keep: list[int]) -> None:
@@ -150,10 +170,10 @@ class _Batch:
         self.rows = [self.rows[i] for i in keep]
         self.mask, self.pos = self.mask[idx], self.pos[idx]
         first = int(self.mask.any(dim=0).nonzero()[0])
-        for layer in self._layers():
-            for name in ("keys", "values"):
-                setattr(layer, name, getattr(layer, name)[idx][:, :, first:])
         self.mask = self.mask[:, first:]
+        for layer in self.cache.layers:
+            layer.keys, layer.values = layer.keys[idx], layer.values[idx]
+            _fit(layer, self.mask.shape[1])
 
     @staticmethod
     def _device(cache) -> torch.device:
