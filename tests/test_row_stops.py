@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, StoppingCriteriaList
 
-from nirvana.accuracy.stops import RowStops
+from nirvana.accuracy.stops import RowStops, StopStrings
 
 lm_eval_utils = pytest.importorskip("lm_eval.models.utils_hf")
 
@@ -42,6 +42,20 @@ def test_row_stops_known_answer(tiny):
     # sticky: a finished row stays finished once later tokens push its stop out of the look-back window
     later = torch.cat([batch, torch.tensor([enc("z" * 8)] * 3)], dim=1)
     assert stops(later, None).tolist() == [True, False, True]
+
+
+def test_stop_strings_answer_each_step_as_lm_evals_look_back(tiny):
+    """StopStrings (one row, for continuous batching) at every step of some rows: the oracle `_stop_step`."""
+    _, tok = tiny
+    stops = ["\ndef", "\nclass", "\n#", "[DONE]", ""]
+    check = StopStrings(tok, stops)
+    for text in ("  x = 1\ndef h():", "  y = [1]\n# done\n", "return 2 [DONE] x", "  z = 3\n  w = 4"):
+        row = tok.encode(text, add_special_tokens=False)
+        first = _stop_step(tok, row, [s for s in stops if s])  # None: never
+        answers = [check(row[:n]) for n in range(1, len(row) + 1)]
+        assert (first is None) == (text == "  z = 3\n  w = 4")
+        end = len(row) if first is None else first  # a row is finished at the first step that says so
+        assert answers[:end] == [False] * (end - 1) + ([False] if first is None else [True])
 
 
 def _cut(text: str, stops: list[str]) -> str:

@@ -34,7 +34,13 @@ class StopStrings:
         self.windows = look_back(tokenizer, stops)
 
     def __call__(self, tokens: list[int]) -> bool:
-        return any(stop in self.tokenizer.decode(tokens[-window:]) for stop, window in self.windows)
+        texts: dict[int, str] = {}  # stops of the same look-back share one decode
+        for stop, window in self.windows:
+            if window not in texts:
+                texts[window] = self.tokenizer.decode(tokens[-window:])
+            if stop in texts[window]:
+                return True
+        return False
 
 
 def look_back(tokenizer, stops: list[str]) -> list[tuple[str, int]]:
