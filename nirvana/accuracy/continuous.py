@@ -93,7 +93,7 @@ def qualifies(model) -> bool:
 
 
 def _kind(layer) -> str | None:
-    """ "full" or "sliding" for the two cache layers `_Batch` knows, None for any other."""
+    """The kind of a cache layer `_Batch` knows how to edit ("full" or "sliding"), None for any other."""
     # here, not at the top: transformers is heavy to import, and only generation needs it
     from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
