@@ -54,7 +54,9 @@ def add_eval_args(p) -> None:
         "byte (lower is better): mbpp_bpb, humaneval_bpb, gsm8k_bpb",
     )
     g.add_argument("--limit", default=None, help="the first N examples per task (default: all)")
-    g.add_argument("--task-batch-size", type=int, default=8, help="harness batch size (default 8)")
+    g.add_argument(
+        "--task-batch-size", type=int, default=8, help="requests per forward, and rows generating at once (default 8)"
+    )
     g.add_argument("--source", default="auto", help="auto (hub when reachable, else local files), local, hub")
     g.add_argument(
         "--allow-code-execution",
