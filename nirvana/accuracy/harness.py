@@ -271,22 +271,25 @@ def _lm_class():
                 if self.meter is not None:
                     self.meter.tick(0)  # progress, and a stop asked for between steps
 
-            with torch.autocast(
+            autocast = torch.autocast(
                 device_type=self.device.type,
                 dtype=self.mixed_precision_dtype,
                 enabled=self.mixed_precision_dtype is not None,
-            ):
-                continuous.greedy_continuous(
-                    self.model,
-                    prompts,
-                    max_new=max_gen_toks,
-                    slots=self.batch_size,
-                    finished=StopStrings(self.tokenizer, until),
-                    prefix=shared,
-                    on_done=finish,
-                    on_step=step,
-                )
-            bar.close()
+            )
+            try:
+                with autocast:
+                    continuous.greedy_continuous(
+                        self.model,
+                        prompts,
+                        max_new=max_gen_toks,
+                        slots=self.batch_size,
+                        finished=StopStrings(self.tokenizer, until),
+                        prefix=shared,
+                        on_done=finish,
+                        on_step=step,
+                    )
+            finally:  # a stop (`Stopped` from the meter) closes the bar too
+                bar.close()
             return results
 
         def _generate(self, requests, disable_tqdm=False):
