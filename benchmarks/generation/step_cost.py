@@ -14,14 +14,11 @@ measurement per line, appended) and `step-cost-<model>.md` (this run).
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
 import statistics
 import sys
 import time
-from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+from record import record, stamped  # this folder's (the script's own folder is first on sys.path)
 
 
 def step_seconds(model, rows: int, cache_len: int, steps: int = 4) -> float:
@@ -56,44 +53,26 @@ def main() -> int:
     p.add_argument("--note", default="", help="what else the machine was doing")
     args = p.parse_args()
 
-    import torch
-
-    from nirvana.bench.environment import machine_label
+    # here, not at the top: `--help` answers without loading torch
     from nirvana.checkpoints.loading import load_model
 
     model = load_model(args.model, dtype="float32", device="cpu").model.eval()
     rows = []
     for b in [int(x) for x in args.batch_sizes.split(",")]:
         seconds = step_seconds(model, b, args.cache_len)
-        row = {
-            "model": args.model,
-            "rows": b,
-            "cache_len": args.cache_len,
-            "step_seconds": round(seconds, 3),
-            "seconds_per_row": round(seconds / b, 4),
-            "threads": torch.get_num_threads(),
-            "machine": machine_label(),
-            "note": args.note,
-            "finished_utc": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M"),
-        }
-        print(json.dumps(row), flush=True)
-        rows.append(row)
-    name = args.model.replace("/", "_")
-    with (HERE / f"step-cost-{name}.jsonl").open("a") as f:
-        for r in rows:
-            f.write(json.dumps(r) + "\n")
-    lines = [
-        f"# Decode step cost against rows on {args.model} (greedy, CPU, fp32)",
+        row = {"model": args.model, "rows": b, "cache_len": args.cache_len, "step_seconds": round(seconds, 3)}
+        rows.append(stamped({**row, "seconds_per_row": round(seconds / b, 4)}, args.note))
+    text = record(
+        "step-cost",
+        args.model,
+        rows,
+        f"Decode step cost against rows on {args.model} (greedy, CPU, fp32)",
+        f"KV cache of {args.cache_len} columns",
         "",
-        f"`benchmarks/generation/step_cost.py`, {rows[0]['finished_utc']} UTC, {rows[0]['machine']}, KV cache of "
-        f"{args.cache_len} columns." + (f" {args.note}" if args.note else ""),
-        "",
-        "| rows | seconds a step | seconds a row |",
-        "|---:|---:|---:|",
-    ]
-    lines += [f"| {r['rows']} | {r['step_seconds']:.3f} | {r['seconds_per_row']:.4f} |" for r in rows]
-    (HERE / f"step-cost-{name}.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+        {"rows": "---:", "seconds a step": "---:", "seconds a row": "---:"},
+        lambda r: (str(r["rows"]), f"{r['step_seconds']:.3f}", f"{r['seconds_per_row']:.4f}"),
+    )
+    print(text)
     return 0
 
 

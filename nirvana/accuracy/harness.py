@@ -133,6 +133,7 @@ def _lm_class():
         meter: _Meter | None = None
         journal: Journal | None = None  # a generation task's finished completions (`nirvana.store.journal`)
         resumed = 0  # completions the last journaled `generate_until` took from its journal
+        generation_batch_size: int | None = None  # rows generating at once (None: `batch_size`)
         _prompt_prefix = None  # (tokens, KV cache) of the prompt prefix the last generation batches shared
 
         def __init__(self, *args, max_gen_toks: int | None = None, **kwargs):
@@ -244,9 +245,9 @@ def _lm_class():
                 return None
             return (gen_kwargs, until, max_gen_toks) if continuous.qualifies(self.model) else None
 
-        def _generate_continuous(self, requests, gen_kwargs, until, max_gen_toks, disable_tqdm=False):
+        def _generate_continuous(self, requests, gen_kwargs, until, max_gen_toks, slots: int, disable_tqdm=False):
             """lm-eval's `generate_until` for these requests, by continuous batching: each context encoded and
-            truncated as lm-eval does, generated greedily with `batch_size` rows at a time, decoded and cut at its
+            truncated as lm-eval does, generated greedily with `slots` rows at a time, decoded and cut at its
             first stop string as lm-eval does (`postprocess_generated_text`); each result goes to the cache hook
             (and so the journal) as its row finishes."""
             contexts = [r.args[0] for r in requests]
@@ -282,7 +283,7 @@ def _lm_class():
                         self.model,
                         prompts,
                         max_new=max_gen_toks,
-                        slots=self.batch_size,
+                        slots=slots,
                         finished=StopStrings(self.tokenizer, until),
                         prefix=shared,
                         on_done=finish,
@@ -293,10 +294,17 @@ def _lm_class():
             return results
 
         def _generate(self, requests, disable_tqdm=False):
+            """The completions of `requests`, `generation_batch_size` rows at a time (continuous where it
+            qualifies, else lm-eval's static batches of that many; its log-likelihood batches keep `batch_size`)."""
+            rows = self.generation_batch_size or self.batch_size
             plan = self._continuous_plan(requests)
-            if plan is None:
+            if plan is not None:
+                return self._generate_continuous(requests, *plan, slots=rows, disable_tqdm=disable_tqdm)
+            scoring, self.batch_size_per_gpu = self.batch_size_per_gpu, rows  # lm-eval reads `batch_size`
+            try:
                 return super().generate_until(requests, disable_tqdm=disable_tqdm)
-            return self._generate_continuous(requests, *plan, disable_tqdm=disable_tqdm)
+            finally:
+                self.batch_size_per_gpu = scoring
 
         def generate_until(self, requests, disable_tqdm=False):
             """lm-eval's greedy generation, by continuous batching where it qualifies (`_continuous_plan`); with a
@@ -557,7 +565,13 @@ def average_zeroshot7(task_rows: dict) -> dict | None:
 
 
 def check_request(
-    tasks, limit, batch_size, source, allow_code_execution, allow_unsandboxed: bool = False
+    tasks,
+    limit,
+    batch_size,
+    source,
+    allow_code_execution,
+    allow_unsandboxed: bool = False,
+    generation_batch_size: int | None = None,
 ) -> tuple[list[str], int | None]:
     """Validate everything that needs no model: (task names, limit), or InvalidInput (SandboxUnavailable
     when a code task would run without OS isolation and `allow_unsandboxed` is False)."""
@@ -565,6 +579,12 @@ def check_request(
     limit = check_limit(limit)
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise InvalidInput(f"batch size must be a positive integer, got {batch_size!r}.")
+    rows = generation_batch_size
+    if rows is not None and (isinstance(rows, bool) or not isinstance(rows, int) or rows < 1):
+        raise InvalidInput(
+            f"generation batch size (rows generating at once) must be a positive integer, got {rows!r}; "
+            "leave it out to use the batch size."
+        )
     if source not in SOURCES:
         raise InvalidInput(f"--source must be one of {', '.join(SOURCES)}, got {source!r}.")
     for n in names:
@@ -592,6 +612,7 @@ def run_accuracy(
     *,
     limit: int | None = None,
     batch_size: int = 8,
+    generation_batch_size: int | None = None,
     source: str = "auto",
     allow_code_execution: bool = False,
     use_cache: bool = True,
@@ -606,7 +627,9 @@ def run_accuracy(
     """Accuracy of `model` on lm-eval tasks: {"tasks": {name: {...}}, "average": {...} | None, ...}.
 
     `tasks`: names, groups (`zeroshot7`) or aliases (`lambada`), as a list or comma string.
-    `limit`: the first N examples of each task (None: all). `max_gen_toks` caps generated tokens of
+    `limit`: the first N examples of each task (None: all). `batch_size`: requests per log-likelihood forward;
+    `generation_batch_size`: rows generating at once in MBPP/HumanEval/GSM8K (None: `batch_size`; the completions
+    do not depend on it, only the time: benchmarks/generation/step_cost.py). `max_gen_toks` caps generated tokens of
     code and chain-of-thought tasks (None: the harness's 256). Generated code runs only in OS isolation
     (bubblewrap) unless `allow_unsandboxed` (CLI --unsafe-exec-without-sandbox); each code task's row records
     which. `cached_only`: only the tasks whose result is already cached (the others are left out of "tasks";
@@ -616,7 +639,10 @@ def run_accuracy(
         >>> r = run_accuracy(lm.model, lm.tokenizer, "zeroshot7", limit=200, source="local")
         >>> r["tasks"]["piqa"]["acc"], r["average"]["value"]
     """
-    names, limit = check_request(tasks, limit, batch_size, source, allow_code_execution, allow_unsandboxed)
+    names, limit = check_request(
+        tasks, limit, batch_size, source, allow_code_execution, allow_unsandboxed, generation_batch_size
+    )
+    rows_at_once = generation_batch_size or batch_size
     version = harness_version()
     where = resolve_source(source)
     sources = {n: task_source(n, where) for n in names}
@@ -667,6 +693,7 @@ def run_accuracy(
             if lm is None:
                 kwargs = {"max_gen_toks": max_gen_toks} if max_gen_toks else {}
                 lm = harness_lm(model, tokenizer, batch_size=batch_size, **kwargs)
+                lm.generation_batch_size = rows_at_once
             lm.meter = meter
             meter.begin(done_weight / weight, total_rows[name] / weight, total_rows[name], name)
             if progress:
@@ -684,6 +711,8 @@ def run_accuracy(
                 model.train(was_training)
                 lm.meter = lm.journal = None
             row = _row(name, out, seconds, task_where, version, spec.default_fewshot, limit)
+            if generates:  # what the time depends on (the completions do not)
+                row["generation_batch_size"] = rows_at_once
             if lm.resumed:  # `seconds` is this run's: the journaled completions' time is not in it
                 row["resumed_completions"] = lm.resumed
             if metric is not None:
@@ -711,6 +740,7 @@ def run_accuracy(
         "metrics_note": METRIC_NOTE,
         "limit": limit,
         "batch_size": batch_size,
+        "generation_batch_size": rows_at_once,
         "fingerprint": fingerprint,
         "cache_hits": hits,
         "seconds": round(time.perf_counter() - start_all, 2),

@@ -79,6 +79,7 @@ COLUMNS = (
     "params_after",
     "achieved_block_sparsity",
     "batch_size",
+    "generation_batch_size",  # a generating row's rows at once (its time depends on it, its completions do not)
     "seconds",
     "examples_per_s",
     "load_avg_1min",
@@ -130,6 +131,7 @@ class AccuracyConfig:
     gsm8k_bpb_limit: int = 500  # gsm8k_bpb problems (0: skip)
     batch_size: int = 8
     bpb_batch_size: int = 1  # one problem per forward: no padding, and on CPU no slower per token
+    generation_batch_size: int | None = None  # rows generating at once in the MBPP rows (None: batch_size)
     allow_code_execution: bool = False
     out_dir: Path = DEFAULT_OUT
     note: str = ""
@@ -277,6 +279,7 @@ class AccuracyWorker:
             [job.task],
             limit=job.limit,
             batch_size=self.config.bpb_batch_size if job.task in BPB_TASKS else self.config.batch_size,
+            generation_batch_size=self.config.generation_batch_size,
             source="local",
             allow_code_execution=self.config.allow_code_execution,
         )
@@ -360,6 +363,7 @@ def _row(config, job: AccuracyJob, result: dict, facts: dict, machine: str) -> d
         "params_after": facts.get("params_after"),
         "achieved_block_sparsity": facts.get("achieved_block_sparsity"),
         "batch_size": config.bpb_batch_size if task in BPB_TASKS else config.batch_size,
+        "generation_batch_size": r.get("generation_batch_size", ""),
         "seconds": r.get("seconds"),
         "examples_per_s": r.get("examples_per_s"),
         "load_avg_1min": round(os.getloadavg()[0], 2),

@@ -126,6 +126,7 @@ TASK_FLAGS = {  # the task rows of `bench accuracy` and `bench baselines`
     "gsm8k_bpb_limit": "GSM8K gold bits-per-byte problems (0: skip)",
     "batch_size": "harness batch size",
     "bpb_batch_size": "harness batch size of the bits-per-byte rows",
+    "generation_batch_size": "rows generating at once in the code rows (default: --batch-size; same completions)",
     "allow_code_execution": "run MBPP's generated code in the sandbox",
 }
 TASK_LIMITS = ("limit", "lambada_limit", "mbpp_limit", "bpb_limit", "gsm8k_bpb_limit")

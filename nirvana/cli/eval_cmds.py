@@ -57,6 +57,13 @@ def add_eval_args(p) -> None:
     g.add_argument(
         "--task-batch-size", type=int, default=8, help="requests per forward, and rows generating at once (default 8)"
     )
+    g.add_argument(
+        "--generation-batch-size",
+        type=int,
+        default=None,
+        help="rows generating at once in mbpp/humaneval/gsm8k, if not --task-batch-size (the completions are the "
+        "same; on a CPU, 16 or 32 rows can cost less a row than 8: benchmarks/generation/step_cost-*.md)",
+    )
     g.add_argument("--source", default="auto", help="auto (hub when reachable, else local files), local, hub")
     g.add_argument(
         "--allow-code-execution",
@@ -120,6 +127,7 @@ def _check(args, *models: str) -> None:
             args.source,
             args.allow_code_execution,
             args.unsafe_exec_without_sandbox,
+            args.generation_batch_size,
         )
     if not any((args.ppl, args.speed, args.tasks, args.generate)):
         args.ppl = "wikitext2"  # the field's main number, when nothing else was asked for
@@ -175,6 +183,7 @@ def run_tasks_for(model, tokenizer, args) -> dict:
         args.tasks,
         limit=args.limit,
         batch_size=args.task_batch_size,
+        generation_batch_size=args.generation_batch_size,
         source=args.source,
         allow_code_execution=args.allow_code_execution,
         allow_unsandboxed=args.unsafe_exec_without_sandbox,
