@@ -199,27 +199,48 @@ def _paired_mbpp(config) -> dict | None:
     return paired_between(read_per_problem(config.passes_path), a, b, "mbpp")
 
 
-def _paired_bpb(config, wanted) -> str | None:
-    """NIRVANA (gamma*) at 20% against each other method at 20% on MBPP gold bits per byte, paired by problem:
-    the likelihood of the reference solutions, which resolves where pass@1 near the floor does not."""
+def _paired_with_nirvana(path, wanted, task: str, scale: float, digits: int) -> list[str]:
+    """NIRVANA (gamma*) at 20% minus each other method at 20% on `task`, paired by problem, from the per-problem
+    file at `path` ("LLM-Pruner +7.5 ± 2.3 (3.2 se, resolved)"): the methods whose row is there."""
     from nirvana.bench.baselines import Variant
     from nirvana.bench.per_problem import paired_between, read_per_problem
     from nirvana.measure.paired import paired_text
     from nirvana.methods import METHODS
 
-    per, ours = read_per_problem(config.per_problem_path), Variant("nirvana", 0.2).name
+    per, ours = read_per_problem(path), Variant("nirvana", 0.2).name
     found = []
     for variant in wanted:
         if variant.method in ("dense", "nirvana") or variant.sparsity != 0.2:
             continue
-        pair = paired_between(per, ours, variant.name, "mbpp_bpb")
+        pair = paired_between(per, ours, variant.name, task)
         if pair:
-            found.append(f"{METHODS[variant.method].label} {paired_text(pair, 1, 3)}")
+            found.append(f"{METHODS[variant.method].label} {paired_text(pair, scale, digits)}")
+    return found
+
+
+def _paired_bpb(config, wanted) -> str | None:
+    """NIRVANA (gamma*) at 20% against each other method at 20% on MBPP gold bits per byte, paired by problem:
+    the likelihood of the reference solutions, which resolves where pass@1 near the floor does not."""
+    found = _paired_with_nirvana(config.per_problem_path, wanted, "mbpp_bpb", 1, 3)
     if not found:
         return None
     return (
         "**The reference solutions' likelihood** (MBPP gold bits per byte at 20%, NIRVANA minus each method, paired "
         "by problem; negative: NIRVANA keeps the reference code more likely): " + "; ".join(found) + "."
+    )
+
+
+def _paired_passes(config, wanted) -> str | None:
+    """NIRVANA (gamma*) at 20% against each other method at 20% on MBPP and HumanEval pass@1, paired by problem;
+    None until some method's code row is there beside NIRVANA's."""
+    tasks = {"MBPP": "mbpp", "HumanEval": "humaneval"}
+    found = {name: _paired_with_nirvana(config.passes_path, wanted, task, 100, 1) for name, task in tasks.items()}
+    parts = [f"{name}: {', '.join(pairs)}" for name, pairs in found.items() if pairs]
+    if not parts:
+        return None
+    return (
+        "**Every method on the code tasks** (pass@1 at 20%, NIRVANA minus each method in points, paired by problem; "
+        "positive: NIRVANA solves more): " + "; ".join(parts) + "."
     )
 
 
@@ -256,11 +277,13 @@ def code_results(model: str) -> str:
         *sides, dense=measured.get("dense", {}).get("mbpp", (None, None)), paired=_paired_mbpp(config)
     )
     likelihood = _paired_bpb(config, [variant for _, variant in wanted])
+    passes = _paired_passes(config, [variant for _, variant in wanted])
     left = len(pending(BASELINES, config))
     source = config.csv_path.relative_to(ROOT)
     lines += [
         "",
         answer,
+        *(["", passes] if passes else []),
         *(["", likelihood] if likelihood else []),
         "",
         f"From `{source}` (`python -m nirvana bench baselines --model {model} --allow-code-execution "

@@ -68,3 +68,28 @@ def test_the_code_block_pairs_nirvanas_bits_per_byte_with_each_method_at_20_perc
     text = _paired_bpb(config, [*wanted, Variant("flap", 0.5)])
     assert text.endswith("): FLAP -0.375 ± 0.125 (3.0 se, resolved).")  # LLM-Pruner has no row: left out
     assert _paired_bpb(SimpleNamespace(per_problem_path=tmp_path / "none.json"), wanted) is None
+
+
+def test_the_code_block_pairs_nirvanas_passes_with_each_method_on_both_code_tasks(tmp_path):
+    import json
+    from types import SimpleNamespace
+
+    from nirvana.bench.baselines import Variant
+    from tests.readme_blocks import _paired_passes
+
+    def entry(task, values):
+        return {task: {"limit": len(values), "values": values}}
+
+    ours = Variant("nirvana", 0.2).name
+    per = {
+        ours: {**entry("mbpp", [1, 1, 0, 1]), **entry("humaneval", [1, 0, 0, 0])},
+        Variant("flap", 0.2).name: entry("mbpp", [0, 1, 0, 0]),  # d = 1, 0, 0, 1: +50 ± 28.9 points
+        Variant("llm-pruner", 0.2).name: {**entry("mbpp", [1, 1, 0, 1]), **entry("humaneval", [0, 0, 0, 0])},
+    }
+    path = tmp_path / "pass.json"
+    path.write_text(json.dumps(per))
+    wanted = [Variant("dense"), Variant("nirvana", 0.2), Variant("llm-pruner", 0.2), Variant("flap", 0.2)]
+    text = _paired_passes(SimpleNamespace(passes_path=path), wanted)
+    assert "MBPP: LLM-Pruner +0.0 ± 0.0 (0.0 se), FLAP +50.0 ± 28.9 (1.7 se); HumanEval: LLM-Pruner +25.0" in text
+    assert "FLAP" not in text.split("HumanEval:")[1]  # FLAP has no HumanEval row
+    assert _paired_passes(SimpleNamespace(passes_path=tmp_path / "none.json"), wanted) is None
