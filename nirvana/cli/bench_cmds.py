@@ -124,7 +124,7 @@ TASK_FLAGS = {  # the task rows of `bench accuracy` and `bench baselines`
     "mbpp_limit": "MBPP problems (0: skip; needs --allow-code-execution)",
     "bpb_limit": "MBPP gold bits-per-byte problems (0: skip)",
     "gsm8k_bpb_limit": "GSM8K gold bits-per-byte problems (0: skip)",
-    "batch_size": "harness batch size",
+    "batch_size": "requests per log-likelihood forward (and rows generating at once, unless --generation-batch-size)",
     "bpb_batch_size": "harness batch size of the bits-per-byte rows",
     "generation_batch_size": "rows generating at once in the code rows (default: --batch-size; same completions)",
     "allow_code_execution": "run MBPP's generated code in the sandbox",
