@@ -55,14 +55,17 @@ def add_eval_args(p) -> None:
     )
     g.add_argument("--limit", default=None, help="the first N examples per task (default: all)")
     g.add_argument(
-        "--task-batch-size", type=int, default=8, help="requests per forward, and rows generating at once (default 8)"
+        "--task-batch-size",
+        type=int,
+        default=8,
+        help="requests per forward, and rows generating at once unless --generation-batch-size (default 8)",
     )
     g.add_argument(
         "--generation-batch-size",
         type=int,
         default=None,
         help="rows generating at once in mbpp/humaneval/gsm8k, if not --task-batch-size (the completions are the "
-        "same; on a CPU, 16 or 32 rows can cost less a row than 8: benchmarks/generation/step_cost-*.md)",
+        "same; on a CPU, 16 or 32 rows can cost less a row than 8: benchmarks/generation/step-cost-*.md)",
     )
     g.add_argument("--source", default="auto", help="auto (hub when reachable, else local files), local, hub")
     g.add_argument(
