@@ -199,15 +199,16 @@ def _paired_mbpp(config) -> dict | None:
     return paired_between(read_per_problem(config.passes_path), a, b, "mbpp")
 
 
-def _paired_with_nirvana(path, wanted, task: str, scale: float, digits: int) -> list[str]:
+def _paired_with_nirvana(per: dict, wanted, task: str, scale: float, digits: int) -> list[str]:
     """NIRVANA (gamma*) at 20% minus each other method at 20% on `task`, paired by problem, from the per-problem
-    file at `path` ("LLM-Pruner +7.5 ± 2.3 (3.2 se, resolved)"): the methods whose row is there."""
+    values `per` (`read_per_problem`): "LLM-Pruner +7.5 ± 2.3 (3.2 se, resolved)" for each method whose row is
+    there."""
     from nirvana.bench.baselines import Variant
-    from nirvana.bench.per_problem import paired_between, read_per_problem
+    from nirvana.bench.per_problem import paired_between
     from nirvana.measure.paired import paired_text
     from nirvana.methods import METHODS
 
-    per, ours = read_per_problem(path), Variant("nirvana", 0.2).name
+    ours = Variant("nirvana", 0.2).name
     found = []
     for variant in wanted:
         if variant.method in ("dense", "nirvana") or variant.sparsity != 0.2:
@@ -221,7 +222,9 @@ def _paired_with_nirvana(path, wanted, task: str, scale: float, digits: int) -> 
 def _paired_bpb(config, wanted) -> str | None:
     """NIRVANA (gamma*) at 20% against each other method at 20% on MBPP gold bits per byte, paired by problem:
     the likelihood of the reference solutions, which resolves where pass@1 near the floor does not."""
-    found = _paired_with_nirvana(config.per_problem_path, wanted, "mbpp_bpb", 1, 3)
+    from nirvana.bench.per_problem import read_per_problem
+
+    found = _paired_with_nirvana(read_per_problem(config.per_problem_path), wanted, "mbpp_bpb", 1, 3)
     if not found:
         return None
     return (
@@ -233,8 +236,10 @@ def _paired_bpb(config, wanted) -> str | None:
 def _paired_passes(config, wanted) -> str | None:
     """NIRVANA (gamma*) at 20% against each other method at 20% on MBPP and HumanEval pass@1, paired by problem;
     None until some method's code row is there beside NIRVANA's."""
-    tasks = {"MBPP": "mbpp", "HumanEval": "humaneval"}
-    found = {name: _paired_with_nirvana(config.passes_path, wanted, task, 100, 1) for name, task in tasks.items()}
+    from nirvana.bench.per_problem import read_per_problem
+
+    per, tasks = read_per_problem(config.passes_path), {"MBPP": "mbpp", "HumanEval": "humaneval"}
+    found = {name: _paired_with_nirvana(per, wanted, task, 100, 1) for name, task in tasks.items()}
     parts = [f"{name}: {', '.join(pairs)}" for name, pairs in found.items() if pairs]
     if not parts:
         return None

@@ -571,20 +571,16 @@ def check_request(
     source,
     allow_code_execution,
     allow_unsandboxed: bool = False,
-    generation_batch_size: int | None = None,
+    rows: int | None = None,
 ) -> tuple[list[str], int | None]:
     """Validate everything that needs no model: (task names, limit), or InvalidInput (SandboxUnavailable
-    when a code task would run without OS isolation and `allow_unsandboxed` is False)."""
+    when a code task would run without OS isolation and `allow_unsandboxed` is False). `rows`: the generation
+    batch size (None: the batch size's)."""
     names = resolve_tasks(tasks)
     limit = check_limit(limit)
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise InvalidInput(f"batch size must be a positive integer, got {batch_size!r}.")
-    rows = generation_batch_size
-    if rows is not None and (isinstance(rows, bool) or not isinstance(rows, int) or rows < 1):
-        raise InvalidInput(
-            f"generation batch size (rows generating at once) must be a positive integer, got {rows!r}; "
-            "leave it out to use the batch size."
-        )
+    for what, value in (("batch size", batch_size), ("generation batch size (rows generating at once)", rows)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise InvalidInput(f"{what} must be a positive integer, got {value!r}.")
     if source not in SOURCES:
         raise InvalidInput(f"--source must be one of {', '.join(SOURCES)}, got {source!r}.")
     for n in names:
