@@ -434,25 +434,29 @@ def _accuracy(lm, pruned) -> None:
     )
     limit = c[1].number_input("Examples per task", 1, 20000, value=50, step=50, key="acc_limit")
     allow, unsafe = True, False
-    if "mbpp" in tasks:
+    runs_code = any(accuracy.is_code(t) for t in tasks)
+    if runs_code:
         if accuracy.sandbox_available():
             st.info(accuracy.code_notice())
-            allow = st.checkbox("Run MBPP's generated code in that sandbox", key="acc_allow_code")
+            allow = st.checkbox("Run the generated code in that sandbox", key="acc_allow_code")
         else:
             unsafe = st.checkbox(
                 "Run without a sandbox (UNSAFE: the model's code runs as this server's user)", key="acc_unsafe_exec"
             )
             st.warning(accuracy.code_notice(unsafe))
-            allow = unsafe and st.checkbox("Run MBPP's generated code anyway", key="acc_allow_code")
+            allow = unsafe and st.checkbox("Run the generated code anyway", key="acc_allow_code")
     if not tasks:
         return
-    eta = accuracy.estimate_eval_seconds(tasks, int(limit), accuracy.measured_rates())
+    spec = state.spec()
+    rates, basis = accuracy.estimate_rates(spec.name, sum(p.numel() for p in lm.model.parameters()))
+    eta = accuracy.estimate_eval_seconds(tasks, int(limit), rates)
+    rows, why = accuracy.generation_rows(spec.name)
+    generating = [t for t in tasks if accuracy.generates(t)]
     c[2].caption(
-        f"Estimated **{eta / 60:.1f} min** for dense + pruned (from the examples/s the accuracy benchmark "
-        "measured on this kind of machine; repeats are instant, from the cache)."
+        f"Estimated **{eta / 60:.1f} min** for dense + pruned ({basis}; repeats are instant, from the cache)."
+        + (f" {', '.join(generating)}: {why} rows generate at once." if generating else "")
     )
-    if c[2].button("Measure accuracy", type="primary", key="measure_acc", disabled="mbpp" in tasks and not allow):
-        spec = state.spec()
+    if c[2].button("Measure accuracy", type="primary", key="measure_acc", disabled=runs_code and not allow):
         with guard("measuring accuracy") as g, progress_status("Accuracy, dense then pruned") as progress:
             dense = accuracy.run(
                 lm.model,
@@ -463,6 +467,7 @@ def _accuracy(lm, pruned) -> None:
                 allow,
                 lambda f, m: progress(f / 2, f"dense: {m}"),
                 unsafe,
+                rows,
             )
             after = accuracy.run(
                 pruned.model,
@@ -473,6 +478,7 @@ def _accuracy(lm, pruned) -> None:
                 allow,
                 lambda f, m: progress(0.5 + f / 2, f"pruned: {m}"),
                 unsafe,
+                rows,
             )
         if not g.failed:
             _evals()["accuracy"] = (dense, after)

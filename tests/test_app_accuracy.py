@@ -30,9 +30,11 @@ def test_accuracy_tab_measures_dense_and_pruned_with_error_bars(at, tiny, monkey
     assert table["dense %"].iloc[0] == round(100 * want["piqa"]["acc"], 1)
     spec = json.loads(at.get("plotly_chart")[0].proto.spec)
     assert [t["name"] for t in spec["data"]] == ["dense", "pruned"] and "error_y" in spec["data"][0]
-    at.multiselect(key="acc_tasks").set_value(["mbpp"]).run()
-    assert any("bubblewrap" in i.value and "isolation: bubblewrap" in i.value for i in at.info)  # what will run
-    assert at.button(key="measure_acc").disabled  # until the opt-in is ticked
+    for code in ("mbpp", "humaneval"):
+        at.multiselect(key="acc_tasks").set_value([code]).run()
+        assert any("bubblewrap" in i.value and "isolation: bubblewrap" in i.value for i in at.info)  # what will run
+        assert at.button(key="measure_acc").disabled  # until the opt-in is ticked
+        assert any(f"{code}: " in c.value and "rows generate at once" in c.value for c in at.caption)
     at.checkbox(key="acc_allow_code").check().run()
     assert not at.button(key="measure_acc").disabled
 
@@ -55,12 +57,16 @@ def test_without_os_isolation_mbpp_needs_the_labelled_risk_box(at, tiny, monkeyp
 
 def test_accuracy_tab_shows_gold_bpb_as_lower_is_better_with_paired_errors(at, tiny, monkeypatch):  # noqa: F811
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    calls, real = [], accuracy.run_accuracy
+    monkeypatch.setattr(accuracy, "generation_rows", lambda name: (3, "3: a test's choice"))
+    monkeypatch.setattr(accuracy, "run_accuracy", lambda *a, **kw: calls.append(kw) or real(*a, **kw))
     apply_a_plan(at, 0.5)
     at.multiselect(key="acc_tasks").set_value(["mbpp_bpb"]).run()
     assert not at.button(key="measure_acc").disabled  # nothing is executed: no opt-in needed
     at.number_input(key="acc_limit").set_value(2).run()
     at.button(key="measure_acc").click().run()
     no_errors(at)
+    assert [kw["generation_batch_size"] for kw in calls] == [3, 3]  # dense and pruned, the page's choice
     (table,) = [d.value for d in at.dataframe if "dense bits/byte" in d.value.columns]
     assert table["task"].tolist() == ["mbpp_bpb"] and table["n"].tolist() == [2]
     assert table["pruned − dense"].iloc[0] == pytest.approx(
@@ -76,9 +82,50 @@ def test_estimate_uses_measured_rates_and_falls_back(tmp_path):
     assert accuracy.estimate_eval_seconds(["piqa"], 100, {"piqa": 2.0}) == pytest.approx(100.0)  # 50 s x 2 models
     assert accuracy.estimate_eval_seconds(["zeroshot7"], 10, {}) > 0
     (tmp_path / "accuracy-m.csv").write_text(
-        "variant,task,examples_per_s\ndense,piqa,1.0\ndense,piqa,3.0\nnirvana s=0.2 gamma*,piqa,9\n"
+        "variant,task,n,seconds\ndense,piqa,10,10\ndense,piqa,30,10\nnirvana s=0.2 gamma*,piqa,90,10\n"
     )
-    assert accuracy.measured_rates("m", tmp_path) == {"piqa": 2.0}
+    assert accuracy.measured_rates("m", tmp_path, tmp_path) == {"piqa": 2.0}
+    # the baselines benchmark's dense rows: examples made this run over seconds; cache reads and ppl rows skipped
+    (tmp_path / "baselines-m.csv").write_text(
+        "variant,measure,n,resumed_completions,seconds,params_before\n"
+        "dense,ppl,,,100,1000\n"
+        "dense,mbpp,200,100,50,1000\n"  # 100 new completions in 50 s (the other 100 came from its journal)
+        "dense,arc_easy,200,,0.2,1000\n"  # a cache read: times nothing
+        "llm-pruner s=0.2,humaneval,164,,82,800\n"
+    )
+    assert accuracy.measured_rates("m", tmp_path, tmp_path) == {"piqa": 2.0, "mbpp": 2.0}
+
+
+def test_estimate_of_an_unbenchmarked_task_or_model_is_scaled_from_the_nearest_and_says_so(tmp_path):
+    for name, params, rate in (("small", 100, 8.0), ("big", 1000, 1.0)):
+        (tmp_path / f"baselines-{name}.csv").write_text(
+            f"variant,measure,n,seconds,params_before\ndense,piqa,{rate * 10},10,{params}\n"
+        )
+    (tmp_path / "baselines-big.csv").open("a").write("dense,mbpp,10,20,1000\n")
+    rates, basis = accuracy.estimate_rates("big", 1000, tmp_path, tmp_path)
+    assert rates == {"piqa": 1.0, "mbpp": 0.5} and "measured for big" in basis and "guess" not in basis
+    rates, basis = accuracy.estimate_rates("small", 100, tmp_path, tmp_path)  # mbpp: big's, 10x the parameters
+    assert rates == pytest.approx({"piqa": 8.0, "mbpp": 5.0}) and "measured for small" in basis and "big's" in basis
+    rates, basis = accuracy.estimate_rates("/a/pruned/dir", 2000, tmp_path, tmp_path)  # nearest by log ratio: big
+    assert rates == pytest.approx({"piqa": 0.5, "mbpp": 0.25})
+    assert basis.startswith("no benchmark of this model") and "rough guess" in basis
+    assert accuracy.estimate_rates("x", 10, tmp_path / "none", tmp_path / "none") == (
+        {},
+        "no benchmark to go by: a conservative guess per forward row",
+    )
+
+
+def test_generation_rows_are_the_cheapest_per_row_of_the_latest_machine_within_the_cap(tmp_path):
+    def record(rows, per_row, machine):
+        return json.dumps({"rows": rows, "seconds_per_row": per_row, "machine": machine})
+
+    lines = [record(16, 0.001, "old cpu"), record(8, 0.03, "new cpu"), record(16, 0.02, "new cpu")]
+    lines += [record(32, 0.025, "new cpu"), record(48, 0.01, "new cpu")]  # 48: over the cap
+    (tmp_path / "step-cost-m.jsonl").write_text("\n".join(lines) + "\n")
+    rows, why = accuracy.generation_rows("m", tmp_path)
+    assert rows == 16 and "0.020 s" in why and "step-cost-m.md" in why and "new cpu" in why
+    rows, why = accuracy.generation_rows("unmeasured", tmp_path)
+    assert rows == accuracy.DEFAULT_GENERATION_ROWS and "no step-cost benchmark" in why
 
 
 def test_evidence_page_shows_the_committed_accuracy_benchmark(at):  # noqa: F811

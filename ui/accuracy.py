@@ -4,13 +4,18 @@ tables are the library's `nirvana.measure.compare.accuracy_rows` and `bpb_rows`)
 Runs `nirvana.accuracy.harness.run_accuracy` (lm-eval's own tasks; local files offline) on the
 dense and the pruned model. Accuracy-like tasks (%, higher is better) and gold bits per byte
 (bits/byte, lower is better, differences paired by problem) get separate charts and tables.
-Estimates come from the examples per second measured by the committed accuracy benchmark
-(`benchmarks/accuracy/`), per task, dense rows; without one, from a conservative guess per forward row.
+Estimates come from the examples per second the committed benchmarks measured for the loaded model
+(`benchmarks/accuracy/` and `benchmarks/baselines/`, dense rows, per task); a task or model they lack is
+guessed from the benchmarked model nearest in parameter count, scaled by parameters, and the caption says
+so. Code and chain-of-thought tasks generate as many rows at once as the model's committed step-cost
+benchmark (`benchmarks/generation/step-cost-<model>.md`) found cheapest per row.
 """
 
 from __future__ import annotations
 
 import csv
+import json
+import math
 import statistics
 from pathlib import Path
 
@@ -28,25 +33,114 @@ from nirvana.store.paths import benchmarks_dir
 from ui.resources import hold_device, memo
 
 BENCH_DIR = benchmarks_dir("accuracy")  # the committed accuracy benchmark
+BASELINES_DIR = benchmarks_dir("baselines")  # the committed baselines benchmark (its dense rows time each task)
+GENERATION_DIR = benchmarks_dir("generation")  # the committed step-cost benchmark
 FALLBACK_ROWS_PER_S = 1.5  # forward rows per second when no benchmark was measured (2-core CPU, SmolLM2)
-CHOICES = [*ZEROSHOT7, "lambada_openai", "mbpp", "gsm8k", "mbpp_bpb", "humaneval_bpb", "gsm8k_bpb"]
+CACHE_READ_S = 1.0  # a benchmark row done faster read its result from the eval cache: it times nothing
+DEFAULT_GENERATION_ROWS = 8  # run_accuracy's default, for a model without a step-cost benchmark
+MAX_GENERATION_ROWS = 32  # the KV cache of 32 long HumanEval rows of the 1.5B model is ~2 GB in fp32
+CHOICES = [*ZEROSHOT7, "lambada_openai", "mbpp", "humaneval", "gsm8k", "mbpp_bpb", "humaneval_bpb", "gsm8k_bpb"]
 
 
-def measured_rates(model_name: str = "smollm2-135m", bench_dir: Path = BENCH_DIR) -> dict[str, float]:
-    """{task: median examples/s of the benchmark's dense rows}, {} when no benchmark exists."""
-    path = Path(bench_dir) / f"accuracy-{model_name.replace('/', '_')}.csv"
-    if not path.exists():
-        return {}
+def _file_stem(model_name: str) -> str:
+    return model_name.replace("/", "_")
+
+
+def _float(value) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def measured_rates(
+    model_name: str = "smollm2-135m", bench_dir: Path = BENCH_DIR, baselines_dir: Path = BASELINES_DIR
+) -> dict[str, float]:
+    """{task: median examples/s of the dense model's rows} in the committed accuracy and baselines benchmarks;
+    {} when neither measured `model_name`. A baselines row's rate is its examples this run made (less the
+    completions it resumed from a journal) over its seconds; rows done in under `CACHE_READ_S` were cache reads."""
     rates: dict[str, list[float]] = {}
-    with open(path, newline="") as f:
-        for row in csv.DictReader(f):
-            try:
-                rate = float(row["examples_per_s"])
-            except (KeyError, TypeError, ValueError):
-                continue
-            if row.get("variant") == "dense" and rate > 0:
-                rates.setdefault(row["task"], []).append(rate)
+    stem = _file_stem(model_name)
+    for path, task_column in (
+        (Path(bench_dir) / f"accuracy-{stem}.csv", "task"),
+        (Path(baselines_dir) / f"baselines-{stem}.csv", "measure"),
+    ):
+        for row in _dense_rows(path):
+            examples = (_float(row.get("n")) or 0) - (_float(row.get("resumed_completions")) or 0)
+            seconds = _float(row.get("seconds")) or 0
+            if row.get(task_column) in TASKS and examples > 0 and seconds >= CACHE_READ_S:
+                rates.setdefault(row[task_column], []).append(examples / seconds)
     return {t: statistics.median(v) for t, v in rates.items()}
+
+
+def _dense_rows(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    with open(path, newline="") as f:
+        return [row for row in csv.DictReader(f) if row.get("variant") == "dense"]
+
+
+def benchmarked_params(baselines_dir: Path = BASELINES_DIR) -> dict[str, int]:
+    """{model name: parameters of its dense model} for every model the baselines benchmark measured."""
+    out = {}
+    for path in sorted(Path(baselines_dir).glob("baselines-*.csv")):
+        params = next((_float(r.get("params_before")) for r in _dense_rows(path) if r.get("params_before")), None)
+        if params:
+            out[path.stem.removeprefix("baselines-")] = int(params)
+    return out
+
+
+def estimate_rates(
+    model_name: str, params: int, bench_dir: Path = BENCH_DIR, baselines_dir: Path = BASELINES_DIR
+) -> tuple[dict[str, float], str]:
+    """({task: examples/s}, where they come from) for the time estimate of `model_name` (`params` parameters).
+
+    The model's own measured rates; tasks (or a model) the benchmarks lack take the rates of the benchmarked model
+    nearest in parameter count, scaled by the ratio of parameters (a rough guess, and the text says so)."""
+    own = measured_rates(model_name, bench_dir, baselines_dir)
+    others = {m: p for m, p in benchmarked_params(baselines_dir).items() if m != model_name}
+    near = min(others, key=lambda m: abs(math.log(others[m] / params)), default=None) if params > 0 else None
+    guessed = {}
+    if near is not None:
+        scale = others[near] / params
+        guessed = {t: r * scale for t, r in measured_rates(near, bench_dir, baselines_dir).items() if t not in own}
+    where = "the committed CPU benchmarks (2-core machine)"
+    if own and not guessed:
+        return own, f"from the examples/s {where} measured for {model_name}"
+    if guessed:
+        size = f"{others[near] / 1e6:,.0f}M → {params / 1e6:,.0f}M parameters"
+        scaled = f"{near}'s examples/s scaled by parameter count ({size}), a rough guess"
+        if own:
+            return {**guessed, **own}, (
+                f"from the examples/s {where} measured for {model_name}; for tasks they did not time, {scaled}"
+            )
+        return guessed, f"no benchmark of this model: {scaled}"
+    return own, "no benchmark to go by: a conservative guess per forward row"
+
+
+def generation_rows(model_name: str, generation_dir: Path = GENERATION_DIR) -> tuple[int, str]:
+    """(rows generating at once in code and chain-of-thought tasks, why) for `model_name`: the row count with the
+    lowest seconds per row (at most `MAX_GENERATION_ROWS`) in the latest machine's run of its committed step-cost
+    benchmark; `DEFAULT_GENERATION_ROWS` without one. The completions do not depend on it, only the time."""
+    path = Path(generation_dir) / f"step-cost-{_file_stem(model_name)}.jsonl"
+    records = []
+    if path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    records = [
+        r for r in records if _float(r.get("seconds_per_row")) and 0 < int(r.get("rows", 0)) <= MAX_GENERATION_ROWS
+    ]
+    if not records:
+        return DEFAULT_GENERATION_ROWS, f"{DEFAULT_GENERATION_ROWS} (the default: no step-cost benchmark of this model)"
+    machine = records[-1].get("machine")
+    best = min((r for r in records if r.get("machine") == machine), key=lambda r: float(r["seconds_per_row"]))
+    return int(best["rows"]), (
+        f"{best['rows']}: the cheapest per row ({float(best['seconds_per_row']):.3f} s) in "
+        f"benchmarks/generation/{path.name.removesuffix('.jsonl')}.md ({machine})"
+    )
 
 
 def estimate_eval_seconds(tasks: list[str], limit: int, rates: dict[str, float], models: int = 2) -> float:
@@ -58,8 +152,18 @@ def estimate_eval_seconds(tasks: list[str], limit: int, rates: dict[str, float],
     return total * models
 
 
+def is_code(task: str) -> bool:
+    """Whether the task runs the model's generated code (MBPP, HumanEval): only behind the opt-in."""
+    return TASKS[task].kind == "code"
+
+
+def generates(task: str) -> bool:
+    """Whether the task generates text (code, chain of thought): its time depends on the rows at once."""
+    return TASKS[task].kind in ("code", "generate")
+
+
 def code_notice(allow_unsandboxed: bool = False) -> str:
-    """What MBPP will execute, and how (shown next to the opt-in): the isolation that is active."""
+    """What MBPP and HumanEval will execute, and how (shown next to the opt-in): the isolation that is active."""
     iso = isolation(allow_unsandboxed)
     lim = iso["limits"]
     how = (
@@ -72,7 +176,8 @@ def code_notice(allow_unsandboxed: bool = False) -> str:
         "unprivileged sandbox uid when the app runs as root)"
     )
     return (
-        "MBPP scores the model's generated Python by running it against each problem's three `assert` tests. "
+        "MBPP and HumanEval score the model's generated Python by running it against each problem's tests "
+        "(MBPP's three `assert`s, HumanEval's `check` function). "
         f"{how}; limits: {lim['timeout_s']:g} s wall clock, {lim['cpu_s']} s CPU, {lim['memory_mb']} MB memory, "
         f"{lim['file_mb']} MB files. Nothing runs inside the app process. `{iso['line']}`"
     )
@@ -92,8 +197,10 @@ def run(
     allow_code: bool,
     progress=None,
     allow_unsandboxed: bool = False,
+    generation_rows: int | None = None,
 ) -> dict:
-    """`run_accuracy` memoised by model key and settings (the library also caches on disk)."""
+    """`run_accuracy` memoised by model key and settings (the library also caches on disk). `generation_rows`
+    changes only the time, so it is not in the key."""
     key = content_key("accuracy", model_key, sorted(tasks), limit, allow_code, allow_unsandboxed)
 
     def compute():
@@ -106,6 +213,7 @@ def run(
                 allow_code_execution=allow_code,
                 allow_unsandboxed=allow_unsandboxed,
                 progress=progress,
+                generation_batch_size=generation_rows,
             )
 
     return memo("accuracy").get_or_compute(key, compute)
