@@ -454,7 +454,7 @@ def _accuracy(lm, pruned) -> None:
     generating = [t for t in tasks if accuracy.generates(t)]
     c[2].caption(
         f"Estimated **{eta / 60:.1f} min** for dense + pruned ({basis}; repeats are instant, from the cache)."
-        + (f" {', '.join(generating)}: {why} rows generate at once." if generating else "")
+        + (f" {', '.join(generating)}: {rows} rows generate at once ({why})." if generating else "")
     )
     if c[2].button("Measure accuracy", type="primary", key="measure_acc", disabled=runs_code and not allow):
         with guard("measuring accuracy") as g, progress_status("Accuracy, dense then pruned") as progress:

@@ -134,11 +134,11 @@ def generation_rows(model_name: str, generation_dir: Path = GENERATION_DIR) -> t
         r for r in records if _float(r.get("seconds_per_row")) and 0 < int(r.get("rows", 0)) <= MAX_GENERATION_ROWS
     ]
     if not records:
-        return DEFAULT_GENERATION_ROWS, f"{DEFAULT_GENERATION_ROWS} (the default: no step-cost benchmark of this model)"
+        return DEFAULT_GENERATION_ROWS, "the default: no step-cost benchmark of this model"
     machine = records[-1].get("machine")
     best = min((r for r in records if r.get("machine") == machine), key=lambda r: float(r["seconds_per_row"]))
     return int(best["rows"]), (
-        f"{best['rows']}: the cheapest per row ({float(best['seconds_per_row']):.3f} s) in "
+        f"the cheapest per row ({float(best['seconds_per_row']):.3f} s) in "
         f"benchmarks/generation/{path.name.removesuffix('.jsonl')}.md ({machine})"
     )
 
