@@ -295,10 +295,17 @@ def code_results(model: str) -> str:
         f"--code-first ...`): perplexity on the first {config.tokens:,} tokens of WikiText-2 test; the seven "
         f"zero-shot tasks, the first {config.limit} examples of each; MBPP 3-shot and HumanEval, greedy, each "
         "completion run in the sandbox; ± one standard error; NIRVANA at its analytic gamma*, no LoRA, every method "
-        f"on the same calibration batch. {left} rows of the grid are still to run"
-        + (": the grid resumes across sessions." if left else "."),
+        f"on the same calibration batch. {_left(left)}",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _left(rows: int) -> str:
+    """'3 rows of the grid are still to run: ...', '1 row ... is', or that every row has run."""
+    if not rows:
+        return "Every row of the grid has run."
+    many = f"{rows} rows of the grid are" if rows > 1 else "1 row of the grid is"
+    return f"{many} still to run: the grid resumes across sessions."
 
 
 def _recipe_label(v: dict) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.readme_blocks import BLOCKS, DOCS, MARKER, README, ROOT, current, poster_answer
+from tests.readme_blocks import BLOCKS, DOCS, MARKER, README, ROOT, _left, current, poster_answer
 
 
 @pytest.mark.parametrize("name", list(BLOCKS))
@@ -93,3 +93,9 @@ def test_the_code_block_pairs_nirvanas_passes_with_each_method_on_both_code_task
     assert "MBPP: LLM-Pruner +0.0 ± 0.0 (0.0 se), FLAP +50.0 ± 28.9 (1.7 se); HumanEval: LLM-Pruner +25.0" in text
     assert "FLAP" not in text.split("HumanEval:")[1]  # FLAP has no HumanEval row
     assert _paired_passes(SimpleNamespace(passes_path=tmp_path / "none.json"), wanted) is None
+
+
+def test_rows_left_read_as_english():
+    assert _left(0) == "Every row of the grid has run."
+    assert _left(1).startswith("1 row of the grid is still to run")
+    assert _left(150).startswith("150 rows of the grid are still to run")
