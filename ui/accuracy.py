@@ -13,7 +13,6 @@ benchmark (`benchmarks/generation/step-cost-<model>.md`) found cheapest per row.
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 import statistics
@@ -27,6 +26,7 @@ from nirvana.accuracy.harness import run_accuracy
 from nirvana.accuracy.sandbox import ISOLATED, isolation
 from nirvana.accuracy.tasks import PAPER_METRIC, TASKS, ZEROSHOT7, resolve_tasks
 from nirvana.bench.accuracy_report import summarize
+from nirvana.bench.rows import read_rows
 from nirvana.measure.compare import paper_value
 from nirvana.store.keys import content_key
 from nirvana.store.paths import benchmarks_dir
@@ -74,10 +74,7 @@ def measured_rates(
 
 
 def _dense_rows(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    with open(path, newline="") as f:
-        return [row for row in csv.DictReader(f) if row.get("variant") == "dense"]
+    return [row for row in read_rows(path) if row.get("variant") == "dense"]
 
 
 def benchmarked_params(baselines_dir: Path = BASELINES_DIR) -> dict[str, int]:
