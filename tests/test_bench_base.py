@@ -24,7 +24,7 @@ from nirvana.bench.gpu import GPU, GpuBenchConfig
 from nirvana.bench.quality import QUALITY
 from nirvana.bench.quality_config import QualityConfig
 from nirvana.bench.recovery import RECOVERY, RecoveryBenchConfig
-from nirvana.bench.rows import read_rows, row_key, store_row, write_rows
+from nirvana.bench.rows import number, read_rows, row_key, store_row, write_rows
 from nirvana.bench.speed import SPEED, SpeedBenchConfig
 from nirvana.errors import NirvanaError
 from nirvana.search.calibration import AnchorSpec
@@ -231,6 +231,14 @@ def test_store_row_rewrites_a_file_read_back_byte_for_byte(tmp_path):
     rows = read_rows(path)
     store_row(path, rows[3], ACCURACY.columns, ACCURACY.key_columns)  # the same row in its own place
     assert path.read_bytes() == src.read_bytes()
+
+
+def test_a_cell_reads_as_a_number_or_as_not_measured():
+    assert number("20.67") == 20.67 and number("0") == 0.0 and number(3) == 3.0 and number("1e-5") == 1e-5
+    # empty, missing, text and NaN all mean the row did not measure it: None, never NaN that sorts anywhere
+    for cell in ("", None, "-", "n/a", "nan", float("nan")):
+        assert number(cell) is None
+    assert number("inf") == float("inf")
 
 
 BENCH_DIR = ROOT / "benchmarks"

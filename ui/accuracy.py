@@ -26,7 +26,7 @@ from nirvana.accuracy.harness import run_accuracy
 from nirvana.accuracy.sandbox import ISOLATED, isolation
 from nirvana.accuracy.tasks import PAPER_METRIC, TASKS, ZEROSHOT7, resolve_tasks
 from nirvana.bench.accuracy_report import summarize
-from nirvana.bench.rows import read_rows
+from nirvana.bench.rows import number, read_rows
 from nirvana.measure.compare import paper_value
 from nirvana.store.keys import content_key
 from nirvana.store.paths import benchmarks_dir
@@ -46,13 +46,6 @@ def _file_stem(model_name: str) -> str:
     return model_name.replace("/", "_")
 
 
-def _float(value) -> float | None:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
-
-
 def measured_rates(
     model_name: str = "smollm2-135m", bench_dir: Path = BENCH_DIR, baselines_dir: Path = BASELINES_DIR
 ) -> dict[str, float]:
@@ -66,8 +59,8 @@ def measured_rates(
         (Path(baselines_dir) / f"baselines-{stem}.csv", "measure"),
     ):
         for row in _dense_rows(path):
-            examples = (_float(row.get("n")) or 0) - (_float(row.get("resumed_completions")) or 0)
-            seconds = _float(row.get("seconds")) or 0
+            examples = (number(row.get("n")) or 0) - (number(row.get("resumed_completions")) or 0)
+            seconds = number(row.get("seconds")) or 0
             if row.get(task_column) in TASKS and examples > 0 and seconds >= CACHE_READ_S:
                 rates.setdefault(row[task_column], []).append(examples / seconds)
     return {t: statistics.median(v) for t, v in rates.items()}
@@ -81,7 +74,7 @@ def benchmarked_params(baselines_dir: Path = BASELINES_DIR) -> dict[str, int]:
     """{model name: parameters of its dense model} for every model the baselines benchmark measured."""
     out = {}
     for path in sorted(Path(baselines_dir).glob("baselines-*.csv")):
-        params = next((_float(r.get("params_before")) for r in _dense_rows(path) if r.get("params_before")), None)
+        params = next((number(r.get("params_before")) for r in _dense_rows(path) if r.get("params_before")), None)
         if params:
             out[path.stem.removeprefix("baselines-")] = int(params)
     return out
@@ -128,7 +121,7 @@ def generation_rows(model_name: str, generation_dir: Path = GENERATION_DIR) -> t
             except json.JSONDecodeError:
                 continue
     records = [
-        r for r in records if _float(r.get("seconds_per_row")) and 0 < int(r.get("rows", 0)) <= MAX_GENERATION_ROWS
+        r for r in records if number(r.get("seconds_per_row")) and 0 < int(r.get("rows", 0)) <= MAX_GENERATION_ROWS
     ]
     if not records:
         return DEFAULT_GENERATION_ROWS, "the default: no step-cost benchmark of this model"

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from nirvana.accuracy.tasks import BPB_TASKS, PAPER_METRIC, ZEROSHOT7
 from nirvana.bench.per_problem import paired_between, read_per_problem
+from nirvana.bench.rows import number
 from nirvana.charts import CRITERION_COLORS, METHOD_COLORS
 from nirvana.measure.paired import paired_text
 
@@ -28,14 +29,6 @@ SHORT = {
 }
 
 
-def _f(value) -> float | None:
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(x) else x
-
-
 def summarize(rows: list[dict]) -> list[dict]:
     """One entry per variant (CSV order): {variant, tasks: {task: (value, se, n)}, average, ...}."""
     by: dict[str, dict] = {}
@@ -46,7 +39,7 @@ def summarize(rows: list[dict]) -> list[dict]:
                 "variant": r["variant"],
                 "criterion": r.get("criterion", ""),
                 "allocation": r.get("allocation", ""),
-                "sparsity": _f(r["sparsity"]) or 0.0,
+                "sparsity": number(r["sparsity"]) or 0.0,
                 "tasks": {},
                 "seconds": 0.0,
                 "n": 0,
@@ -59,28 +52,28 @@ def summarize(rows: list[dict]) -> list[dict]:
         task = r["task"]
         if task in PAPER_METRIC:
             m = PAPER_METRIC[task]
-            v["tasks"][task] = (_f(r[m]), _f(r[f"{m}_stderr"]), int(float(r["n"] or 0)))
-            v["seconds7"] += _f(r["seconds"]) or 0.0
+            v["tasks"][task] = (number(r[m]), number(r[f"{m}_stderr"]), int(float(r["n"] or 0)))
+            v["seconds7"] += number(r["seconds"]) or 0.0
             v["n7"] += int(float(r["n"] or 0))
             threads = re.search(r"\((\d+) threads?\)", r.get("machine") or "")
             if threads:
                 v["threads"].add(int(threads.group(1)))
-            if _f(r.get("load_avg_1min")) is not None:
-                v["loads"].append(_f(r["load_avg_1min"]))
+            if number(r.get("load_avg_1min")) is not None:
+                v["loads"].append(number(r["load_avg_1min"]))
         elif task == "lambada_openai":
-            v["lambada"] = (_f(r["acc"]), _f(r["acc_stderr"]), _f(r["perplexity"]), int(float(r["n"] or 0)))
+            v["lambada"] = (number(r["acc"]), number(r["acc_stderr"]), number(r["perplexity"]), int(float(r["n"] or 0)))
         elif task == "mbpp":
-            v["mbpp"] = (_f(r["pass_at_1"]), _f(r["pass_at_1_stderr"]), int(float(r["n"] or 0)))
+            v["mbpp"] = (number(r["pass_at_1"]), number(r["pass_at_1_stderr"]), int(float(r["n"] or 0)))
         elif task in BPB_TASKS:
             v.setdefault("bpb", {})[task] = (
-                _f(r.get("bpb")),
-                _f(r.get("bpb_stderr")),
+                number(r.get("bpb")),
+                number(r.get("bpb_stderr")),
                 int(float(r["n"] or 0)),
-                _f(r["seconds"]),
-                _f(r.get("load_avg_1min")),
+                number(r["seconds"]),
+                number(r.get("load_avg_1min")),
             )
             continue  # their time is reported in their own section, not in the accuracy totals
-        v["seconds"] += _f(r["seconds"]) or 0.0
+        v["seconds"] += number(r["seconds"]) or 0.0
         v["n"] += int(float(r["n"] or 0))
         v["params_after"] = r.get("params_after")
     for v in by.values():
@@ -105,7 +98,7 @@ def markdown(rows: list[dict], config) -> str:
     threads = sorted({t for v in summary for t in v["threads"]})
     if threads:
         machine += f", torch threads {'/'.join(map(str, threads))} (per model below)"
-    loads = [_f(r.get("load_avg_1min")) for r in rows if _f(r.get("load_avg_1min")) is not None]
+    loads = [number(r.get("load_avg_1min")) for r in rows if number(r.get("load_avg_1min")) is not None]
     lines = [
         f"# Accuracy benchmark: {config.model}",
         "",

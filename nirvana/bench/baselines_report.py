@@ -18,9 +18,9 @@ import math
 from pathlib import Path
 
 from nirvana.accuracy.tasks import ZEROSHOT7
-from nirvana.bench.accuracy_report import BPB_SHORT, BPB_TASKS, SHORT, _f, _pm, summarize
+from nirvana.bench.accuracy_report import BPB_SHORT, BPB_TASKS, SHORT, _pm, summarize
 from nirvana.bench.per_problem import paired_between, read_per_problem
-from nirvana.bench.rows import read_rows
+from nirvana.bench.rows import number, read_rows
 from nirvana.measure.paired import paired_text
 from nirvana.measure.speed_check import DISTURBED, MESSAGES, TOLERANCE, judge
 from nirvana.methods import METHODS, is_baseline
@@ -50,7 +50,7 @@ def matched(row: dict, tolerance: float = MATCH_TOLERANCE) -> bool | None:
     block parameters (None for dense or a row without the counts)."""
     if row.get("method") == "dense":
         return None
-    target, achieved = _f(row.get("target_sparsity")), _f(row.get("achieved_block_param_sparsity"))
+    target, achieved = number(row.get("target_sparsity")), number(row.get("achieved_block_param_sparsity"))
     if target is None or achieved is None:
         return None
     return abs(achieved - target) <= tolerance + 1e-12
@@ -71,7 +71,7 @@ def speed_ideal(row: dict) -> float | None:
     parameters take over when the residual stream is sliced too (SliceGPT: a narrower LM head)."""
     ratios = []
     for before, after in (("block_params_before", "block_params_after"), ("params_before", "params_after")):
-        b, a = _f(row.get(before)), _f(row.get(after))
+        b, a = number(row.get(before)), number(row.get(after))
         if b and a:
             ratios.append(b / a)
     return max(ratios) if ratios else None
@@ -96,7 +96,7 @@ def speed_flag(row: dict, dense: dict, tolerance: float = TOLERANCE) -> dict | N
         return None
     speedups = {}
     for label, key in SPEED_FIGURES:
-        pruned, base = _f(row.get(key)), _f(dense.get(key))
+        pruned, base = number(row.get(key)), number(dense.get(key))
         if pruned and base:
             speedups[label] = pruned / base
     if not speedups:
@@ -143,21 +143,22 @@ def variants(rows: list[dict]) -> list[dict]:
         if "matched" not in v:
             v["matched"] = matched(r)
         measure = r["measure"]
-        v["seconds"][measure] = _f(r.get("seconds"))
+        v["seconds"][measure] = number(r.get("seconds"))
         if r.get("resumed_completions") not in (None, "", "0", 0):  # the time covers only what this run generated
             v.setdefault("resumed", {})[measure] = int(float(r["resumed_completions"]))
         if measure == "ppl":
             for k in SPEED_KEYS:
-                v[k] = _f(r.get(k))
-            v["load"] = _f(r.get("load_avg_1min"))
+                v[k] = number(r.get(k))
+            v["load"] = number(r.get("load_avg_1min"))
         elif measure in ZEROSHOT7:
-            v["tasks"][measure] = (_f(r["acc"]), _f(r["acc_stderr"]), int(float(r["n"] or 0)))
+            v["tasks"][measure] = (number(r["acc"]), number(r["acc_stderr"]), int(float(r["n"] or 0)))
         elif measure == "lambada_openai":
-            v["lambada"] = (_f(r["acc"]), _f(r["acc_stderr"]), _f(r["perplexity"]))
+            v["lambada"] = (number(r["acc"]), number(r["acc_stderr"]), number(r["perplexity"]))
         elif measure in ("mbpp", "humaneval"):
-            v[measure] = (_f(r["pass_at_1"]), _f(r["pass_at_1_stderr"]))
+            v[measure] = (number(r["pass_at_1"]), number(r["pass_at_1_stderr"]))
         elif measure in BPB_TASKS:
-            v.setdefault("bpb", {})[measure] = (_f(r.get("bpb")), _f(r.get("bpb_stderr")), int(float(r["n"] or 0)))
+            n = int(float(r["n"] or 0))
+            v.setdefault("bpb", {})[measure] = (number(r.get("bpb")), number(r.get("bpb_stderr")), n)
     for v in by.values():
         _average(v)
     return list(by.values())
@@ -190,8 +191,8 @@ def ablations(
                 "method": f"{criterion} (NIRVANA allocation)",
                 "sparsity": s,
                 "gamma": q.get("gamma", ""),
-                "ppl_wikitext2": _f(q["ppl_wikitext2"]),
-                "ppl_ptb": _f(q["ppl_ptb"]),
+                "ppl_wikitext2": number(q["ppl_wikitext2"]),
+                "ppl_ptb": number(q["ppl_ptb"]),
                 "params_after": q.get("params_after"),
                 "achieved_block_sparsity": q.get("achieved_block_sparsity"),
                 "tasks": {},
@@ -218,13 +219,13 @@ def by_sparsity(entries: list[dict]) -> list[dict]:
 
 
 def _num(value, digits: int = 2) -> str:
-    x = _f(value)
+    x = number(value)
     return "-" if x is None else f"{x:.{digits}f}"
 
 
 def _settings(v: dict, config) -> str:
     """The settings given to a row's method beyond its defaults (the CSV records all of them, resolved)."""
-    given = config.settings_for(v.get("method"), _f(v.get("sparsity"))) if hasattr(config, "settings_for") else None
+    given = config.settings_for(v.get("method"), number(v.get("sparsity"))) if hasattr(config, "settings_for") else None
     return f" `{json.dumps(given, sort_keys=True)}`" if given else ""
 
 
@@ -266,7 +267,7 @@ def paired_bpb(measured: list[dict], extra: list[dict], config) -> list[str]:
     for v in entries:
         if v.get("method") == "dense":
             continue
-        s = _f(v.get("sparsity"))
+        s = number(v.get("sparsity"))
         ours = f"nirvana s={s:g} gamma*"
         for t in tasks:
             if t not in v["bpb"]:
@@ -300,7 +301,7 @@ def paired_passes(measured: list[dict], config) -> list[str]:
     for v in by_sparsity(measured):
         if v.get("method") == "dense":
             continue
-        ours = f"nirvana s={_f(v.get('sparsity')):g} gamma*"
+        ours = f"nirvana s={number(v.get('sparsity')):g} gamma*"
         for t in tasks:
             if t not in per.get(v["variant"], {}):
                 continue
@@ -497,7 +498,7 @@ AFTER = ("", RECONSTRUCT, LORA)  # a verdict compares variants with the same tre
 def _versus(a: dict, b: dict, per: dict) -> list[str]:
     """What separates NIRVANA entry `a` from baseline `b`, from the measured values only."""
     out = []
-    pa, pb = _f(a.get("ppl_wikitext2")), _f(b.get("ppl_wikitext2"))
+    pa, pb = number(a.get("ppl_wikitext2")), number(b.get("ppl_wikitext2"))
     if pa is not None and pb is not None:
         out.append(f"WikiText-2 perplexity {pa:.2f} vs {pb:.2f} ({'NIRVANA' if pa < pb else 'baseline'} lower)")
     if "average" in a and "average" in b and a.get("average_se") and b.get("average_se"):
@@ -530,7 +531,7 @@ def _nirvana_sides(measured: list[dict], sparsity: float, after: str) -> list[di
         return [star] if star else []
     fixed = [
         v for v in measured
-        if not is_baseline(v.get("method")) and _f(v.get("sparsity")) == sparsity and v.get("matched")
+        if not is_baseline(v.get("method")) and number(v.get("sparsity")) == sparsity and v.get("matched")
         and _after(v["variant"]) == after
         and "KL-best" not in v["variant"] and v is not star
     ]  # fmt: skip
@@ -565,7 +566,7 @@ def readme_summary(rows: list[dict], config, pending_rows: int | None = None, ex
         for after in AFTER:
             for ours in _nirvana_sides(measured, sparsity, after):
                 for b in measured:
-                    same = _f(b.get("sparsity")) == sparsity and _after(b["variant"]) == after
+                    same = number(b.get("sparsity")) == sparsity and _after(b["variant"]) == after
                     if b.get("method") in BASELINES and same:
                         facts = _versus(ours, b, per)
                         if facts:

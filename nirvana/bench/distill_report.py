@@ -5,12 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-
-def _f(value) -> float | None:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
+from nirvana.bench.rows import number
 
 
 def _model(row: dict) -> str:
@@ -32,7 +27,7 @@ def best_per_budget(rows: list[dict], recipes: tuple[str, ...] = ()) -> list[str
     for r in rows:
         groups.setdefault((_model(r), int(float(r["budget"]))), []).append(r)
     for (model, budget), group in sorted(groups.items()):
-        best = min(group, key=lambda r: _f(r["ppl_wikitext2_after"]) or float("inf"))
+        best = min(group, key=lambda r: number(r["ppl_wikitext2_after"]) or float("inf"))
         others = ", ".join(f"{r['recipe']} {r['ppl_wikitext2_after']}" for r in group if r is not best)
         missing = [x for x in recipes if x not in {r["recipe"] for r in group}]
         out.append(
@@ -49,13 +44,13 @@ def ranking(rows: list[dict]) -> list[str]:
     recovery (lowest first), where two or more are measured: does a recipe change which method is best?"""
     groups: dict[tuple[int, float, str], list[dict]] = {}
     for r in rows:
-        if _f(r.get("ppl_wikitext2_after")) is not None:
+        if number(r.get("ppl_wikitext2_after")) is not None:
             groups.setdefault((int(float(r["budget"])), float(r["sparsity"]), r["recipe"]), []).append(r)
     out = []
     for (budget, sparsity, recipe), group in sorted(groups.items()):
         if len(group) < 2:
             continue
-        ordered = sorted(group, key=lambda r: _f(r["ppl_wikitext2_after"]))
+        ordered = sorted(group, key=lambda r: number(r["ppl_wikitext2_after"]))
         order = " < ".join(f"{r['criterion']} {r['ppl_wikitext2_after']}" for r in ordered)
         out.append(f"- {budget:,} tokens, {sparsity:g} sparsity, {recipe}: {order}")
     return out
@@ -134,9 +129,10 @@ def plot(rows: list[dict], png: Path) -> Path | None:
     for ax, model in zip(axes[0], models):
         mine = [r for r in rows if _model(r) == model]
         for recipe in sorted({r["recipe"] for r in mine}):
-            pts = sorted((int(float(r["budget"])), _f(r["ppl_wikitext2_after"])) for r in mine if r["recipe"] == recipe)
+            mine_recipe = [r for r in mine if r["recipe"] == recipe]
+            pts = sorted((int(float(r["budget"])), number(r["ppl_wikitext2_after"])) for r in mine_recipe)
             ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=recipe)
-        before = _f(mine[0]["ppl_wikitext2_before"])
+        before = number(mine[0]["ppl_wikitext2_before"])
         if before:
             ax.axhline(before, color="grey", linestyle=":", label="pruned, before")
         ax.set(title=model, xlabel="training tokens", ylabel="WikiText-2 perplexity")

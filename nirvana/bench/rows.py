@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -21,6 +22,15 @@ def read_rows(path: str | Path) -> list[dict]:
         return []
     with open(path, newline="") as f:
         return list(csv.DictReader(f))
+
+
+def number(value) -> float | None:
+    """A CSV cell as a float: None where it is empty, not a number or NaN (a row not measured)."""
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(x) else x
 
 
 # Key columns added after rows were committed, and what their empty cell means: a row written
