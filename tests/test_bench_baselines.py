@@ -4,12 +4,23 @@ from __future__ import annotations
 
 import json
 import pickle
+from dataclasses import replace
 
 import pytest
 
 from nirvana.accuracy.tasks import ZEROSHOT7
 from nirvana.bench.base import Measured, pending, run
-from nirvana.bench.baselines import BASELINES, COLUMNS, KEY, BaselinesConfig, Variant, best_gammas, plan_jobs
+from nirvana.bench.baselines import (
+    BASELINES,
+    COLUMNS,
+    KEY,
+    BaselinesConfig,
+    Variant,
+    best_gammas,
+    grid_path,
+    plan_jobs,
+    record_grid,
+)
 from nirvana.bench.baselines_report import ablations, markdown, matched, variants, write_report
 from nirvana.bench.rows import read_rows, store_row
 from nirvana.pipeline import PruneSettings
@@ -241,7 +252,7 @@ def test_run_writes_each_row_and_the_report_with_a_fake_worker(tmp_path, monkeyp
 
 
 def test_only_measures_runs_those_rows_and_the_grid_record_keeps_the_whole_plan(tmp_path, monkeypatch):
-    from nirvana.bench.baselines import grid_path, measures, record_grid
+    from nirvana.bench.baselines import measures
 
     base = dict(model="m", out_dir=tmp_path, sparsities=(0.2,), lambada_limit=0, bpb_limit=50, lora_sparsities=())
     whole = BaselinesConfig(**base)
@@ -272,6 +283,23 @@ def test_only_methods_with_only_measures_runs_the_intersection_in_plan_order(tmp
     assert {m for m, _ in ran} == {"flap", "nirvana"} and {x for _, x in ran} == {"ppl", "mbpp_bpb"}
 
 
+def test_only_sparsities_runs_the_models_at_those_sparsities_in_plan_order(tmp_path, monkeypatch):
+    base = dict(model="m", out_dir=tmp_path, sparsities=(0.2, 0.5), lambada_limit=0, bpb_limit=50, lora_sparsities=())
+    config = BaselinesConfig(**base, only_sparsities=(0.5,), only_measures=("ppl",))
+    fake = _FakeWorker()
+    monkeypatch.setattr(type(BASELINES), "worker", lambda self, c, log: fake)
+    record_grid(config)  # as the command does before running
+    run(BASELINES, config, lambda m: None)
+    planned = [(j.variant.name, j.variant.sparsity, j.measure) for j in plan_jobs(BaselinesConfig(**base))]
+    ran = [(j.variant.name, j.variant.sparsity, j.measure) for j in fake.ran]
+    assert ran == [x for x in planned if x[1] == 0.5 and x[2] == "ppl"] and len(ran) >= 4  # every method at 50%
+    assert "only_sparsities" not in json.loads(grid_path(config).read_text())
+    assert json.loads(grid_path(config).read_text())["sparsities"] == [0.2, 0.5]  # the grid still plans both
+    fake.ran.clear()
+    run(BASELINES, replace(config, only_sparsities=(0.0,)), lambda m: None)  # 0 is dense
+    assert [(j.variant.name, j.measure) for j in fake.ran] == [("dense", "ppl")]
+
+
 @pytest.mark.parametrize(
     "argv, words",
     [
@@ -279,6 +307,10 @@ def test_only_methods_with_only_measures_runs_the_intersection_in_plan_order(tmp
         (
             ["--methods", "nirvana,flap", "--only-methods", "dense,tyr"],
             ["--only-methods", "tyr,", "it has: dense", "flap."],
+        ),
+        (
+            ["--sparsities", "0.2,0.5", "--only-sparsities", "0.5,0.3"],
+            ["--only-sparsities", "0.3,", "it has: 0,", "dense"],
         ),
         (["--sparsities", "0.2,1.5"], ["--sparsities", "(0, 1)"]),
         (["--tokens", "0"], ["--tokens", "positive"]),

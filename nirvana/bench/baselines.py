@@ -226,6 +226,8 @@ class BaselinesConfig:
     only_measures: tuple[str, ...] = ()
     # and only the rows of these models ("dense", a method name); empty: all. Not part of the grid record either
     only_methods: tuple[str, ...] = ()
+    # and only the rows of the models at these sparsities (0: dense); empty: all. Not part of the grid record
+    only_sparsities: tuple[float, ...] = ()
     lora_sparsities: tuple[float, ...] = (0.2,)  # each method again after the default LoRA budget (empty: none)
     lora_data: str = "calibration"  # recovery training documents (`recover --data`)
     # each method again with its kept weights re-solved (`prune --reconstruct`; not SliceGPT, whose rotated modules
@@ -410,6 +412,7 @@ class BaselinesBench(Benchmark):
             for j in plan_jobs(config)
             if (not config.only_measures or j.measure in config.only_measures)
             and (not config.only_methods or j.variant.method in config.only_methods)
+            and (not config.only_sparsities or j.variant.sparsity in config.only_sparsities)
         ]
 
     def key(self, config: BaselinesConfig, job: BaselineJob) -> tuple[str, ...]:

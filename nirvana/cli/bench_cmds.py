@@ -143,6 +143,8 @@ BASELINES_FLAGS = {
     "only_measures": "run only the planned rows of these measures now (e.g. ppl,mbpp_bpb); the report still "
     "counts the whole grid",
     "only_methods": "and only the rows of these models now (dense, a method of --methods), e.g. nirvana,llm-pruner",
+    "only_sparsities": "and only the rows of the models at these sparsities now (0: dense; one of --sparsities), "
+    "e.g. 0.5",
     "samples": "calibration sequences N (the same batch for every method)",
     "seq_len": "calibration tokens per sequence T",
     "use_score_cache": "reuse cached scores (the pruning time then leaves out scoring)",
@@ -484,6 +486,13 @@ def baselines_config(args) -> BaselinesConfig:
     )
     models = ("dense", *config.methods)
     _check_subset("--only-methods", config.only_methods, models, "which this grid has no rows of; it has")
+    _check_subset(
+        "--only-sparsities",
+        [f"{x:g}" for x in config.only_sparsities],
+        [f"{x:g}" for x in (0.0, *config.sparsities)],
+        "at which this grid has no models; it has",
+        " (0 is dense)",
+    )
     return config
 
 
