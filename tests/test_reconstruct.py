@@ -20,7 +20,7 @@ from nirvana.models.shapes import model_shape
 from nirvana.pipeline import PruneSettings, prune
 from nirvana.pruning.allocation import Allocation, allocate
 from nirvana.pruning.reconstruct import reconstruct, solve_kept
-from nirvana.pruning.slicing import _group_rows, apply_plan
+from nirvana.pruning.slicing import apply_plan, group_rows
 from nirvana.scoring.criteria import compute_scores
 from nirvana.t5.steps import check_t5_settings
 from tests.tiny import TINY_FAMILIES, tiny_model
@@ -107,7 +107,7 @@ def test_every_layer_is_the_least_squares_fit_on_the_reconstructed_earlier_layer
         # the dense layer i on the inputs the reconstructed layers 0..i-1 give (the pruned model, layer i swapped)
         X = _module_inputs(pruned, i, batch.input_ids, replace_with=decoder_layers(dense)[i])
         kept = {
-            "o_proj": _group_rows(layer_plan.kept_kv_groups, g * d),
+            "o_proj": group_rows(layer_plan.kept_kv_groups, g * d),
             "down_proj": torch.tensor(layer_plan.kept_neurons),
         }
         for name in ("o_proj", "down_proj"):
@@ -151,7 +151,7 @@ def test_flaps_biases_are_re_solved_with_the_weights():
     reconstruct(dense, pruned, plan, batch)
     X = _module_inputs(pruned, 0, batch.input_ids, replace_with=decoder_layers(dense)[0])["o_proj"].double()
     shape = model_shape(dense)
-    kept = _group_rows(plan.layers[0].kept_kv_groups, shape.group_size * shape.head_dim)
+    kept = group_rows(plan.layers[0].kept_kv_groups, shape.group_size * shape.head_dim)
     o = layer_projections(pruned)[0].o_proj
     W = layer_projections(dense)[0].o_proj.weight.detach().double()
     fit = ((X[:, kept] @ o.weight.detach().double().t() + o.bias.detach().double() - X @ W.t()) ** 2).sum()

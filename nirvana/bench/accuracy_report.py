@@ -85,7 +85,8 @@ def summarize(rows: list[dict]) -> list[dict]:
     return list(by.values())
 
 
-def _pm(value, se, scale=100.0) -> str:
+def plus_minus(value, se, scale=100.0) -> str:
+    """ "46.5 ± 1.3": `value` and its standard error times `scale` (points for a proportion); "-" when unmeasured."""
     if value is None:
         return "-"
     return f"{value * scale:.1f} ± {se * scale:.1f}" if se is not None else f"{value * scale:.1f}"
@@ -125,17 +126,17 @@ def markdown(rows: list[dict], config) -> str:
     )
     lines += ["", "## Zero-shot accuracy (%)", "", head, "|" + "---|" * (len(ZEROSHOT7) + 7)]
     for v in summary:
-        cells = [_pm(*v["tasks"][t][:2]) if t in v["tasks"] else "-" for t in ZEROSHOT7]
-        avg = _pm(v.get("average"), v.get("average_se"))
+        cells = [plus_minus(*v["tasks"][t][:2]) if t in v["tasks"] else "-" for t in ZEROSHOT7]
+        avg = plus_minus(v.get("average"), v.get("average_se"))
         delta = "-"
         if dense and dense.get("average") is not None and v.get("average") is not None and v is not dense:
             delta = f"{(v['average'] - dense['average']) * 100:+.1f}"
         lam = "-"
         if "lambada" in v:
             acc, se, ppl, _ = v["lambada"]
-            lam = f"{_pm(acc, se)} ({ppl:.1f})" if ppl is not None and ppl < 1e4 else _pm(acc, se)
+            lam = f"{plus_minus(acc, se)} ({ppl:.1f})" if ppl is not None and ppl < 1e4 else plus_minus(acc, se)
             lam += f" ({ppl:.2g})" if ppl is not None and ppl >= 1e4 else ""
-        mbpp = f"{_pm(*v['mbpp'][:2])} (n={v['mbpp'][2]})" if "mbpp" in v else "-"
+        mbpp = f"{plus_minus(*v['mbpp'][:2])} (n={v['mbpp'][2]})" if "mbpp" in v else "-"
         rate = f"{v['n7'] / v['seconds7']:.2f}" if v["seconds7"] else "-"
         lines.append(
             f"| {v['variant']} | "
@@ -225,9 +226,9 @@ def winners(summary: list[dict]) -> list[str]:
             best = scored[0]
             tied = [x[2] for x in scored if x[0] == best[0]]
             lead = (
-                f"best {best[2]} {_pm(best[0], best[1])}"
+                f"best {best[2]} {plus_minus(best[0], best[1])}"
                 if len(tied) == 1
-                else f"tied best {_pm(best[0], best[1])}: {', '.join(tied)}"
+                else f"tied best {plus_minus(best[0], best[1])}: {', '.join(tied)}"
             )
             nirvana = next(
                 ((i, x) for i, x in enumerate(scored) if x[2].startswith("nirvana s=") and "gamma*" in x[2]), None
@@ -235,7 +236,7 @@ def winners(summary: list[dict]) -> list[str]:
             place = ""
             if nirvana:
                 rank = 1 + sum(x[0] > nirvana[1][0] for x in scored)
-                place = f"; NIRVANA (gamma*) {_pm(nirvana[1][0], nirvana[1][1])}, #{rank} of {len(scored)}"
+                place = f"; NIRVANA (gamma*) {plus_minus(nirvana[1][0], nirvana[1][1])}, #{rank} of {len(scored)}"
             out.append(f"- s={sparsity:g}, {SHORT[t]}: {lead}{place}")
     return out
 

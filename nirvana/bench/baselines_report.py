@@ -18,7 +18,7 @@ import math
 from pathlib import Path
 
 from nirvana.accuracy.tasks import ZEROSHOT7
-from nirvana.bench.accuracy_report import BPB_SHORT, BPB_TASKS, SHORT, _pm, summarize
+from nirvana.bench.accuracy_report import BPB_SHORT, BPB_TASKS, SHORT, plus_minus, summarize
 from nirvana.bench.per_problem import paired_between, read_per_problem
 from nirvana.bench.rows import number, read_rows
 from nirvana.measure.paired import paired_text
@@ -365,12 +365,12 @@ def markdown(rows: list[dict], config, extra: list[dict] | None = None) -> str:
             _num(v.get("sparsity"), 1) if v.get("method") != "dense" else "0",
             _num(v.get("ppl_wikitext2")),
             _num(v.get("ppl_ptb")),
-            _pm(lam[0], lam[1]) if lam else "-",
+            plus_minus(lam[0], lam[1]) if lam else "-",
             _num(lam[2]) if lam else "-",
-            *[_pm(*t[k][:2]) if k in t else "-" for k in ZEROSHOT7],
-            _pm(v["average"], v.get("average_se")) if "average" in v else "-",
-            _pm(mbpp[0], mbpp[1]) if mbpp else "-",
-            _pm(humaneval[0], humaneval[1]) if humaneval else "-",
+            *[plus_minus(*t[k][:2]) if k in t else "-" for k in ZEROSHOT7],
+            plus_minus(v["average"], v.get("average_se")) if "average" in v else "-",
+            plus_minus(mbpp[0], mbpp[1]) if mbpp else "-",
+            plus_minus(humaneval[0], humaneval[1]) if humaneval else "-",
             _bpb(v.get("bpb", {}).get("mbpp_bpb")),
         ]
         lines.append("| " + " | ".join(cells) + " |")
@@ -554,8 +554,8 @@ def readme_summary(rows: list[dict], config, pending_rows: int | None = None, ex
             v["variant"],
             _num(v.get("ppl_wikitext2")),
             _num(v.get("ppl_ptb")),
-            _pm(v["average"], v.get("average_se")) if "average" in v else "-",
-            _pm(lam[0], lam[1]) if lam else "-",
+            plus_minus(v["average"], v.get("average_se")) if "average" in v else "-",
+            plus_minus(lam[0], lam[1]) if lam else "-",
             _bpb(v.get("bpb", {}).get("mbpp_bpb")),
             f"{int(float(v['params_after'])) / 1e6:.1f} M" if v.get("params_after") else "-",
             "" if m is None else ("yes" if m else "**no**"),

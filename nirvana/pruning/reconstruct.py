@@ -33,7 +33,7 @@ from nirvana.models.capture import first_output, layer_inputs
 from nirvana.models.shapes import model_shape
 from nirvana.progress import Progress
 from nirvana.pruning.plan import PruningPlan
-from nirvana.pruning.slicing import _group_rows
+from nirvana.pruning.slicing import group_rows
 
 DAMP = 0.01  # the reference's damping: a fraction of the mean of diag H
 MICRO_BATCH = 8  # sequences per forward through a block
@@ -137,7 +137,7 @@ def reconstruct(
             for handle in handles:
                 handle.remove()
         kept = {
-            "o_proj": _group_rows(layer_plan.kept_kv_groups, g * d),
+            "o_proj": group_rows(layer_plan.kept_kv_groups, g * d),
             "down_proj": torch.tensor(layer_plan.kept_neurons, dtype=torch.long),
         }
         for name, gram in grams.items():

@@ -52,7 +52,7 @@ def _slice_linear(lin: nn.Linear, rows: torch.Tensor | None = None, cols: torch.
     return new
 
 
-def _group_rows(groups: list[int], width: int) -> torch.Tensor:
+def group_rows(groups: list[int], width: int) -> torch.Tensor:
     """Row indices of whole groups of `width` rows: [m*width, (m+1)*width) for each m."""
     idx = torch.tensor(groups, dtype=torch.long)
     return (idx[:, None] * width + torch.arange(width)[None, :]).reshape(-1)  # (len(groups) * width,)
@@ -92,8 +92,8 @@ def apply_plan(
     d, g = shape.head_dim, shape.group_size
     arch = get_architecture(model)
     for proj, layer in zip(layer_projections(model), plan.layers):
-        q_rows = _group_rows(layer.kept_kv_groups, g * d)
-        kv_rows = _group_rows(layer.kept_kv_groups, d)
+        q_rows = group_rows(layer.kept_kv_groups, g * d)
+        kv_rows = group_rows(layer.kept_kv_groups, d)
         neurons = torch.tensor(layer.kept_neurons, dtype=torch.long)
         setattr(proj.attn, arch.q_proj, _slice_linear(proj.q_proj, rows=q_rows))
         setattr(proj.attn, arch.k_proj, _slice_linear(proj.k_proj, rows=kv_rows))

@@ -33,7 +33,7 @@ from nirvana.scoring.units import group_units, reduce_to_axis
 
 
 @contextlib.contextmanager
-def _only_block_weights_require_grad(model: torch.nn.Module):
+def only_block_weights_require_grad(model: torch.nn.Module):
     """Gradients only for the seven projections: embeddings and lm_head get no buffers."""
     saved = {p: p.requires_grad for p in model.parameters()}
     try:
@@ -77,7 +77,7 @@ def gradient_saliency(
     micro_batch = min(micro_batch or n, n)
     device = input_device(model)
     with (
-        _only_block_weights_require_grad(model),
+        only_block_weights_require_grad(model),
         checkpointed(model, checkpoint),
         _Streamed(model, micro_batch == n) as s,
     ):

@@ -56,7 +56,7 @@ from nirvana.models.architectures import decoder_layers, layer_projections
 from nirvana.models.checkpointing import checkpoint_layers
 from nirvana.models.fingerprint import model_fingerprint
 from nirvana.models.shapes import model_shape
-from nirvana.scoring.criteria import _only_block_weights_require_grad, lm_loss_objective, nirvana_objective
+from nirvana.scoring.criteria import lm_loss_objective, nirvana_objective, only_block_weights_require_grad
 from nirvana.scoring.scores import Scores
 from nirvana.scoring.units import UNIT_AXIS, group_units
 
@@ -247,7 +247,7 @@ def sharded_gradient_scores(
     model.eval()  # on the CPU: `fully_shard` moves only this rank's shards to its device, never the whole model
     if checkpoint:
         checkpoint_layers(model)
-    with _only_block_weights_require_grad(model):
+    with only_block_weights_require_grad(model):
         for layer in decoder_layers(model):
             fully_shard(layer)
         fully_shard(model)

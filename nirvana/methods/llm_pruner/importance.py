@@ -24,7 +24,7 @@ from nirvana.models.architectures import layer_projections
 from nirvana.models.shapes import model_shape
 from nirvana.models.weights import input_device
 from nirvana.progress import Progress
-from nirvana.scoring.criteria import _only_block_weights_require_grad, lm_loss_objective
+from nirvana.scoring.criteria import lm_loss_objective, only_block_weights_require_grad
 from nirvana.scoring.distributed import ShardedScorer
 from nirvana.scoring.objectives import forward_objective
 from nirvana.scoring.units import UNIT_AXIS
@@ -79,7 +79,7 @@ def taylor_scores(model, batch, config: LLMPrunerConfig, micro_batch: int = 0, p
     device = input_device(model)
     shape = model_shape(model)
     linears = [(name, lin) for proj in layer_projections(model) for name, lin in proj.named_linears().items()]
-    with _only_block_weights_require_grad(model):
+    with only_block_weights_require_grad(model):
         acc = None
         if config.taylor in SECOND_ORDER:
             # llama3.py: one example at a time, grad^2 / N accumulated into acc_grad.
