@@ -55,6 +55,13 @@ def _pm(value: float | None, se: float | None, scale: float, digits: int) -> str
     return f"{value * scale:.{digits}f}" + ("" if se is None else f" ± {se * scale:.{digits}f}")
 
 
+def _pass(measured: tuple) -> str:
+    """A pass@1 cell: (value, standard error, problems) as the report shows it (the count where none passed)."""
+    from nirvana.bench.accuracy_report import pass_text
+
+    return NOT_MEASURED if measured[0] is None else pass_text(*measured)
+
+
 def _speed(v: dict, dense: dict | None) -> str:
     """Pruned / dense tokens per second (prefill / decode), or the flag that says it is not a result."""
     from nirvana.bench.baselines_report import speed_flag
@@ -166,7 +173,7 @@ def poster_answer(nirvana: tuple, llm_pruner: tuple, dense: tuple = (None, None)
             f"**The poster's question here** (MBPP pass@1 at 20%, NIRVANA against LLM-Pruner; {poster}) is not "
             f"answered yet: {' and '.join(missing)} still to run."
         )
-    (a, sa), (b, sb) = sides
+    (a, sa), (b, sb) = (x[:2] for x in sides)  # (value, standard error[, problems])
     d, se = (paired["mean"], paired["stderr"]) if paired else (a - b, math.hypot(sa, sb))
     verdict = (
         f"resolved: {'NIRVANA' if d > 0 else 'LLM-Pruner'} higher" if abs(d) > 2 * se
@@ -266,14 +273,14 @@ def code_results(model: str) -> str:
     for label, variant in wanted:
         v = measured.get(variant.name, {})
         ppl = v.get("ppl_wikitext2")
-        mbpp, human = v.get("mbpp", (None, None)), v.get("humaneval", (None, None))
+        mbpp, human = v.get("mbpp", (None, None, 0)), v.get("humaneval", (None, None, 0))
         bpb = v.get("bpb", {}).get("mbpp_bpb", (None, None))
         cells = [
             *_row_head(label, variant, v),
             NOT_MEASURED if ppl is None else f"{ppl:.2f}",
             _pm(v.get("average"), v.get("average_se"), 100, 1),
-            _pm(mbpp[0], mbpp[1], 100, 1),
-            _pm(human[0], human[1], 100, 1),
+            _pass(mbpp),
+            _pass(human),
             _pm(bpb[0], bpb[1], 1, 3),
         ]
         lines.append("| " + " | ".join(cells) + " |")

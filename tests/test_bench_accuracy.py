@@ -6,10 +6,17 @@ import pytest
 
 from nirvana.accuracy.tasks import BPB_TASKS, PAPER_METRIC, ZEROSHOT7
 from nirvana.bench.accuracy import ACCURACY, COLUMNS, KEY, AccuracyConfig, kl_best_gammas, plan_jobs
-from nirvana.bench.accuracy_report import summarize, write_report
+from nirvana.bench.accuracy_report import pass_text, summarize, write_report
 from nirvana.bench.base import pending
 from nirvana.bench.per_problem import per_problem_text
 from nirvana.bench.rows import read_rows, store_row
+
+
+def test_a_pass_rate_with_no_spread_shows_its_count_not_a_zero_error():
+    assert pass_text(0.355, 0.0338, 200) == "35.5 ± 3.4"
+    assert pass_text(0.0, 0.0, 164) == "0.0 (0 of 164)"  # a standard error of 0 would read as certainty
+    assert pass_text(1.0, 0.0, 10) == "100.0 (10 of 10)"
+    assert pass_text(None, None, 0) == "-"
 
 
 def test_kl_best_gammas_come_from_the_committed_gamma_benchmark():

@@ -18,7 +18,7 @@ import math
 from pathlib import Path
 
 from nirvana.accuracy.tasks import ZEROSHOT7
-from nirvana.bench.accuracy_report import BPB_SHORT, BPB_TASKS, SHORT, plus_minus, summarize
+from nirvana.bench.accuracy_report import BPB_SHORT, BPB_TASKS, SHORT, pass_text, plus_minus, summarize
 from nirvana.bench.per_problem import paired_between, read_per_problem
 from nirvana.bench.rows import number, read_rows
 from nirvana.measure.paired import paired_text
@@ -155,7 +155,7 @@ def variants(rows: list[dict]) -> list[dict]:
         elif measure == "lambada_openai":
             v["lambada"] = (number(r["acc"]), number(r["acc_stderr"]), number(r["perplexity"]))
         elif measure in ("mbpp", "humaneval"):
-            v[measure] = (number(r["pass_at_1"]), number(r["pass_at_1_stderr"]))
+            v[measure] = (number(r["pass_at_1"]), number(r["pass_at_1_stderr"]), int(float(r["n"] or r["limit"])))
         elif measure in BPB_TASKS:
             n = int(float(r["n"] or 0))
             v.setdefault("bpb", {})[measure] = (number(r.get("bpb")), number(r.get("bpb_stderr")), n)
@@ -369,8 +369,8 @@ def markdown(rows: list[dict], config, extra: list[dict] | None = None) -> str:
             _num(lam[2]) if lam else "-",
             *[plus_minus(*t[k][:2]) if k in t else "-" for k in ZEROSHOT7],
             plus_minus(v["average"], v.get("average_se")) if "average" in v else "-",
-            plus_minus(mbpp[0], mbpp[1]) if mbpp else "-",
-            plus_minus(humaneval[0], humaneval[1]) if humaneval else "-",
+            pass_text(*mbpp) if mbpp else "-",
+            pass_text(*humaneval) if humaneval else "-",
             _bpb(v.get("bpb", {}).get("mbpp_bpb")),
         ]
         lines.append("| " + " | ".join(cells) + " |")
