@@ -92,14 +92,15 @@ def plus_minus(value, se, scale=100.0) -> str:
     return f"{value * scale:.1f} ± {se * scale:.1f}" if se is not None else f"{value * scale:.1f}"
 
 
-def pass_text(value, se, n) -> str:
-    """A pass@1 in points, "35.5 ± 3.4"; where no problem passed (or every one did) its standard error is 0, which
-    would read as certainty, so the count stands in its place: "0.0 (0 of 164)". "-" when unmeasured."""
+def pass_text(value, se, n, show_n: bool = False) -> str:
+    """A pass@1 in points, "35.5 ± 3.4" (with `show_n`, "35.5 ± 3.4 (n=200)"); where no problem passed (or every
+    one did) its standard error is 0, which would read as certainty, so the count stands in its place: "0.0 (0 of
+    164)". "-" when unmeasured."""
     if value is None:
         return "-"
     if se == 0 and n:
         return f"{value * 100:.1f} ({round(value * n)} of {n})"
-    return plus_minus(value, se)
+    return plus_minus(value, se) + (f" (n={n})" if show_n else "")
 
 
 def markdown(rows: list[dict], config) -> str:
@@ -146,9 +147,7 @@ def markdown(rows: list[dict], config) -> str:
             acc, se, ppl, _ = v["lambada"]
             lam = f"{plus_minus(acc, se)} ({ppl:.1f})" if ppl is not None and ppl < 1e4 else plus_minus(acc, se)
             lam += f" ({ppl:.2g})" if ppl is not None and ppl >= 1e4 else ""
-        mbpp = pass_text(*v["mbpp"]) if "mbpp" in v else "-"
-        if "mbpp" in v and v["mbpp"][1] != 0:  # else the count says n already
-            mbpp += f" (n={v['mbpp'][2]})"
+        mbpp = pass_text(*v["mbpp"], show_n=True) if "mbpp" in v else "-"
         rate = f"{v['n7'] / v['seconds7']:.2f}" if v["seconds7"] else "-"
         lines.append(
             f"| {v['variant']} | "
