@@ -50,9 +50,9 @@ NOT_MEASURED = "not measured"
 
 
 def _pm(value: float | None, se: float | None, scale: float, digits: int) -> str:
-    if value is None:
-        return NOT_MEASURED
-    return f"{value * scale:.{digits}f}" + ("" if se is None else f" ± {se * scale:.{digits}f}")
+    from nirvana.bench.accuracy_report import plus_minus
+
+    return plus_minus(value, se, scale, digits, missing=NOT_MEASURED)
 
 
 def _pass(measured: tuple) -> str:

@@ -6,7 +6,7 @@ import pytest
 
 from nirvana.accuracy.tasks import BPB_TASKS, PAPER_METRIC, ZEROSHOT7
 from nirvana.bench.accuracy import ACCURACY, COLUMNS, KEY, AccuracyConfig, kl_best_gammas, plan_jobs
-from nirvana.bench.accuracy_report import pass_text, summarize, write_report
+from nirvana.bench.accuracy_report import pass_text, plus_minus, summarize, write_report
 from nirvana.bench.base import pending
 from nirvana.bench.per_problem import per_problem_text
 from nirvana.bench.rows import read_rows, store_row
@@ -17,6 +17,13 @@ def test_a_pass_rate_with_no_spread_shows_its_count_not_a_zero_error():
     assert pass_text(0.0, 0.0, 164) == "0.0 (0 of 164)"  # a standard error of 0 would read as certainty
     assert pass_text(1.0, 0.0, 10) == "100.0 (10 of 10)"
     assert pass_text(None, None, 0) == "-"
+
+
+def test_plus_minus_scales_rounds_and_marks_what_was_not_measured():
+    assert plus_minus(0.4651, 0.0131) == "46.5 ± 1.3"  # a proportion in points
+    assert plus_minus(0.8123, 0.0041, scale=1, digits=3) == "0.812 ± 0.004"  # bits per byte
+    assert plus_minus(0.5, None) == "50.0"
+    assert plus_minus(None, None) == "-" and plus_minus(None, 0.1, missing="not measured") == "not measured"
 
 
 def test_kl_best_gammas_come_from_the_committed_gamma_benchmark():

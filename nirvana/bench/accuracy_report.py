@@ -85,11 +85,13 @@ def summarize(rows: list[dict]) -> list[dict]:
     return list(by.values())
 
 
-def plus_minus(value, se, scale=100.0) -> str:
-    """ "46.5 ± 1.3": `value` and its standard error times `scale` (points for a proportion); "-" when unmeasured."""
+def plus_minus(value, se, scale=100.0, digits: int = 1, missing: str = "-") -> str:
+    """ "46.5 ± 1.3": `value` and its standard error times `scale` (points for a proportion), to `digits` places;
+    `missing` when unmeasured."""
     if value is None:
-        return "-"
-    return f"{value * scale:.1f} ± {se * scale:.1f}" if se is not None else f"{value * scale:.1f}"
+        return missing
+    text = f"{value * scale:.{digits}f}"
+    return text if se is None else f"{text} ± {se * scale:.{digits}f}"
 
 
 def pass_text(value, se, n, show_n: bool = False) -> str:
