@@ -182,6 +182,17 @@ def tiny_with_tokenizer_dir(tmp_path_factory, smollm2):
 
 
 @pytest.fixture(scope="session")
+def tiny6_dir(tmp_path_factory, smollm2):
+    """The same with 6 layers: room for LLM-Pruner, which never prunes the first and last layers."""
+    from tests.tiny import tiny_model
+
+    path = tmp_path_factory.mktemp("tiny6-llama-tok")
+    tiny_model("llama", vocab_size=len(smollm2.tokenizer), num_hidden_layers=6).save_pretrained(path)
+    smollm2.tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
 def pruned_tiny_dir(tiny_with_tokenizer_dir, tmp_path_factory) -> Path:
     """`tiny_with_tokenizer_dir` pruned 50% at random and saved as `prune --out` writes it (model/,
     plan.json, report.json): a pruned folder for CLI tests."""

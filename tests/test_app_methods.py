@@ -28,16 +28,6 @@ from nirvana.methods import METHODS
 from ui.methods import EXPLAIN
 
 
-@pytest.fixture(scope="session")
-def tiny6_dir(tmp_path_factory, smollm2):
-    from tests.tiny import tiny_model
-
-    path = tmp_path_factory.mktemp("tiny6-llama-tok")
-    tiny_model("llama", vocab_size=len(smollm2.tokenizer), num_hidden_layers=6).save_pretrained(path)
-    smollm2.tokenizer.save_pretrained(path)
-    return path
-
-
 @pytest.fixture
 def at(monkeypatch, tiny6_dir, request):
     import streamlit as st

@@ -24,6 +24,7 @@ from nirvana.bench.baselines import (
 from nirvana.bench.baselines_report import ablations, markdown, matched, variants, write_report
 from nirvana.bench.rows import read_rows, store_row
 from nirvana.pipeline import PruneSettings
+from tests.tiny import TYR_SMALL
 
 BEST = {0.2: 8.0, 0.5: 4.0}  # benchmarks/gamma/gamma-smollm2-135m.md
 
@@ -317,6 +318,8 @@ def test_only_sparsities_runs_the_models_at_those_sparsities_in_plan_order(tmp_p
         (["--threads", "0"], ["--threads", "positive"]),
         (["--nirvana-gamma", "0"], ["--nirvana-gamma", "positive"]),
         (["--methods", "nirvana,sparsegpt"], ["'sparsegpt'", "--methods", "llm-pruner, flap"]),
+        (["--dtype", "int3"], ["'int3'", "bfloat16"]),
+        (["--device", "tpu"], ["'tpu'", "cpu"]),
     ],
 )
 def test_bad_flags_exit_2_with_a_message_and_write_nothing(argv, words, tmp_path, capsys):
@@ -539,3 +542,59 @@ def test_code_rows_write_outcomes_and_the_backfill_replays_only_cached_rows(
         "dense humaneval: its completions are not in this machine's eval cache (measured elsewhere?); "
         "the row keeps its pass@1 without per-problem outcomes"
     ]
+
+
+# settings a 6-layer model with 64 calibration tokens can take (the methods' defaults are sized for real models)
+SMALL_SETTINGS = {"llm-pruner": {"attn_layers": [1, 5], "mlp_layers": [1, 5]}, "tyr": TYR_SMALL}
+
+
+@pytest.mark.parametrize("method", ["nirvana", "llm-pruner", "flap", "slicegpt", "tyr"])
+def test_every_method_prunes_and_measures_in_bfloat16(method, tiny6_dir, tmp_path):
+    """`--dtype bfloat16` (where an 8B model fits a GPU): each method's pruned model stays bf16 and measures a
+    finite perplexity near the float32 one, at the same size (scores accumulate in fp32)."""
+    import math
+
+    import torch
+
+    from nirvana.bench.baselines import BaselineJob, BaselinesWorker
+
+    rows = {}
+    for dtype in ("float32", "bfloat16"):
+        config = BaselinesConfig(
+            model=str(tiny6_dir), out_dir=tmp_path / dtype, tokens=256, window=64, samples=4, seq_len=16,
+            speed_repeats=1, speed_prompt_len=8, speed_new_tokens=2, threads=1, dtype=dtype,
+        )  # fmt: skip
+        worker = BaselinesWorker(config, lambda m: None)
+        variant = Variant(method, 0.2, settings=json.dumps(SMALL_SETTINGS.get(method, {})))
+        model, _ = worker.model(variant)
+        assert {p.dtype for p in model.parameters()} == {getattr(torch, dtype)}
+        rows[dtype] = worker.run(BaselineJob(config.model, variant, "ppl", config.tokens)).row
+    fp32, bf16 = rows["float32"], rows["bfloat16"]
+    assert math.isfinite(bf16["ppl_wikitext2"]) and abs(bf16["ppl_wikitext2"] / fp32["ppl_wikitext2"] - 1) < 0.05
+    assert bf16["params_after"] == pytest.approx(fp32["params_after"], rel=0.02)
+
+
+def test_a_grid_keeps_one_dtype_and_the_cli_gives_bfloat16_rows_their_own_folder(tmp_path, monkeypatch):
+    from nirvana.cli import build_parser
+    from nirvana.cli.bench_cmds import baselines_config
+    from nirvana.errors import InvalidInput
+
+    config = BaselinesConfig(model="m", out_dir=tmp_path)
+    assert record_grid(config)["dtype"] == "float32"
+    with pytest.raises(InvalidInput, match=r"measured in float32.*--dtype bfloat16.*--out-dir"):
+        record_grid(replace(config, dtype="bfloat16"))
+    assert json.loads(grid_path(config).read_text())["dtype"] == "float32"  # the record is left as it was
+    legacy = BaselinesConfig(model="old", out_dir=tmp_path)  # a record from before dtypes were kept
+    grid_path(legacy).write_text(json.dumps({"methods": ["nirvana"]}))
+    with pytest.raises(InvalidInput, match="measured in float32"):
+        record_grid(replace(legacy, dtype="float16"))
+
+    monkeypatch.setattr("nirvana.cli.bench_cmds.DEFAULT_BASELINES_OUT", tmp_path / "baselines")
+    parse = build_parser().parse_args
+    default = parse(["bench", "baselines", "--out-dir", str(tmp_path / "baselines")])
+    assert baselines_config(default).out_dir == tmp_path / "baselines"
+    bf16 = baselines_config(parse(["bench", "baselines", "--out-dir", str(tmp_path / "baselines"), "--dtype", "bf16"]))
+    assert (bf16.dtype, bf16.out_dir) == ("bfloat16", tmp_path / "baselines" / "bfloat16")
+    mine = baselines_config(parse(["bench", "baselines", "--out-dir", str(tmp_path / "mine"), "--dtype", "bfloat16"]))
+    assert mine.out_dir == tmp_path / "mine"  # a folder the user named is theirs
+    assert "ran in bfloat16" in markdown([], bf16, extra=[]) and "ran in" not in markdown([], config, extra=[])

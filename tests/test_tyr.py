@@ -26,10 +26,7 @@ from nirvana.models.capture import layer_inputs
 from nirvana.models.shapes import model_shape
 from nirvana.pipeline import PruneSettings, prune
 from nirvana.pruning.reconstruct import Gram
-from tests.tiny import TINY_FAMILIES, tiny_model
-
-SMALL = {"generations": 2, "offspring": 4, "stage_tokens": [32, 64], "survivors": [2, 1], "kl_topk": 16,
-         "min_channels": 4}  # fmt: skip
+from tests.tiny import TINY_FAMILIES, TYR_SMALL, tiny_model
 
 
 @pytest.mark.parametrize(
@@ -160,11 +157,11 @@ def test_the_supernet_prunes_every_level_on_its_blocks_inputs(accumulate, tmp_pa
 def test_tyr_prunes_every_family_to_its_target_and_slices(family, tmp_path):
     model = tiny_model(family, num_hidden_layers=3, intermediate_size=64)
     lm = LoadedModel(model, None, "tiny", "local", 0.0)
-    settings = PruneSettings(sparsity=0.3, method="tyr", method_settings=SMALL, use_cache=False)
+    settings = PruneSettings(sparsity=0.3, method="tyr", method_settings=TYR_SMALL, use_cache=False)
     batch = random_batch(n=6, t=16)
     result = prune(lm, settings, batch=batch)  # the calibration: this batch (random ids, no tokenizer)
     plan, report = result.plan, result.report
-    assert plan.settings.method == "tyr" and plan.settings.method_settings == TyrConfig(**_tuples(SMALL)).to_dict()
+    assert plan.settings.method == "tyr" and plan.settings.method_settings == TyrConfig(**_tuples(TYR_SMALL)).to_dict()
     assert abs(report["achieved_block_sparsity"] - 0.3) < 0.05, report["achieved_block_sparsity"]
     tyr = plan.stats["tyr"]
     assert len(tyr["iterations"]) == 1 and len(tyr["iterations"][0]["kl_per_generation"]) == 2
@@ -184,7 +181,7 @@ def test_the_cli_path_prunes_saves_and_reloads_with_the_searched_distribution(ti
     model = AutoModelForCausalLM.from_pretrained(tiny_with_tokenizer_dir).eval()
     tok = AutoTokenizer.from_pretrained(tiny_with_tokenizer_dir)
     lm = LoadedModel(model, tok, "tiny", "local", 0.0)
-    settings = PruneSettings(sparsity=0.4, method="tyr", method_settings=SMALL, samples=4, seq_len=32)
+    settings = PruneSettings(sparsity=0.4, method="tyr", method_settings=TYR_SMALL, samples=4, seq_len=32)
     result = prune(lm, settings)
     assert result.report["method"] == "tyr" and result.plan.settings.calibration["samples"] == 4
     save_pruned(result.model, tok, result.plan, tmp_path / "p")
@@ -205,7 +202,7 @@ def _tuples(settings: dict) -> dict:
 
 def test_sparsity_zero_keeps_everything_and_changes_nothing():
     model = tiny_model("llama", num_hidden_layers=2)
-    plan = get_method("tyr").plan_on_data(model, 0.0, TyrConfig(**_tuples(SMALL)), random_batch(n=4, t=16))
+    plan = get_method("tyr").plan_on_data(model, 0.0, TyrConfig(**_tuples(TYR_SMALL)), random_batch(n=4, t=16))
     assert plan.kept_kv_groups == [2, 2] and plan.kept_neurons == [48, 48]
     pruned = get_method("tyr").apply(model, plan, batch=random_batch(n=4, t=16))
     ids = torch.randint(0, 64, (2, 9), generator=torch.Generator().manual_seed(1))
@@ -232,12 +229,12 @@ def test_tyr_settings_are_checked_and_the_reference_defaults_recorded():
 
 def test_a_searched_plan_is_cached_by_content_and_found_again():
     model, batch = tiny_model("llama", num_hidden_layers=2), random_batch(n=4, t=16)
-    config, method = TyrConfig(**_tuples(SMALL)), get_method("tyr")
+    config, method = TyrConfig(**_tuples(TYR_SMALL)), get_method("tyr")
     first = method.plan_on_data(model, 0.3, config, batch)
     messages = []
     again = method.plan_on_data(model, 0.3, config, batch, progress=lambda f, m: messages.append(m))
     assert again.to_json() == first.to_json() and messages == ["tyr: the searched plan loaded from the cache"]
-    other = method.plan_on_data(model, 0.3, TyrConfig(**{**_tuples(SMALL), "seed": 1}), batch, use_cache=False)
+    other = method.plan_on_data(model, 0.3, TyrConfig(**{**_tuples(TYR_SMALL), "seed": 1}), batch, use_cache=False)
     assert other.settings.method_settings["seed"] == 1
 
 

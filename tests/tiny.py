@@ -45,6 +45,11 @@ def tiny_config(family: str = "llama", **overrides):
     return config
 
 
+# Tyr-the-Pruner settings a tiny model with a few dozen calibration tokens can take (its defaults read 131k)
+TYR_SMALL = {"generations": 2, "offspring": 4, "stage_tokens": [32, 64], "survivors": [2, 1], "kl_topk": 16,
+             "min_channels": 4}  # fmt: skip
+
+
 def tiny_model(family: str = "llama", seed: int = 0, attn_implementation: str = "eager", **overrides):
 
     config = tiny_config(family, **overrides)

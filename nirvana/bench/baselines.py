@@ -40,6 +40,9 @@ the grid record and the report still count every planned row, and a later run fi
 `--only-methods nirvana,llm-pruner` likewise runs only those models' rows (the comparison's two first).
 The markdown table (methods as rows, metrics as columns, +- standard errors) and the PNG are
 rebuilt after every row (`nirvana.bench.baselines_report`).
+By default every model runs on the CPU in float32 (the committed grids); `--device cuda --dtype bfloat16`
+runs the same grid where an 8B model fits (its rows in `<out_dir>/bfloat16/`, never beside float32 rows).
+The dense model stays loaded beside each pruned copy: plan for both (`nirvana.guard.memory`).
 """
 
 from __future__ import annotations
@@ -237,6 +240,11 @@ class BaselinesConfig:
     speed_new_tokens: int = 32
     speed_repeats: int = 3
     threads: int | None = None
+    # where the models run and the dense model's dtype (scores and losses accumulate in fp32 whatever it is). A
+    # grid's rows are all in one dtype, kept in its grid record; the CLI puts rows of another dtype than float32 in
+    # `<out_dir>/<dtype>/` so they never share a table with the float32 rows
+    device: str = "cpu"
+    dtype: str = "float32"
     out_dir: Path = DEFAULT_OUT
     note: str = ""
     best_gamma: dict = field(default_factory=dict)  # sparsity -> KL-best gamma of nirvana
@@ -296,6 +304,7 @@ GRID_FIELDS = (
     "reconstruct_sparsities",
     "nirvana_gamma",
     "allow_code_execution",
+    "dtype",
 )
 UNION_FIELDS = ("sparsities", "methods")  # runs restricted to some methods or sparsities add to the grid
 
@@ -314,6 +323,13 @@ def record_grid(config: BaselinesConfig) -> dict:
     the other settings of the latest run. Returns the record."""
     path = grid_path(config)
     old = json.loads(path.read_text()) if path.exists() else {}
+    measured_in = old.get("dtype", "float32")  # a record from before dtypes were kept: float32 rows
+    if old and measured_in != config.dtype:
+        raise InvalidInput(
+            f"the rows of {config.csv_path} are measured in {measured_in}, and --dtype {config.dtype} would put "
+            f"rows of another precision in the same table; give them their own folder (--out-dir "
+            f"{Path(config.out_dir) / config.dtype}) or run in {measured_in}."
+        )
     record = {name: getattr(config, name) for name in GRID_FIELDS}
     record = {k: list(v) if isinstance(v, tuple) else v for k, v in record.items()}
     for name in UNION_FIELDS:
@@ -440,7 +456,7 @@ class BaselinesWorker:
                 raise InvalidInput(f"--threads must be a positive integer, got {config.threads}.")
             torch.set_num_threads(config.threads)
         self.config, self.log = config, log
-        self.lm = load_model(config.model, dtype="float32", device="cpu")
+        self.lm = load_model(config.model, dtype=config.dtype, device=config.device)
         self._texts: dict[str, object] = {}
         self.machine = machine_label()
         self._current: tuple[Variant, object, dict] | None = None

@@ -353,6 +353,12 @@ def markdown(rows: list[dict], config, extra: list[dict] | None = None) -> str:
         "and accuracy grids, not re-run: their calibration draw differs (32 x 128 away from the KL anchor), so "
         "they compare the criteria, not the calibration.",
     ]
+    if config.dtype != "float32":
+        lines += [
+            "",
+            f"Every model here ran in {config.dtype} (scores and losses accumulated in float32; each row's "
+            "`machine` names its CPU and GPU); the ablation rows, from the committed grids, in float32.",
+        ]
     if config.note:
         lines += ["", config.note]
     lines += ["", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]

@@ -18,6 +18,7 @@ from nirvana.bench import gpu, speed
 from nirvana.bench.accuracy import ACCURACY, AccuracyConfig, kl_best_gammas
 from nirvana.bench.base import Benchmark, run
 from nirvana.bench.baselines import BASELINES, BaselinesConfig, backfill_passes, best_gammas, record_grid
+from nirvana.bench.baselines import DEFAULT_OUT as DEFAULT_BASELINES_OUT
 from nirvana.bench.baselines import METHODS as BASELINES_METHODS
 from nirvana.bench.baselines import measures as baseline_measures
 from nirvana.bench.distill import DISTILL, DistillConfig
@@ -32,7 +33,7 @@ from nirvana.bench.scale import write_outputs as write_scale_outputs
 from nirvana.bench.scale_up import ScaleUpConfig, run_scale_up, table
 from nirvana.bench.serve import ServeConfig, run_serve
 from nirvana.bench.speed import SpeedBenchConfig
-from nirvana.checkpoints.options import resolve_device
+from nirvana.checkpoints.options import resolve_device, resolve_dtype
 from nirvana.cli.checks import check_device, check_model
 from nirvana.cli.common import add_model_args, add_ray_flag, cluster_from_args, config_from_args
 from nirvana.cli.flags import add_config_flags
@@ -154,6 +155,9 @@ BASELINES_FLAGS = {
     "reconstruct_sparsities": "sparsities whose methods (not SliceGPT) are measured again with `prune --reconstruct`",
     "speed_repeats": "timed speed repeats per model (median reported)",
     "threads": "torch CPU threads (default: torch's choice)",
+    "device": "where the models run: cpu (default, as the committed grids), cuda, cuda:N, auto",
+    "dtype": "the models' weights: float32 (default), bfloat16, float16; rows of another dtype than float32 go "
+    "to <out-dir>/<dtype>/",
     "out_dir": "",
 }
 SCALE_FLAGS = {
@@ -476,7 +480,20 @@ def baselines_config(args) -> BaselinesConfig:
             raise InvalidInput(f"unknown method {name!r} in --methods; accepted: {', '.join(BASELINES_METHODS)}.")
     allowed = code_execution_allowed(args.allow_code_execution)
     best = best_gammas(args.model, args.sparsities)
-    config = config_from_args(BaselinesConfig, args, allow_code_execution=allowed, best_gamma=best)
+    device = resolve_device(args.device)
+    dtype = str(resolve_dtype(args.dtype, device)).removeprefix("torch.")  # "bf16" and "auto" by their names
+    out_dir = Path(args.out_dir)
+    if dtype != "float32" and out_dir == DEFAULT_BASELINES_OUT:
+        out_dir = out_dir / dtype  # never a table mixing precisions (the grid record refuses that too)
+    config = config_from_args(
+        BaselinesConfig,
+        args,
+        allow_code_execution=allowed,
+        best_gamma=best,
+        device=device,
+        dtype=dtype,
+        out_dir=out_dir,
+    )
     _check_subset(
         "--only-measures",
         config.only_measures,
