@@ -545,7 +545,7 @@ def test_code_rows_write_outcomes_and_the_backfill_replays_only_cached_rows(
 
 
 # settings a 6-layer model with 64 calibration tokens can take (the methods' defaults are sized for real models)
-SMALL_SETTINGS = {"llm-pruner": {"attn_layers": [1, 5], "mlp_layers": [1, 5]}, "tyr": TYR_SMALL}
+SMALL_SETTINGS = {"llm-pruner": {"attn_layers": [1, 5], "mlp_layers": [1, 5], "pruning_ratio": 0.25}, "tyr": TYR_SMALL}
 
 
 @pytest.mark.parametrize("method", ["nirvana", "llm-pruner", "flap", "slicegpt", "tyr"])
