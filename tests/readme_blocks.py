@@ -207,52 +207,58 @@ def _paired_mbpp(config) -> dict | None:
 
 
 def _paired_with_nirvana(per: dict, wanted, task: str, scale: float, digits: int) -> list[str]:
-    """NIRVANA (gamma*) at 20% minus each other method at 20% on `task`, paired by problem, from the per-problem
-    values `per` (`read_per_problem`): "LLM-Pruner +7.5 ± 2.3 (3.2 se, resolved)" for each method whose row is
-    there."""
+    """At each sparsity of `wanted`, NIRVANA (gamma*) minus each other method there on `task`, paired by problem,
+    from the per-problem values `per` (`read_per_problem`): "at 20%, LLM-Pruner +7.5 ± 2.3 (3.2 se, resolved),
+    FLAP ..." for each sparsity where some method's row is there beside NIRVANA's."""
     from nirvana.bench.baselines import Variant
     from nirvana.bench.per_problem import paired_between
     from nirvana.measure.paired import paired_text
     from nirvana.methods import METHODS
 
-    ours = Variant("nirvana", 0.2).name
     found = []
-    for variant in wanted:
-        if variant.method in ("dense", "nirvana") or variant.sparsity != 0.2:
-            continue
-        pair = paired_between(per, ours, variant.name, task)
-        if pair:
-            found.append(f"{METHODS[variant.method].label} {paired_text(pair, scale, digits)}")
+    for sparsity in dict.fromkeys(v.sparsity for v in wanted if v.method != "dense"):
+        ours = Variant("nirvana", sparsity).name
+        pairs = []
+        for variant in wanted:
+            if variant.method in ("dense", "nirvana") or variant.sparsity != sparsity:
+                continue
+            pair = paired_between(per, ours, variant.name, task)
+            if pair:
+                pairs.append(f"{METHODS[variant.method].label} {paired_text(pair, scale, digits)}")
+        if pairs:
+            found.append(f"at {sparsity:.0%}, " + ", ".join(pairs))
     return found
 
 
 def _paired_bpb(config, wanted) -> str | None:
-    """NIRVANA (gamma*) at 20% against each other method at 20% on MBPP gold bits per byte, paired by problem:
-    the likelihood of the reference solutions, which resolves where pass@1 near the floor does not."""
+    """NIRVANA (gamma*) against each other method at the same sparsity on MBPP gold bits per byte, paired by
+    problem: the likelihood of the reference solutions, which resolves where pass@1 near the floor does not."""
     from nirvana.bench.per_problem import read_per_problem
 
     found = _paired_with_nirvana(read_per_problem(config.per_problem_path), wanted, "mbpp_bpb", 1, 3)
     if not found:
         return None
     return (
-        "**The reference solutions' likelihood** (MBPP gold bits per byte at 20%, NIRVANA minus each method, paired "
-        "by problem; negative: NIRVANA keeps the reference code more likely): " + "; ".join(found) + "."
+        "**The reference solutions' likelihood** (MBPP gold bits per byte, NIRVANA minus each method at the same "
+        "sparsity, paired by problem; negative: NIRVANA keeps the reference code more likely): "
+        + "; ".join(found)
+        + "."
     )
 
 
 def _paired_passes(config, wanted) -> str | None:
-    """NIRVANA (gamma*) at 20% against each other method at 20% on MBPP and HumanEval pass@1, paired by problem;
-    None until some method's code row is there beside NIRVANA's."""
+    """NIRVANA (gamma*) against each other method at the same sparsity on MBPP and HumanEval pass@1, paired by
+    problem; None until some method's code row is there beside NIRVANA's."""
     from nirvana.bench.per_problem import read_per_problem
 
     per, tasks = read_per_problem(config.passes_path), {"MBPP": "mbpp", "HumanEval": "humaneval"}
     found = {name: _paired_with_nirvana(per, wanted, task, 100, 1) for name, task in tasks.items()}
-    parts = [f"{name}: {', '.join(pairs)}" for name, pairs in found.items() if pairs]
+    parts = [f"{name} {'; '.join(pairs)}" for name, pairs in found.items() if pairs]
     if not parts:
         return None
     return (
-        "**Every method on the code tasks** (pass@1 at 20%, NIRVANA minus each method in points, paired by problem; "
-        "positive: NIRVANA solves more): " + "; ".join(parts) + "."
+        "**Every method on the code tasks** (pass@1, NIRVANA minus each method at the same sparsity in points, "
+        "paired by problem; positive: NIRVANA solves more): " + "; ".join(parts) + "."
     )
 
 

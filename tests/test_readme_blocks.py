@@ -45,7 +45,7 @@ def test_the_posters_code_question_uses_the_paired_error_when_outcomes_are_kept(
     assert "independent samples" not in text
 
 
-def test_the_code_block_pairs_nirvanas_bits_per_byte_with_each_method_at_20_percent(tmp_path):
+def test_the_code_block_pairs_nirvanas_bits_per_byte_with_each_method_at_the_same_sparsity(tmp_path):
     import json
     from types import SimpleNamespace
 
@@ -58,7 +58,7 @@ def test_the_code_block_pairs_nirvanas_bits_per_byte_with_each_method_at_20_perc
     per = {
         Variant("nirvana", 0.2).name: entry([1.0, 2.0, 3.0, 4.0]),
         Variant("flap", 0.2).name: entry([1.5, 2.5, 3.0, 4.5]),  # d = -0.5, -0.5, 0, -0.5: sd 0.25 over 4
-        Variant("flap", 0.5).name: entry([9.0, 9.0, 9.0, 9.0]),  # another sparsity: not paired with 20%
+        Variant("flap", 0.5).name: entry([9.0, 9.0, 9.0, 9.0]),  # paired with NIRVANA at 50% only
         "dense": entry([0.5, 0.5, 0.5, 0.5]),
     }
     path = tmp_path / "bpb.json"
@@ -66,7 +66,12 @@ def test_the_code_block_pairs_nirvanas_bits_per_byte_with_each_method_at_20_perc
     config = SimpleNamespace(per_problem_path=path)
     wanted = [Variant("dense"), Variant("nirvana", 0.2), Variant("flap", 0.2), Variant("llm-pruner", 0.2)]
     text = _paired_bpb(config, [*wanted, Variant("flap", 0.5)])
-    assert text.endswith("): FLAP -0.375 ± 0.125 (3.0 se, resolved).")  # LLM-Pruner has no row: left out
+    assert text.endswith("): at 20%, FLAP -0.375 ± 0.125 (3.0 se, resolved).")  # LLM-Pruner has no row: left out
+    per[Variant("nirvana", 0.5).name] = entry([8.0, 8.0, 8.0, 7.0])  # d = -1, -1, -1, -2
+    path.write_text(json.dumps(per))
+    text = _paired_bpb(config, [*wanted, Variant("nirvana", 0.5), Variant("flap", 0.5)])
+    assert text.endswith("at 20%, FLAP -0.375 ± 0.125 (3.0 se, resolved); at 50%, FLAP -1.250 ± 0.250 (5.0 se, "
+                         "resolved).")  # fmt: skip
     assert _paired_bpb(SimpleNamespace(per_problem_path=tmp_path / "none.json"), wanted) is None
 
 
@@ -90,8 +95,8 @@ def test_the_code_block_pairs_nirvanas_passes_with_each_method_on_both_code_task
     path.write_text(json.dumps(per))
     wanted = [Variant("dense"), Variant("nirvana", 0.2), Variant("llm-pruner", 0.2), Variant("flap", 0.2)]
     text = _paired_passes(SimpleNamespace(passes_path=path), wanted)
-    assert "MBPP: LLM-Pruner +0.0 ± 0.0 (0.0 se), FLAP +50.0 ± 28.9 (1.7 se); HumanEval: LLM-Pruner +25.0" in text
-    assert "FLAP" not in text.split("HumanEval:")[1]  # FLAP has no HumanEval row
+    assert "MBPP at 20%, LLM-Pruner +0.0 ± 0.0 (0.0 se), FLAP +50.0 ± 28.9 (1.7 se); HumanEval at 20%, LLM-Pr" in text
+    assert "FLAP" not in text.split("HumanEval")[1]  # FLAP has no HumanEval row
     assert _paired_passes(SimpleNamespace(passes_path=tmp_path / "none.json"), wanted) is None
 
 
