@@ -188,6 +188,10 @@ def test_rows_resume_and_the_report_table_on_known_rows(tmp_path):
     assert "| llm-pruner s=0.5 |" in text and "**not matched**" in text
     assert '`{"attn_layers": [4, 19]}`' in text  # the settings a row used are in the report
     assert text.index("| dense") < text.index("| nirvana s=0.2") < text.index("| llm-pruner s=0.5")
+    assert "NIRVANA beside LLM-Pruner, FLAP, SliceGPT and Tyr-the-Pruner (" in text  # the grid's methods
+    assert "LAMBADA not in this grid" in text and "the first 500 problems" in text
+    fewer = replace(config, methods=("nirvana", "flap"), bpb_limit=0)
+    assert "NIRVANA beside FLAP (" in (other := markdown([], fewer, extra=[])) and "bits/byte not in this grid" in other
 
     md, _ = write_report(read_rows(config.csv_path), config)
     assert md.exists() and config.csv_path.with_suffix(".png").exists()

@@ -333,10 +333,12 @@ def markdown(rows: list[dict], config, extra: list[dict] | None = None) -> str:
     extra = ablations(config.model, config.sparsities) if extra is None else extra
     header = ["model", "s", "WikiText-2", "PTB", "LAMBADA acc", "LAMBADA ppl"]
     header += [SHORT[t] for t in ZEROSHOT7] + ["Avg (7)", "MBPP pass@1", "HumanEval pass@1", "MBPP bits/byte"]
+    others = [METHODS[m].label for m in config.methods if m in METHODS and m != "nirvana"] or ["dense alone"]
+    beside = " and ".join([", ".join(others[:-1]), others[-1]] if len(others) > 1 else others)
     lines = [
         f"# Baselines benchmark: {config.model}",
         "",
-        "NIRVANA beside LLM-Pruner and FLAP (`nirvana.methods`, docs/BASELINES.md) at the same target block "
+        f"NIRVANA beside {beside} (`nirvana.methods`, docs/BASELINES.md) at the same target block "
         "sparsity, each pruned on the same calibration batch "
         f"({config.samples} x {config.seq_len} tokens of wikitext2-valid, seed 0). Perplexity on the first "
         f"{config.tokens:,} tokens ({config.window}-token windows); zero-shot: the first {config.limit} examples of "
@@ -346,9 +348,14 @@ def markdown(rows: list[dict], config, extra: list[dict] | None = None) -> str:
             if config.lambada_limit
             else "LAMBADA not in this grid; "
         )
-        + "MBPP pass@1 only with --allow-code-execution; MBPP bits/byte: gold-answer "
-        f"bits per byte under OLMES's 3-shot prompt (lower is better), the first {config.bpb_limit} problems. "
-        "'-' = not measured yet.",
+        + "MBPP pass@1 only with --allow-code-execution; "
+        + (
+            "MBPP bits/byte: gold-answer bits per byte under OLMES's 3-shot prompt (lower is better), the first "
+            f"{config.bpb_limit} problems. "
+            if config.bpb_limit
+            else "MBPP bits/byte not in this grid. "
+        )
+        + "'-' = not measured yet.",
         "Ablation rows (another criterion under NIRVANA's global allocation) are read from the committed quality "
         "and accuracy grids, not re-run: their calibration draw differs (32 x 128 away from the KL anchor), so "
         "they compare the criteria, not the calibration.",
