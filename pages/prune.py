@@ -32,6 +32,7 @@ DATASETS = {
     "wikitext2": "WikiText-2 test (the paper's main figure)",
     "ptb": "Penn Treebank validation",
     "pydoc": "Python docs shipped with CPython",
+    "python-code": "Python standard library source (code)",
 }
 DEFAULT_PROMPTS = "The capital of France is\nIn machine learning, pruning means\ndef fibonacci(n):"
 EXPLANATION = r"""

@@ -21,6 +21,7 @@ SOURCES = {
     "wikitext2-valid": "WikiText-2 validation (the calibration pool; disjoint from the test split)",
     "ptb": "Penn Treebank validation",
     "pydoc": "Python documentation shipped with CPython (always available)",
+    "python-code": "Python standard library source shipped with CPython: code, for code models",
     "custom": "a .txt / .jsonl / .npy file on this machine",
 }
 EXPLANATION = r"""

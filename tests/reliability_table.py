@@ -268,6 +268,11 @@ and the message it produced.
   `prune` after the model is saved and before the run is committed). `clean_incomplete()` removes
   such leftovers once their writer process is gone. `eval`, `compare`, `recover`, `select-calib`
   and `gamma-search` record their runs the same way.
+- **Generation journals** (`nirvana/store/journal.py`): MBPP, HumanEval and GSM8K append each
+  completion to a JSON-lines journal under the task's cache key as it is produced (flushed and
+  fsynced line by line); a rerun after a stop or a kill generates only what is missing, a line torn
+  by the kill is skipped, and the finished result replaces the journal
+  (`tests/test_generation_journal.py`: a stopped task resumed equals an uninterrupted run).
 - **Cached scores** are keyed by the model fingerprint, the criterion and the calibration batch
   hash: another model (same shapes, other weights, or one weight changed on the tiny model) or
   another batch is a cache miss; the same weights reloaded from disk are a hit.

@@ -17,6 +17,7 @@ from nirvana.bench.baselines import (
     BaselinesConfig,
     Variant,
     best_gammas,
+    grid_folder,
     grid_path,
     plan_jobs,
     record_grid,
@@ -324,6 +325,7 @@ def test_only_sparsities_runs_the_models_at_those_sparsities_in_plan_order(tmp_p
         (["--methods", "nirvana,sparsegpt"], ["'sparsegpt'", "--methods", "llm-pruner, flap"]),
         (["--dtype", "int3"], ["'int3'", "bfloat16"]),
         (["--device", "tpu"], ["'tpu'", "cpu"]),
+        (["--calib", "imagenet"], ["'imagenet'", "python-code", ".jsonl"]),
     ],
 )
 def test_bad_flags_exit_2_with_a_message_and_write_nothing(argv, words, tmp_path, capsys):
@@ -585,12 +587,12 @@ def test_a_grid_keeps_one_dtype_and_the_cli_gives_bfloat16_rows_their_own_folder
 
     config = BaselinesConfig(model="m", out_dir=tmp_path)
     assert record_grid(config)["dtype"] == "float32"
-    with pytest.raises(InvalidInput, match=r"measured in float32.*--dtype bfloat16.*--out-dir"):
+    with pytest.raises(InvalidInput, match=r"measured with --dtype float32.*--dtype bfloat16.*--out-dir"):
         record_grid(replace(config, dtype="bfloat16"))
     assert json.loads(grid_path(config).read_text())["dtype"] == "float32"  # the record is left as it was
     legacy = BaselinesConfig(model="old", out_dir=tmp_path)  # a record from before dtypes were kept
     grid_path(legacy).write_text(json.dumps({"methods": ["nirvana"]}))
-    with pytest.raises(InvalidInput, match="measured in float32"):
+    with pytest.raises(InvalidInput, match="measured with --dtype float32"):
         record_grid(replace(legacy, dtype="float16"))
 
     monkeypatch.setattr("nirvana.cli.bench_cmds.DEFAULT_BASELINES_OUT", tmp_path / "baselines")
@@ -602,3 +604,71 @@ def test_a_grid_keeps_one_dtype_and_the_cli_gives_bfloat16_rows_their_own_folder
     mine = baselines_config(parse(["bench", "baselines", "--out-dir", str(tmp_path / "mine"), "--dtype", "bfloat16"]))
     assert mine.out_dir == tmp_path / "mine"  # a folder the user named is theirs
     assert "ran in bfloat16" in markdown([], bf16, extra=[]) and "ran in" not in markdown([], config, extra=[])
+
+
+def test_a_grid_keeps_one_calibration_text_and_the_cli_gives_another_its_own_folder(tmp_path, monkeypatch):
+    from nirvana.cli import build_parser
+    from nirvana.cli.bench_cmds import baselines_config
+    from nirvana.errors import InvalidInput
+
+    config = BaselinesConfig(model="m", out_dir=tmp_path)
+    assert record_grid(config)["calib"] == "wikitext2-valid"
+    with pytest.raises(InvalidInput, match=r"--calib wikitext2-valid.*--calib python-code.*calib-python-code"):
+        record_grid(replace(config, calib="python-code"))
+    legacy = BaselinesConfig(model="old", out_dir=tmp_path)  # a record from before the calibration was kept
+    grid_path(legacy).write_text(json.dumps({"methods": ["nirvana"]}))
+    with pytest.raises(InvalidInput, match="measured with --calib wikitext2-valid"):
+        record_grid(replace(legacy, calib="pydoc"))
+    assert grid_folder("calib", "/data/my code.jsonl") == "calib-my-code"
+    assert grid_folder("dtype", "float16") == "float16"
+
+    monkeypatch.setattr("nirvana.cli.bench_cmds.DEFAULT_BASELINES_OUT", tmp_path / "baselines")
+    parse = build_parser().parse_args
+    base = ["bench", "baselines", "--model", "smollm2-135m", "--out-dir", str(tmp_path / "baselines")]
+    assert baselines_config(parse(base)).best_gamma  # the committed gamma benchmark's, on the default text
+    code = baselines_config(parse([*base, "--calib", "python-code"]))
+    assert (code.calib, code.best_gamma) == ("python-code", {})  # KL-best gammas were searched on the default
+    assert code.out_dir == tmp_path / "baselines" / "calib-python-code"
+    both = baselines_config(parse([*base, "--calib", "python-code", "--dtype", "bfloat16"]))
+    assert both.out_dir == tmp_path / "baselines" / "bfloat16" / "calib-python-code"
+
+
+def test_every_method_of_a_grid_is_calibrated_on_its_text(tiny_with_tokenizer_dir, tmp_path, monkeypatch):
+    from nirvana.bench.baselines import BaselinesWorker
+
+    seen = []
+
+    def fake_prune(lm, settings):
+        seen.append((settings.method, settings.calib, settings.reconstruct))
+        raise KeyboardInterrupt  # what was asked is all this test needs
+
+    monkeypatch.setattr("nirvana.bench.baselines.prune", fake_prune)
+    worker = BaselinesWorker(BaselinesConfig(model=str(tiny_with_tokenizer_dir), calib="python-code"), print)
+    for variant in (Variant("nirvana", 0.2), Variant("flap", 0.5, reconstruct=True)):
+        with pytest.raises(KeyboardInterrupt):
+            worker.model(variant)
+    assert seen == [("nirvana", "python-code", False), ("flap", "python-code", True)]
+
+
+def test_a_code_calibrated_report_drops_the_ablations_and_pairs_with_the_default_grid(tmp_path):
+    from nirvana.bench.per_problem import per_problem_text
+
+    default = BaselinesConfig(model="smollm2-135m", out_dir=tmp_path, sparsities=(0.2,), lambada_limit=0)
+    code = replace(default, out_dir=tmp_path / "calib-python-code", calib="python-code")
+    code.out_dir.mkdir()
+    name = "nirvana s=0.2 gamma*"
+    for config, ppl, bpb in ((default, 60.0, [0.9, 1.0, 1.1, 1.2]), (code, 70.0, [0.8, 0.8, 0.9, 0.9])):
+        for row in _rows("nirvana", 0.2, 0.2, name, ppl, 0.45):
+            store_row(config.csv_path, {**row, "model": config.model}, COLUMNS, KEY)
+        row = {**_facts("nirvana", 0.2, 0.2, name), "measure": "mbpp_bpb", "limit": 4, "n": 4}
+        store_row(config.csv_path, {**row, "bpb": sum(bpb) / 4, "bpb_stderr": 0.05}, COLUMNS, KEY)
+        config.per_problem_path.write_text(per_problem_text(config.per_problem_path, name, "mbpp_bpb", 4, bpb))
+    plain = markdown(read_rows(default.csv_path), default)
+    assert "(ablation)" in plain and "Calibrated on" not in plain  # the committed grids' Taylor / Wanda rows
+    text = markdown(read_rows(code.csv_path), code)
+    assert "(ablation)" not in text and "reconstructed, on python-code (32 x 128 tokens" in text
+    row = next(line for line in text.split("against wikitext2-valid")[1].splitlines() if line.startswith(f"| {name}"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1] == "70.00 / 60.00" and cells[4] == "0.850 ± 0.050 / 1.050 ± 0.050"
+    # here − there per problem: -0.1, -0.2, -0.2, -0.3: mean -0.2, sd 0.0816 over 4 problems
+    assert cells[5] == "-0.2000 ± 0.0408 (4.9 se, resolved)"

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import ast
 import json
+import os
+import sys
+from pathlib import Path
 
 import pytest
+import torch
 
 from nirvana.data.calibration import calibration_batch, load_npy
 from nirvana.data.text import load_text
@@ -21,6 +26,31 @@ def test_shared_data_resolves(monkeypatch):
 def test_embedded_corpus_needs_nothing():
     text = load_text("pydoc")
     assert text.origin == "embedded:pydoc_data.topics" and len(text.joined()) > 100_000
+
+
+def test_python_code_corpus_is_the_stdlib_source(smollm2, monkeypatch, tmp_path):
+    """`python-code` is the interpreter's own top-level modules, each a whole parseable file, in name order; a
+    calibration batch drawn from it is real code and the same for the same seed; an interpreter without its
+    sources gets a message that says what to pass instead."""
+    text = load_text("python-code")
+    modules = sorted(Path(os.__file__).parent.glob("*.py"))
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    assert text.origin == f"embedded:{version} stdlib ({len(text.documents)} modules)" and len(text.documents) > 100
+    assert text.documents[0] == modules[0].read_text(encoding="utf-8").strip()
+    assert Path(os.__file__).read_text(encoding="utf-8").strip() in text.documents  # os.py itself
+    for doc in text.documents[:20]:
+        ast.parse(doc)  # whole modules, not lines
+    tok = smollm2.tokenizer
+    a, b = (calibration_batch(tok, "python-code", samples=4, seq_len=64, seed=3) for _ in range(2))
+    assert torch.equal(a.input_ids, b.input_ids) and a.source == "python-code"
+    assert "def " in tok.decode(
+        calibration_batch(tok, "python-code", samples=64, seq_len=64, seed=0).input_ids.flatten()
+    )
+    empty = tmp_path / "lib"
+    empty.mkdir()
+    monkeypatch.setattr(os, "__file__", str(empty / "os.py"))
+    with pytest.raises(DatasetNotFound, match="holds no readable"):
+        load_text("python-code")
 
 
 def test_missing_data_names_every_place_tried_or_falls_back_visibly(monkeypatch, tmp_path):
@@ -61,7 +91,7 @@ def test_bad_files_are_rejected(tmp_path, content, match):
 
 
 def test_unknown_dataset_lists_the_accepted_names():
-    with pytest.raises(DatasetNotFound, match=r"accepted: .*wikitext2"):
+    with pytest.raises(DatasetNotFound, match=r"accepted: .*python-code.*wikitext2"):
         load_text("imagenet")
 
 

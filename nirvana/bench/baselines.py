@@ -42,6 +42,9 @@ The markdown table (methods as rows, metrics as columns, +- standard errors) and
 rebuilt after every row (`nirvana.bench.baselines_report`).
 By default every model runs on the CPU in float32 (the committed grids); `--device cuda --dtype bfloat16`
 runs the same grid where an 8B model fits (its rows in `<out_dir>/bfloat16/`, never beside float32 rows).
+Every method is scored (and reconstructed) on the same calibration batch, WikiText-2 validation by default;
+`--calib python-code` calibrates the whole grid on code instead (its rows in `<out_dir>/calib-python-code/`,
+its report paired by problem with the WikiText-2-calibrated grid beside it).
 The dense model stays loaded beside each pruned copy: plan for both (`nirvana.guard.memory`).
 """
 
@@ -51,6 +54,7 @@ import datetime as dt
 import json
 import math
 import os
+import re
 import time
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -73,7 +77,7 @@ from nirvana.errors import InvalidInput, NirvanaError
 from nirvana.measure.speed import measure_speed
 from nirvana.methods import get_method
 from nirvana.models.shapes import count_block_parameters, count_parameters
-from nirvana.pipeline import PruneSettings, prune
+from nirvana.pipeline import DEFAULT_CALIBRATION, PruneSettings, prune
 from nirvana.recovery.config import RecoveryConfig
 from nirvana.recovery.data import load_documents
 from nirvana.recovery.run import run_recovery
@@ -175,10 +179,13 @@ class Variant:
         """`--reconstruct` applies to its model (not SliceGPT's rotated stream; Tyr re-solves by itself)."""
         return self.method != "dense" and not get_method(self.method).no_reconstruct
 
-    def prune_settings(self, samples: int, seq_len: int, use_cache: bool, micro_batch: int = 0) -> PruneSettings:
+    def prune_settings(
+        self, samples: int, seq_len: int, use_cache: bool, micro_batch: int = 0, calib: str = DEFAULT_CALIBRATION
+    ) -> PruneSettings:
         settings = json.loads(self.settings) if self.settings else None
         return PruneSettings(
             sparsity=self.sparsity,
+            calib=calib,
             micro_batch=micro_batch,
             gamma=self.gamma,
             samples=samples,
@@ -217,6 +224,7 @@ class BaselinesConfig:
     bpb_batch_size: int = 1  # one problem per forward after the shared few-shot prefix: no padding
     generation_batch_size: int | None = None  # rows generating at once in the code rows (None: batch_size)
     allow_code_execution: bool = False
+    calib: str = DEFAULT_CALIBRATION  # the calibration text (`prune --calib`), one per grid (see ONE_PER_GRID)
     samples: int = 32  # calibration N x T, the same batch for every method
     seq_len: int = 128
     use_score_cache: bool = False  # off: every prune is scored afresh, so the pruning time is measured
@@ -305,8 +313,21 @@ GRID_FIELDS = (
     "nirvana_gamma",
     "allow_code_execution",
     "dtype",
+    "calib",
 )
 UNION_FIELDS = ("sparsities", "methods")  # runs restricted to some methods or sparsities add to the grid
+# Settings every row of one grid shares, refused if a run changes them: field -> (the value grids had before the
+# field was recorded, what a change would mix). The CLI gives another value than the first its own folder.
+ONE_PER_GRID = {"dtype": ("float32", "precision"), "calib": (DEFAULT_CALIBRATION, "calibration text")}
+
+
+def grid_folder(field_name: str, value: str) -> str:
+    """The folder (under `--out-dir`) of a grid whose `field_name` is `value`, not the default: `bfloat16`,
+    `calib-python-code`, `calib-my_code` for a file `/data/my_code.jsonl`."""
+    if field_name == "dtype":
+        return value
+    stem = Path(value).stem if Path(value).suffix else value
+    return "calib-" + re.sub(r"[^A-Za-z0-9_.-]+", "-", stem).strip("-.")
 
 
 def measures(config: BaselinesConfig) -> tuple[str, ...]:
@@ -323,13 +344,15 @@ def record_grid(config: BaselinesConfig) -> dict:
     the other settings of the latest run. Returns the record."""
     path = grid_path(config)
     old = json.loads(path.read_text()) if path.exists() else {}
-    measured_in = old.get("dtype", "float32")  # a record from before dtypes were kept: float32 rows
-    if old and measured_in != config.dtype:
-        raise InvalidInput(
-            f"the rows of {config.csv_path} are measured in {measured_in}, and --dtype {config.dtype} would put "
-            f"rows of another precision in the same table; give them their own folder (--out-dir "
-            f"{Path(config.out_dir) / config.dtype}) or run in {measured_in}."
-        )
+    for name, (before, what) in ONE_PER_GRID.items():
+        measured_with = old.get(name, before)  # a record from before the field was kept: its only value then
+        if old and measured_with != getattr(config, name):
+            flag, value = f"--{name}", getattr(config, name)
+            raise InvalidInput(
+                f"the rows of {config.csv_path} are measured with {flag} {measured_with}, and {flag} {value} would "
+                f"put rows of another {what} in the same table; give them their own folder (--out-dir "
+                f"{Path(config.out_dir) / grid_folder(name, value)}) or run with {flag} {measured_with}."
+            )
     record = {name: getattr(config, name) for name in GRID_FIELDS}
     record = {k: list(v) if isinstance(v, tuple) else v for k, v in record.items()}
     for name in UNION_FIELDS:
@@ -488,7 +511,7 @@ class BaselinesWorker:
         self._current = None
         c = self.config
         t = time.perf_counter()
-        result = prune(self.lm, variant.prune_settings(c.samples, c.seq_len, c.use_score_cache, c.micro_batch))
+        result = prune(self.lm, variant.prune_settings(c.samples, c.seq_len, c.use_score_cache, c.micro_batch, c.calib))
         seconds = time.perf_counter() - t
         r = result.report
         facts = {k: r[k] for k in ("params_before", "params_after", "block_params_before", "block_params_after")}

@@ -24,6 +24,7 @@ from nirvana.bench.rows import number, read_rows
 from nirvana.measure.paired import paired_text
 from nirvana.measure.speed_check import DISTURBED, MESSAGES, TOLERANCE, judge
 from nirvana.methods import METHODS, is_baseline
+from nirvana.pipeline import DEFAULT_CALIBRATION
 from nirvana.store.atomic import atomic_write_text
 from nirvana.store.paths import benchmarks_dir
 
@@ -213,6 +214,61 @@ def ablations(
     return sorted(out, key=lambda v: (v["sparsity"], v["variant"]))
 
 
+def ablation_rows(config) -> list[dict]:
+    """The ablation rows a grid's report shows: the committed grids', calibrated on the default text, so none
+    beside a grid calibrated on another (`bench baselines --calib`)."""
+    return ablations(config.model, config.sparsities) if calibration(config) == DEFAULT_CALIBRATION else []
+
+
+def calibration(config) -> str:
+    return getattr(config, "calib", DEFAULT_CALIBRATION)
+
+
+def against_default_calibration(measured: list[dict], config) -> list[str]:
+    """A grid calibrated on another text beside the same models calibrated on the default one (the grid in the
+    folder above, where the CLI put it): perplexity, the seven tasks, pass@1 and gold bits per byte, and the bits
+    per byte paired by problem. Nothing when there is no such grid."""
+    if calibration(config) == DEFAULT_CALIBRATION:
+        return []
+    folder = Path(config.out_dir).parent
+    default_csv = folder / Path(config.csv_path).name
+    if not default_csv.exists():
+        return []
+    there = {v["variant"]: v for v in variants(read_rows(default_csv))}
+    per = {
+        (name, where): tasks
+        for where, path in (("here", config.per_problem_path), ("there", folder / Path(config.per_problem_path).name))
+        for name, tasks in read_per_problem(Path(path)).items()
+    }
+    lines = [
+        "",
+        f"## Calibrated on {calibration(config)} against {DEFAULT_CALIBRATION}",
+        "",
+        f"Each model of this grid beside the same method, sparsity and settings calibrated on {DEFAULT_CALIBRATION} "
+        f"(`{default_csv.as_posix()}`), as 'here / there'. The last column is this grid's MBPP gold bits per byte "
+        "minus the other's, paired by problem (negative: calibrating here keeps the reference code more likely).",
+        "",
+        "| model | WikiText-2 | 7-task avg (%) | MBPP pass@1 (%) | MBPP bits/byte | bits/byte here − there |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for v in by_sparsity(measured):
+        w = there.get(v["variant"])
+        if v.get("method") == "dense" or w is None:
+            continue
+        pair = {k: per[(v["variant"], k)] for k in ("here", "there") if (v["variant"], k) in per}
+        diff = paired_between(pair, "here", "there", "mbpp_bpb") if len(pair) == 2 else None
+        cells = [
+            v["variant"],
+            f"{_num(v.get('ppl_wikitext2'))} / {_num(w.get('ppl_wikitext2'))}",
+            " / ".join(plus_minus(x["average"], x.get("average_se")) if "average" in x else "-" for x in (v, w)),
+            " / ".join(pass_text(*x["mbpp"]) if x.get("mbpp") else "-" for x in (v, w)),
+            " / ".join(_bpb(x.get("bpb", {}).get("mbpp_bpb")) for x in (v, w)),
+            paired_text(diff) if diff else "-",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
 def by_sparsity(entries: list[dict]) -> list[dict]:
     """Dense first, then sparsity by sparsity; the measured rows before the ablations read from the grids."""
     return sorted(entries, key=lambda v: 0.0 if v.get("method") == "dense" else float(v.get("sparsity") or 0))
@@ -330,7 +386,7 @@ def _disturbed_count(measured: list[dict]) -> str:
 
 def markdown(rows: list[dict], config, extra: list[dict] | None = None) -> str:
     measured = variants(rows)
-    extra = ablations(config.model, config.sparsities) if extra is None else extra
+    extra = ablation_rows(config) if extra is None else extra
     header = ["model", "s", "WikiText-2", "PTB", "LAMBADA acc", "LAMBADA ppl"]
     header += [SHORT[t] for t in ZEROSHOT7] + ["Avg (7)", "MBPP pass@1", "HumanEval pass@1", "MBPP bits/byte"]
     others = [METHODS[m].label for m in config.methods if m in METHODS and m != "nirvana"] or ["dense alone"]
@@ -366,6 +422,14 @@ def markdown(rows: list[dict], config, extra: list[dict] | None = None) -> str:
             f"Every model here ran in {config.dtype} (scores and losses accumulated in float32; each row's "
             "`machine` names its CPU and GPU); the ablation rows, from the committed grids, in float32.",
         ]
+    if calibration(config) != DEFAULT_CALIBRATION:
+        lines += [
+            "",
+            f"Every method here is scored, and each '+ recon' row reconstructed, on {calibration(config)} "
+            f"({config.samples} x {config.seq_len} tokens, seed 0), not on {DEFAULT_CALIBRATION}: no ablation rows "
+            "(the committed grids they come from are calibrated on the default) and no KL-best gamma (searched on "
+            "the default).",
+        ]
     if config.note:
         lines += ["", config.note]
     lines += ["", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -389,6 +453,7 @@ def markdown(rows: list[dict], config, extra: list[dict] | None = None) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     lines += paired_bpb(measured, extra, config)
     lines += paired_passes(measured, config)
+    lines += against_default_calibration(measured, config)
     lines += [
         "",
         "## Parameters, speed, memory, pruning time",
@@ -469,7 +534,7 @@ def plot(rows: list[dict], config, path: Path, extra: list[dict] | None = None) 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    entries = [*variants(rows), *(ablations(config.model, config.sparsities) if extra is None else extra)]
+    entries = [*variants(rows), *(ablation_rows(config) if extra is None else extra)]
     entries = [v for v in entries if v.get("ppl_wikitext2") is not None or "average" in v]
     if not entries:
         return None
@@ -555,7 +620,7 @@ def readme_summary(rows: list[dict], config, pending_rows: int | None = None, ex
     """The README's answer to "does NIRVANA beat the baselines?" (every method of the table that was run
     at NIRVANA's sparsity: LLM-Pruner, FLAP, SliceGPT), generated from the CSV (no figure typed)."""
     measured = variants(rows)
-    extra = ablations(config.model, config.sparsities) if extra is None else extra
+    extra = ablation_rows(config) if extra is None else extra
     per = per_problem(config)
     lines = [
         "| model | WikiText-2 | PTB | 7-task avg (%) | LAMBADA acc (%) | MBPP bits/byte | params | matched |",

@@ -17,7 +17,15 @@ from nirvana.accuracy.tasks import check_limit
 from nirvana.bench import gpu, speed
 from nirvana.bench.accuracy import ACCURACY, AccuracyConfig, kl_best_gammas
 from nirvana.bench.base import Benchmark, run
-from nirvana.bench.baselines import BASELINES, BaselinesConfig, backfill_passes, best_gammas, record_grid
+from nirvana.bench.baselines import (
+    BASELINES,
+    ONE_PER_GRID,
+    BaselinesConfig,
+    backfill_passes,
+    best_gammas,
+    grid_folder,
+    record_grid,
+)
 from nirvana.bench.baselines import DEFAULT_OUT as DEFAULT_BASELINES_OUT
 from nirvana.bench.baselines import METHODS as BASELINES_METHODS
 from nirvana.bench.baselines import measures as baseline_measures
@@ -38,8 +46,10 @@ from nirvana.cli.checks import check_device, check_model
 from nirvana.cli.common import add_model_args, add_ray_flag, cluster_from_args, config_from_args
 from nirvana.cli.flags import add_config_flags
 from nirvana.cluster.ray_tasks import disconnect
+from nirvana.data.text import check_text_name
 from nirvana.errors import InvalidInput
 from nirvana.methods import METHODS
+from nirvana.pipeline import DEFAULT_CALIBRATION
 from nirvana.search.calibration import AnchorSpec
 
 # Help text per config field that has a flag ("" for none); the type and default are the field's.
@@ -146,6 +156,8 @@ BASELINES_FLAGS = {
     "only_methods": "and only the rows of these models now (dense, a method of --methods), e.g. nirvana,llm-pruner",
     "only_sparsities": "and only the rows of the models at these sparsities now (0: dense; one of --sparsities), "
     "e.g. 0.5",
+    "calib": "calibration text of every method's scores and reconstruction (default wikitext2-valid; python-code: "
+    "code, for code models; a dataset name or a .txt/.jsonl file); another text goes to <out-dir>/calib-<name>/",
     "samples": "calibration sequences N (the same batch for every method)",
     "seq_len": "calibration tokens per sequence T",
     "use_score_cache": "reuse cached scores (the pruning time then leaves out scoring)",
@@ -478,13 +490,17 @@ def baselines_config(args) -> BaselinesConfig:
     for name in args.methods:
         if name not in BASELINES_METHODS:
             raise InvalidInput(f"unknown method {name!r} in --methods; accepted: {', '.join(BASELINES_METHODS)}.")
+    check_text_name(args.calib)
     allowed = code_execution_allowed(args.allow_code_execution)
-    best = best_gammas(args.model, args.sparsities)
+    # the KL-best gammas were searched on the default calibration text; a grid calibrated on another has none
+    best = best_gammas(args.model, args.sparsities) if args.calib == DEFAULT_CALIBRATION else {}
     device = resolve_device(args.device)
     dtype = str(resolve_dtype(args.dtype, device)).removeprefix("torch.")  # "bf16" and "auto" by their names
     out_dir = Path(args.out_dir)
-    if dtype != "float32" and out_dir == DEFAULT_BASELINES_OUT:
-        out_dir = out_dir / dtype  # never a table mixing precisions (the grid record refuses that too)
+    if out_dir == DEFAULT_BASELINES_OUT:  # never a table mixing precisions or calibrations (the record refuses it)
+        for name, value in (("dtype", dtype), ("calib", args.calib)):
+            if value != ONE_PER_GRID[name][0]:
+                out_dir = out_dir / grid_folder(name, value)
     config = config_from_args(
         BaselinesConfig,
         args,

@@ -32,7 +32,11 @@ from nirvana.progress import sub_progress
 
 def add_eval_args(p) -> None:
     g = p.add_argument_group("perplexity")
-    g.add_argument("--ppl", default=None, help="comma-separated datasets: wikitext2, ptb, wikitext2-valid, pydoc, FILE")
+    g.add_argument(
+        "--ppl",
+        default=None,
+        help="comma-separated datasets: wikitext2, ptb, wikitext2-valid, pydoc, python-code, FILE",
+    )
     g.add_argument("--max-tokens", type=int, default=None, help="token budget per dataset (default: the whole text)")
     g.add_argument("--seq-len", type=int, default=512, help="window length (default 512, the paper's)")
     g.add_argument("--ppl-batch-size", type=int, default=4, help="windows per forward pass")

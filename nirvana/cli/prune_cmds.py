@@ -40,7 +40,12 @@ def add_calibration_args(p) -> None:
         '\'{"metric": "WIFV"}\' (flap)',
     )
     p.add_argument("--criterion", default="nirvana", help=", ".join(CRITERIA))
-    p.add_argument("--calib", default="wikitext2-valid", help="dataset name, .txt/.jsonl file, or .npy of ids [N, T]")
+    p.add_argument(
+        "--calib",
+        default="wikitext2-valid",
+        help="dataset name (wikitext2-valid, ptb, pydoc, python-code: code for code models), .txt/.jsonl file, or .npy "
+        "of ids [N, T]",
+    )
     p.add_argument("--samples", type=int, default=32, help="calibration sequences N")
     p.add_argument("--seq-len", type=int, default=128, help="tokens per calibration sequence T")
     p.add_argument("--seed", type=int, default=0)

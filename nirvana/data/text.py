@@ -2,9 +2,10 @@
 
 One place answers "what text is `wikitext2`?". Each name has a local file (under
 `NIRVANA_DATA_DIR`, the layout of the project's shared data folder) and a Hugging Face hub
-source. A `.txt` or `.jsonl` path is accepted wherever a name is. The Python documentation
-that ships with every CPython (`pydoc_data.topics`) is the embedded corpus: it needs no
-download and is the last-resort default, always reported as such.
+source. A `.txt` or `.jsonl` path is accepted wherever a name is. Two corpora ship with every
+CPython and need no download: `pydoc`, the Python documentation (`pydoc_data.topics`), the
+last-resort default, always reported as such; and `python-code`, the standard library's own
+top-level modules, real code for calibrating or measuring code models.
 
 Names take an optional split: `ptb` is PTB validation (the paper's), `ptb:test` its test split.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from pydoc_data.topics import topics
@@ -21,7 +23,8 @@ from nirvana.errors import DatasetNotFound
 from nirvana.guard.safety import TEXT_ROOTS_ENV, check_file_size, check_local_path
 from nirvana.store.paths import checkout_root
 
-EMBEDDED = "pydoc"
+EMBEDDED = "pydoc"  # the fallback corpus
+CODE = "python-code"
 
 
 @dataclass(frozen=True)
@@ -90,8 +93,7 @@ class Text:
 
 
 def available_names() -> list[str]:
-    names = sorted({n for n, _ in DATASETS} | set(ALIASES) | {EMBEDDED})
-    return names
+    return sorted({n for n, _ in DATASETS} | set(ALIASES) | set(EMBEDDED_CORPORA))
 
 
 # The project's checkout layout keeps the shared data next to the repository (../shared/data):
@@ -134,8 +136,8 @@ def load_text(name: str, *, fallback: bool = False) -> Text:
     if _is_file_name(path):
         return _from_file(path, name)
     base, split = parse_name(name)
-    if base == EMBEDDED:
-        return embedded_text()
+    if base in EMBEDDED_CORPORA:
+        return EMBEDDED_CORPORA[base]()
     tried: list[str] = []
     source = DATASETS[(base, split)]
     root = data_dir()
@@ -179,7 +181,7 @@ def check_text_name(name: str) -> None:
         _check_file(path)
         return
     base, split = parse_name(name)
-    if base != EMBEDDED and (base, split) not in DATASETS:
+    if base not in EMBEDDED_CORPORA and (base, split) not in DATASETS:
         known = ", ".join(sorted(f"{n}:{s}" for n, s in DATASETS))
         raise DatasetNotFound(
             f"unknown dataset {name!r}; accepted: {', '.join(available_names())} (splits: {known}), "
@@ -207,6 +209,39 @@ def embedded_text() -> Text:
 
     docs = [topics[k].strip() for k in sorted(topics)]
     return Text(EMBEDDED, "", [d for d in docs if d], "embedded:pydoc_data.topics")
+
+
+def stdlib_code() -> Text:
+    """The running CPython's standard library modules (the `*.py` files beside `os.py`, not its packages or
+    tests), one document per file, sorted by name: about 170 files and 4.7 MB of code with its docstrings and
+    comments (Python 3.11). Real code that shares no text with MBPP or HumanEval, so a code model can be
+    calibrated on code; which modules it holds depends on the Python version, and every cache built on a
+    calibration batch is keyed by the batch's tokens, not by this name.
+
+    Example:
+        >>> stdlib_code().origin
+        'embedded:python3.11 stdlib (168 modules)'
+    """
+    root = Path(os.__file__).parent
+    docs = []
+    for path in sorted(root.glob("*.py")):
+        try:
+            text = path.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError):
+            continue  # a module this interpreter cannot read back as UTF-8 is left out, not guessed at
+        if text:
+            docs.append(text)
+    if not docs:
+        raise DatasetNotFound(
+            f"{CODE!r} is the Python standard library's source, and {root} holds no readable *.py module (an "
+            "interpreter installed without its sources?); pass a .txt or .jsonl file of code instead."
+        )
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    return Text(CODE, "", docs, f"embedded:{version} stdlib ({len(docs)} modules)")
+
+
+# Corpora that ship with CPython: name -> loader.
+EMBEDDED_CORPORA = {EMBEDDED: embedded_text, CODE: stdlib_code}
 
 
 def _from_file(path: Path, name: str) -> Text:
