@@ -666,7 +666,9 @@ def test_a_code_calibrated_report_drops_the_ablations_and_pairs_with_the_default
     plain = markdown(read_rows(default.csv_path), default)
     assert "(ablation)" in plain and "Calibrated on" not in plain  # the committed grids' Taylor / Wanda rows
     text = markdown(read_rows(code.csv_path), code)
-    assert "(ablation)" not in text and "reconstructed, on python-code (32 x 128 tokens" in text
+    assert "(ablation)" not in text and "Ablation rows" not in text
+    assert "calibration batch (32 x 128 tokens of python-code, seed 0)" in text
+    assert "reconstructed, on python-code, not on wikitext2-valid" in text and "`../baselines-smollm2-135m.csv`" in text
     row = next(line for line in text.split("against wikitext2-valid")[1].splitlines() if line.startswith(f"| {name}"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[1] == "70.00 / 60.00" and cells[4] == "0.850 ± 0.050 / 1.050 ± 0.050"

@@ -245,7 +245,7 @@ def against_default_calibration(measured: list[dict], config) -> list[str]:
         f"## Calibrated on {calibration(config)} against {DEFAULT_CALIBRATION}",
         "",
         f"Each model of this grid beside the same method, sparsity and settings calibrated on {DEFAULT_CALIBRATION} "
-        f"(`{default_csv.as_posix()}`), as 'here / there'. The last column is this grid's MBPP gold bits per byte "
+        f"(`../{default_csv.name}`), as 'here / there'. The last column is this grid's MBPP gold bits per byte "
         "minus the other's, paired by problem (negative: calibrating here keeps the reference code more likely).",
         "",
         "| model | WikiText-2 | 7-task avg (%) | MBPP pass@1 (%) | MBPP bits/byte | bits/byte here − there |",
@@ -396,7 +396,7 @@ def markdown(rows: list[dict], config, extra: list[dict] | None = None) -> str:
         "",
         f"NIRVANA beside {beside} (`nirvana.methods`, docs/BASELINES.md) at the same target block "
         "sparsity, each pruned on the same calibration batch "
-        f"({config.samples} x {config.seq_len} tokens of wikitext2-valid, seed 0). Perplexity on the first "
+        f"({config.samples} x {config.seq_len} tokens of {calibration(config)}, seed 0). Perplexity on the first "
         f"{config.tokens:,} tokens ({config.window}-token windows); zero-shot: the first {config.limit} examples of "
         "each task, the paper's metric, in %, ± one standard error (the average's error is sqrt(sum se²)/7); "
         + (
@@ -412,10 +412,13 @@ def markdown(rows: list[dict], config, extra: list[dict] | None = None) -> str:
             else "MBPP bits/byte not in this grid. "
         )
         + "'-' = not measured yet.",
-        "Ablation rows (another criterion under NIRVANA's global allocation) are read from the committed quality "
-        "and accuracy grids, not re-run: their calibration draw differs (32 x 128 away from the KL anchor), so "
-        "they compare the criteria, not the calibration.",
     ]
+    if calibration(config) == DEFAULT_CALIBRATION:
+        lines.append(
+            "Ablation rows (another criterion under NIRVANA's global allocation) are read from the committed quality "
+            "and accuracy grids, not re-run: their calibration draw differs (32 x 128 away from the KL anchor), so "
+            "they compare the criteria, not the calibration."
+        )
     if config.dtype != "float32":
         lines += [
             "",
@@ -425,8 +428,8 @@ def markdown(rows: list[dict], config, extra: list[dict] | None = None) -> str:
     if calibration(config) != DEFAULT_CALIBRATION:
         lines += [
             "",
-            f"Every method here is scored, and each '+ recon' row reconstructed, on {calibration(config)} "
-            f"({config.samples} x {config.seq_len} tokens, seed 0), not on {DEFAULT_CALIBRATION}: no ablation rows "
+            f"Every method here is scored, and each '+ recon' row reconstructed, on {calibration(config)}, not on "
+            f"{DEFAULT_CALIBRATION}: no ablation rows "
             "(the committed grids they come from are calibrated on the default) and no KL-best gamma (searched on "
             "the default).",
         ]
