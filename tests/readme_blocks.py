@@ -34,6 +34,26 @@ def baselines(model: str) -> str:
     return readme_summary(read_rows(config.csv_path), config, len(pending(BASELINES, config)))
 
 
+def calibrated_on(model: str, calib: str) -> str:
+    """The grid of `bench baselines --model MODEL --calib CALIB` beside the same models calibrated on the default
+    text, MBPP gold bits per byte paired by problem (`baselines_report.calibration_table`)."""
+    from nirvana.bench.base import pending
+    from nirvana.bench.baselines import BASELINES, DEFAULT_OUT, grid_folder, recorded_config
+    from nirvana.bench.baselines_report import calibration_table, variants
+    from nirvana.bench.rows import read_rows
+
+    folder = DEFAULT_OUT / grid_folder("calib", calib)
+    config = recorded_config(folder / f"baselines-{model}.csv", model)
+    table = calibration_table(variants(read_rows(config.csv_path)), config)
+    source = (
+        f"From `{config.csv_path.relative_to(ROOT)}` beside `{config.csv_path.name}` one folder up (`python -m nirvana "
+        f"bench baselines --model {model} --calib {calib} ...`): the same methods, sparsities and settings, each "
+        f"scored (and reconstructed) on {config.samples} x {config.seq_len} tokens of {calib} instead of WikiText-2 "
+        f"validation; ± one standard error. {_left(len(pending(BASELINES, config)))}"
+    )
+    return "\n".join(table) + "\n\n" + source + "\n"
+
+
 def distill(model: str) -> str:
     """The summary of `bench distill --model MODEL`, against its whole grid."""
     from nirvana.bench.base import pending
@@ -447,6 +467,7 @@ BLOCKS = {
     "results-smollm2-135m": Block(README, lambda: front_results("smollm2-135m")),
     "code-qwen2.5-coder-0.5b": Block(README, lambda: code_results("qwen2.5-coder-0.5b")),
     "code-qwen2.5-coder-1.5b": Block(README, lambda: code_results("qwen2.5-coder-1.5b")),
+    "calibrated-on-code-qwen2.5-coder-0.5b": Block(README, lambda: calibrated_on("qwen2.5-coder-0.5b", "python-code")),
     "distill-smollm2-135m": Block(DOCS / "RECOVERY.md", lambda: distill("smollm2-135m")),
     "baselines-smollm2-135m": Block(DOCS / "RESULTS-BASELINES.md", lambda: baselines("smollm2-135m")),
     "baselines-gemma3-270m": Block(DOCS / "RESULTS-BASELINES.md", lambda: baselines("gemma3-270m")),

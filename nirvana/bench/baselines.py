@@ -374,9 +374,10 @@ def recorded_config(csv_path: Path, model: str) -> BaselinesConfig:
     }
     fields_ = {k: v for k, v in record.items() if k in GRID_FIELDS} | tuples
     sparsities = fields_.get("sparsities", SPARSITIES)
-    return BaselinesConfig(
-        model=model, out_dir=Path(csv_path).parent, best_gamma=best_gammas(model, sparsities), **fields_
-    )
+    # the KL-best gammas were searched on the default calibration text: a grid calibrated on another has none
+    default_text = fields_.get("calib", DEFAULT_CALIBRATION) == DEFAULT_CALIBRATION
+    best = best_gammas(model, sparsities) if default_text else {}
+    return BaselinesConfig(model=model, out_dir=Path(csv_path).parent, best_gamma=best, **fields_)
 
 
 def variants_for(sparsity: float, config: BaselinesConfig) -> list[Variant]:

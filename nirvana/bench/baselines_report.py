@@ -225,9 +225,26 @@ def calibration(config) -> str:
 
 
 def against_default_calibration(measured: list[dict], config) -> list[str]:
+    """The report's section for a grid calibrated on another text: `calibration_table` with its heading."""
+    table = calibration_table(measured, config)
+    if not table:
+        return []
+    return [
+        "",
+        f"## Calibrated on {calibration(config)} against {DEFAULT_CALIBRATION}",
+        "",
+        f"Each model of this grid beside the same method, sparsity and settings calibrated on {DEFAULT_CALIBRATION} "
+        f"(`../{Path(config.csv_path).name}`). The last column is this grid's MBPP gold bits per byte minus the "
+        "other's, paired by problem (negative: calibrating on this grid's text keeps the reference code more likely).",
+        "",
+        *table,
+    ]
+
+
+def calibration_table(measured: list[dict], config) -> list[str]:
     """A grid calibrated on another text beside the same models calibrated on the default one (the grid in the
-    folder above, where the CLI put it): perplexity, the seven tasks, pass@1 and gold bits per byte, and the bits
-    per byte paired by problem. Nothing when there is no such grid."""
+    folder above, where the CLI put it), each cell 'this grid's / the default's': perplexity, the seven tasks,
+    pass@1 and gold bits per byte, and the bits per byte paired by problem. No lines when there is no such grid."""
     if calibration(config) == DEFAULT_CALIBRATION:
         return []
     folder = Path(config.out_dir).parent
@@ -240,15 +257,10 @@ def against_default_calibration(measured: list[dict], config) -> list[str]:
         for where, path in (("here", config.per_problem_path), ("there", folder / Path(config.per_problem_path).name))
         for name, tasks in read_per_problem(Path(path)).items()
     }
+    both = f"{calibration(config)} / {DEFAULT_CALIBRATION}"
     lines = [
-        "",
-        f"## Calibrated on {calibration(config)} against {DEFAULT_CALIBRATION}",
-        "",
-        f"Each model of this grid beside the same method, sparsity and settings calibrated on {DEFAULT_CALIBRATION} "
-        f"(`../{default_csv.name}`), as 'here / there'. The last column is this grid's MBPP gold bits per byte "
-        "minus the other's, paired by problem (negative: calibrating here keeps the reference code more likely).",
-        "",
-        "| model | WikiText-2 | 7-task avg (%) | MBPP pass@1 (%) | MBPP bits/byte | bits/byte here − there |",
+        f"| model | WikiText-2 perplexity, {both} | 7-task avg (%), {both} | MBPP pass@1 (%), {both} "
+        f"| MBPP bits/byte, {both} | bits/byte {calibration(config)} − {DEFAULT_CALIBRATION}, paired |",
         "|---|---:|---:|---:|---:|---:|",
     ]
     for v in by_sparsity(measured):
