@@ -374,9 +374,7 @@ def recorded_config(csv_path: Path, model: str) -> BaselinesConfig:
     }
     fields_ = {k: v for k, v in record.items() if k in GRID_FIELDS} | tuples
     sparsities = fields_.get("sparsities", SPARSITIES)
-    # the KL-best gammas were searched on the default calibration text: a grid calibrated on another has none
-    default_text = fields_.get("calib", DEFAULT_CALIBRATION) == DEFAULT_CALIBRATION
-    best = best_gammas(model, sparsities) if default_text else {}
+    best = best_gammas(model, sparsities, fields_.get("calib", DEFAULT_CALIBRATION))
     return BaselinesConfig(model=model, out_dir=Path(csv_path).parent, best_gamma=best, **fields_)
 
 
@@ -693,8 +691,11 @@ def backfill_passes(config: BaselinesConfig, log) -> list[str]:
     return BaselinesWorker(config, log).backfill_passes(rows)
 
 
-def best_gammas(model: str, sparsities) -> dict[float, float]:
-    """The KL-best gammas of NIRVANA on `model` at `sparsities` (from the committed gamma benchmark)."""
+def best_gammas(model: str, sparsities, calib: str = DEFAULT_CALIBRATION) -> dict[float, float]:
+    """The KL-best gammas of NIRVANA on `model` at `sparsities` (from the committed gamma benchmark), for a grid
+    calibrated on `calib`: none but on the default text, the one the gamma benchmark searched on."""
+    if calib != DEFAULT_CALIBRATION:
+        return {}
     return {s: g for s, g in kl_best_gammas(model).items() if s in sparsities}
 
 

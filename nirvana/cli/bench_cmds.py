@@ -49,7 +49,6 @@ from nirvana.cluster.ray_tasks import disconnect
 from nirvana.data.text import check_text_name
 from nirvana.errors import InvalidInput
 from nirvana.methods import METHODS
-from nirvana.pipeline import DEFAULT_CALIBRATION
 from nirvana.search.calibration import AnchorSpec
 
 # Help text per config field that has a flag ("" for none); the type and default are the field's.
@@ -492,8 +491,7 @@ def baselines_config(args) -> BaselinesConfig:
             raise InvalidInput(f"unknown method {name!r} in --methods; accepted: {', '.join(BASELINES_METHODS)}.")
     check_text_name(args.calib)
     allowed = code_execution_allowed(args.allow_code_execution)
-    # the KL-best gammas were searched on the default calibration text; a grid calibrated on another has none
-    best = best_gammas(args.model, args.sparsities) if args.calib == DEFAULT_CALIBRATION else {}
+    best = best_gammas(args.model, args.sparsities, args.calib)
     device = resolve_device(args.device)
     dtype = str(resolve_dtype(args.dtype, device)).removeprefix("torch.")  # "bf16" and "auto" by their names
     out_dir = Path(args.out_dir)
